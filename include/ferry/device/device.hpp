@@ -1,0 +1,367 @@
+// The device interface: one API for a GPU, implemented by the cuda backend (the CUDA runtime) and the host
+// backend (an emulated device in plain C++ with the same asynchronous semantics).
+//
+// Semantics every backend honours:
+// - A stream executes its operations in order; different streams run concurrently.
+// - Every asynchronous operation names its stream. ferry never uses the legacy default stream.
+// - event::record(s) marks the point reached by s; stream_view::wait(e) makes a stream wait for the most
+//   recent record of e at the time of the call; synchronize()/query() observe it from the host.
+// - Memory comes in three kinds (device, pinned host, pageable host); a copy's direction follows from the
+//   kinds of its source and destination, and its size is checked against both.
+// - Errors raised inside host callbacks are captured and rethrown at the next synchronize() of any
+//   stream, event or the device.
+//
+// Lifetimes: a device outlives every stream, event and buffer made from it. Owning types (stream, event,
+// buffer) are move-only; views (stream_view, mem_view) are cheap copies valid while their owner lives.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+class device;
+class event;
+
+/// Which implementation runs a device.
+enum class backend : std::uint8_t { host, cuda };
+
+/// Where a buffer lives. Pinned host memory is page-locked and reachable by the device's copy engines;
+/// pageable host memory is ordinary memory, which a copy must stage.
+enum class memory_kind : std::uint8_t { device, pinned, pageable };
+
+/// The direction of a copy, derived from the memory kinds of its source and destination.
+enum class copy_direction : std::uint8_t { host_to_device, device_to_host, device_to_device, host_to_host };
+
+[[nodiscard]] std::string_view to_string(backend b) noexcept;
+[[nodiscard]] std::string_view to_string(memory_kind k) noexcept;
+[[nodiscard]] std::string_view to_string(copy_direction d) noexcept;
+/// Parses "host" or "cuda"; throws logic_error naming the text otherwise.
+[[nodiscard]] backend parse_backend(std::string_view text);
+
+/// Direction of a copy from memory of kind `src` into memory of kind `dst`.
+[[nodiscard]] constexpr copy_direction direction_of(memory_kind src, memory_kind dst) noexcept {
+  const bool src_dev = src == memory_kind::device;
+  const bool dst_dev = dst == memory_kind::device;
+  if (src_dev && dst_dev) return copy_direction::device_to_device;
+  if (src_dev) return copy_direction::device_to_host;
+  if (dst_dev) return copy_direction::host_to_device;
+  return copy_direction::host_to_host;
+}
+
+/// A non-owning view of a stream: one ferry made, or a foreign handle (a framework's stream) adopted
+/// with device::adopt_stream. Cheap to copy; valid while the stream it names lives.
+class stream_view {
+ public:
+  stream_view(device& dev, void* native) noexcept : dev_(&dev), native_(native) {}
+  stream_view(int) = delete;             // a view of stream 0 would be the legacy default stream
+  stream_view(std::nullptr_t) = delete;  // likewise
+
+  [[nodiscard]] device& dev() const noexcept { return *dev_; }
+  [[nodiscard]] void* native() const noexcept { return native_; }
+
+  /// Blocks the host until every operation queued on the stream so far has completed.
+  /// Rethrows an error captured from a host callback.
+  void synchronize() const;
+  /// Device-side wait: work queued on this stream after the call waits for the most recent record of
+  /// `e`. Never blocks the host. Throws logic_error if `e` was never recorded.
+  void wait(const event& e) const;
+
+  friend bool operator==(const stream_view& a, const stream_view& b) noexcept {
+    return a.dev_ == b.dev_ && a.native_ == b.native_;
+  }
+
+ private:
+  device* dev_;
+  void* native_;
+};
+
+/// An owning stream, made by device::make_stream. Move-only; the moved-from stream is empty.
+class stream {
+ public:
+  stream() noexcept = default;
+  stream(device& dev, void* native) noexcept : dev_(&dev), native_(native) {}
+  stream(stream&& other) noexcept;
+  stream& operator=(stream&& other) noexcept;
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+  ~stream();
+
+  [[nodiscard]] bool empty() const noexcept { return native_ == nullptr; }
+  /// A view of this stream. Throws logic_error on an empty (moved-from) stream.
+  [[nodiscard]] stream_view view() const;
+  operator stream_view() const { return view(); }  // NOLINT(google-explicit-constructor)
+  void synchronize() const { view().synchronize(); }
+  void wait(const event& e) const { view().wait(e); }
+
+ private:
+  void reset() noexcept;
+  device* dev_ = nullptr;
+  void* native_ = nullptr;
+};
+
+/// A device event. Completion events (device::make_event) come from the device's pool and do no timing;
+/// timing events (device::make_timing_event) can be passed to device::elapsed_ms. Move-only; the
+/// moved-from event is empty. A pooled event returns its handle to the pool when destroyed.
+class event {
+ public:
+  event() noexcept = default;
+  event(event&& other) noexcept;
+  event& operator=(event&& other) noexcept;
+  event(const event&) = delete;
+  event& operator=(const event&) = delete;
+  ~event();
+
+  /// Marks the point `s` has reached: the event completes when all work queued on `s` so far is done.
+  void record(stream_view s);
+  /// Blocks the host until the most recent record has completed. Throws logic_error if never recorded.
+  void synchronize() const;
+  /// True when the most recent record has completed. Throws logic_error if never recorded.
+  [[nodiscard]] bool query() const;
+
+  [[nodiscard]] bool empty() const noexcept { return native_ == nullptr; }
+  [[nodiscard]] bool recorded() const noexcept { return recorded_; }
+  [[nodiscard]] bool timing() const noexcept { return timing_; }
+  [[nodiscard]] void* native() const noexcept { return native_; }
+  [[nodiscard]] device* dev() const noexcept { return dev_; }
+
+ private:
+  friend class device;
+  event(device& dev, void* native, bool timing) noexcept : dev_(&dev), native_(native), timing_(timing) {}
+  void reset() noexcept;
+  void expect_recorded(std::string_view what) const;
+  device* dev_ = nullptr;
+  void* native_ = nullptr;
+  bool timing_ = false;
+  bool recorded_ = false;
+};
+
+/// A non-owning view of memory: a pointer, a size in bytes and the kind of memory. Views of foreign
+/// memory (a framework's tensor) are made with device_view/pinned_view/pageable_view.
+struct mem_view {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  memory_kind kind = memory_kind::pageable;
+
+  /// The bytes [offset, offset + count). Throws logic_error naming the range and the size when it does
+  /// not fit.
+  [[nodiscard]] mem_view subview(std::size_t offset, std::size_t count) const;
+  [[nodiscard]] std::byte* begin() const noexcept { return static_cast<std::byte*>(data); }
+};
+
+[[nodiscard]] mem_view device_view(void* ptr, std::size_t bytes);
+[[nodiscard]] mem_view pinned_view(void* ptr, std::size_t bytes);
+[[nodiscard]] mem_view pageable_view(void* ptr, std::size_t bytes);
+
+/// Owning memory of one kind, allocated by a device. Move-only; the moved-from buffer is empty.
+/// Pinned buffers are meant to be allocated once, up front: their cost is reported by
+/// device::pinned_stats().
+class buffer {
+ public:
+  buffer() noexcept = default;
+  buffer(buffer&& other) noexcept;
+  buffer& operator=(buffer&& other) noexcept;
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  ~buffer();
+
+  [[nodiscard]] void* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
+  [[nodiscard]] bool empty() const noexcept { return data_ == nullptr; }
+  [[nodiscard]] mem_view view() const noexcept { return {data_, bytes_, kind_}; }
+  [[nodiscard]] mem_view view(std::size_t offset, std::size_t count) const {
+    return view().subview(offset, count);
+  }
+  operator mem_view() const noexcept { return view(); }  // NOLINT(google-explicit-constructor)
+  /// Host-side bytes of a pinned or pageable buffer. Throws logic_error for device memory.
+  [[nodiscard]] std::byte* host_bytes() const;
+
+ private:
+  friend class device;
+  buffer(device& dev, void* data, std::size_t bytes, memory_kind kind) noexcept
+      : dev_(&dev), data_(data), bytes_(bytes), kind_(kind) {}
+  void reset() noexcept;
+  device* dev_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  memory_kind kind_ = memory_kind::pageable;
+};
+
+/// What a device is.
+struct device_info {
+  backend kind = backend::host;
+  std::string name;
+  int ordinal = 0;
+  std::uint64_t memory_bytes = 0;  // total device memory
+  std::string pci_bus_id;          // empty on the host backend
+  int copy_engines = 0;            // asynchronous copy engines
+};
+
+/// Cost of pinning host memory so far: the pipelines report it, since it is paid up front.
+struct pinned_stats {
+  std::uint64_t bytes = 0;        // pinned bytes currently held
+  std::uint64_t peak_bytes = 0;   // most held at once
+  double seconds = 0;             // wall time spent allocating (pinning) them, all allocations
+  std::uint64_t allocations = 0;  // count of pinned allocations
+};
+
+/// A GPU, or its emulation. Public member functions check their arguments (the same checks for every
+/// backend) and forward to the backend's do_* hooks. Thread-safe: streams may be driven from any thread.
+class device {
+ public:
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+  virtual ~device();
+
+  [[nodiscard]] virtual device_info info() const = 0;
+  [[nodiscard]] backend kind() const noexcept { return kind_; }
+
+  // Streams
+  /// A new stream that does not synchronize with any other stream.
+  [[nodiscard]] stream make_stream();
+  /// A view of a foreign stream handle (a cudaStream_t on the cuda backend). Throws logic_error for the
+  /// null handle (the legacy default stream, which would serialize with every other stream) and for the
+  /// legacy/per-thread pseudo-handles.
+  [[nodiscard]] stream_view adopt_stream(void* native);
+
+  // Events
+  /// A completion event from the device's pool (no timing).
+  [[nodiscard]] event make_event();
+  /// An event that records timestamps, for elapsed_ms.
+  [[nodiscard]] event make_timing_event();
+  /// Milliseconds between two completed timing events. Throws logic_error for a non-timing or
+  /// unrecorded event.
+  [[nodiscard]] double elapsed_ms(const event& start, const event& stop);
+
+  // Memory
+  /// Device memory of `bytes` bytes. Throws logic_error for 0, out_of_memory naming the size and the
+  /// device's free memory when it cannot be had.
+  [[nodiscard]] buffer alloc_device(std::size_t bytes);
+  /// Pinned (page-locked) host memory. Verified to be pinned; its cost is added to pinned_stats().
+  /// Throws out_of_memory naming the size and, where the backend locks pages itself, RLIMIT_MEMLOCK.
+  [[nodiscard]] buffer alloc_pinned(std::size_t bytes);
+  /// Ordinary pageable host memory (page-aligned).
+  [[nodiscard]] buffer alloc_pageable(std::size_t bytes);
+  [[nodiscard]] pinned_stats pinned() const;
+
+  // Work on streams
+  /// Copies src.bytes bytes from src into dst, in stream order. Throws logic_error when dst is smaller
+  /// than src. Copies from or to pageable memory return only when the host side has been consumed
+  /// (as CUDA's do), so a pageable source may be reused at once.
+  void copy_async(mem_view dst, mem_view src, stream_view s);
+  /// Copies `bytes` bytes; throws logic_error naming the size when it exceeds either view.
+  void copy_async(mem_view dst, mem_view src, std::size_t bytes, stream_view s);
+  /// copy_async followed by s.synchronize().
+  void copy(mem_view dst, mem_view src, stream_view s);
+  /// Sets every byte of a device or pinned view to `value`, in stream order.
+  void memset_async(mem_view dst, std::uint8_t value, stream_view s);
+  /// Runs `fn` on a host thread once all prior work on `s` is done; later work on `s` waits for it.
+  /// `fn` must not call into the device. An exception it throws is rethrown at the next synchronize().
+  void launch_host_func(stream_view s, std::function<void()> fn);
+  /// Occupies the stream for `duration` (a busy kernel on the cuda backend, a sleep on the host
+  /// backend): the stand-in for compute in benches and tests.
+  void spin_async(std::chrono::nanoseconds duration, stream_view s);
+
+  /// Blocks the host until all work on every stream of this device has completed.
+  void synchronize();
+
+  // Profiler capture range, for users of external profilers (cudaProfilerStart/Stop on cuda; the host
+  // backend only counts the calls).
+  void profiler_start();
+  void profiler_stop();
+
+  /// Rethrows (and clears) an error captured from a host callback, if any.
+  void rethrow_callback_error();
+
+ protected:
+  explicit device(backend kind) noexcept : kind_(kind) {}
+
+  virtual void* do_stream_create() = 0;
+  virtual void do_stream_destroy(void* s) noexcept = 0;
+  virtual void do_stream_synchronize(void* s) = 0;
+  virtual void do_stream_wait(void* s, void* e) = 0;
+  virtual bool do_is_null_stream(void* s) const noexcept = 0;
+
+  virtual void* do_event_create(bool timing) = 0;
+  virtual void do_event_destroy(void* e) noexcept = 0;
+  virtual void do_event_record(void* e, void* s) = 0;
+  virtual void do_event_synchronize(void* e) = 0;
+  virtual bool do_event_query(void* e) = 0;
+  virtual double do_elapsed_ms(void* start, void* stop) = 0;
+
+  virtual void* do_alloc(std::size_t bytes, memory_kind kind) = 0;
+  virtual void do_free(void* p, std::size_t bytes, memory_kind kind) noexcept = 0;
+
+  virtual void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir,
+                             memory_kind src_kind, memory_kind dst_kind, void* s) = 0;
+  virtual void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind kind,
+                               void* s) = 0;
+  virtual void do_launch_host_func(void* s, std::function<void()> fn) = 0;
+  virtual void do_spin_async(std::chrono::nanoseconds duration, void* s) = 0;
+  virtual void do_synchronize() = 0;
+  virtual void do_profiler_start() = 0;
+  virtual void do_profiler_stop() = 0;
+
+  /// For backends: stores the first exception escaping a host callback.
+  void capture_callback_error(std::exception_ptr e) noexcept;
+  /// Backends call this in their destructor, after their streams are idle, to free pooled events.
+  void drain_event_pool() noexcept;
+
+ private:
+  friend class stream;
+  friend class event;
+  friend class buffer;
+  friend class stream_view;
+
+  void release_event(void* native, bool timing) noexcept;
+  void free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept;
+
+  backend kind_;
+  mutable std::mutex mu_;
+  std::vector<void*> event_pool_;
+  std::exception_ptr callback_error_;
+  pinned_stats pinned_{};
+};
+
+/// Options of the emulated host device. Defaults model a PCIe gen5 x16 link as measured on this
+/// workplace's H100 (BACKGROUND.md).
+struct host_device_options {
+  double h2d_gbps = 53.6;           // pinned host to device
+  double d2h_gbps = 54.8;           // pinned device to host
+  double pageable_h2d_gbps = 6.7;   // through a staging buffer
+  double pageable_d2h_gbps = 11.8;
+  double duplex_gbps = 72.0;        // both directions at once, in total
+  double d2d_gbps = 1500.0;         // device memory to device memory (reads + writes counted once)
+  std::chrono::nanoseconds latency{5000};  // per copy, before the first byte
+  std::uint64_t device_memory_bytes = 8 * (std::uint64_t{1} << 30);
+  // Seeded random delays injected before stream operations, so tests shake out races.
+  std::uint64_t seed = 0;
+  double jitter_probability = 0.0;  // chance that an operation is delayed
+  std::chrono::nanoseconds jitter_max{0};
+  bool model_link = true;           // false: copies run at memcpy speed
+};
+
+/// Makes an emulated device.
+[[nodiscard]] std::unique_ptr<device> make_host_device(const host_device_options& options = {});
+
+/// True when ferry was built with the cuda backend and the CUDA runtime sees at least one GPU.
+[[nodiscard]] bool cuda_available() noexcept;
+/// Why cuda_available() is false (or an empty string when it is true).
+[[nodiscard]] std::string cuda_unavailable_reason();
+/// Makes a device for GPU `ordinal` on the cuda backend. Throws logic_error when ferry was built
+/// without CUDA or the ordinal is out of range, cuda_error when the runtime fails.
+[[nodiscard]] std::unique_ptr<device> make_cuda_device(int ordinal = 0);
+
+/// The default choice: cuda when a GPU is visible, else host. `reason` receives why, for the user.
+[[nodiscard]] std::unique_ptr<device> make_default_device(std::string* reason = nullptr);
+
+}  // namespace ferry

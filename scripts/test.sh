@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests,
+# then again under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package
+# build, and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${FERRY_JOBS:-$(nproc)}
+export CTEST_PARALLEL_LEVEL=$jobs
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "build (default preset)"
+scripts/build.sh default
+
+step "cpu tests"
+ctest --preset cpu -j "$jobs"
+
+step "ferry probe on the emulated device (smoke)"
+build/default/tools/ferry/ferry probe --backend host --bytes 4MiB --iterations 2 --pin-bytes 1MiB --json >/dev/null
+
+step "downstream find_package(ferry) build"
+cmake --install build/default --prefix build/install >/dev/null
+cmake -S examples/downstream -B build/downstream -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/downstream -j "$jobs"
+build/downstream/ferry_downstream
+
+if [ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]; then
+  step "cpu tests under ThreadSanitizer"
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j "$jobs"
+  ctest --preset tsan -j "$jobs"
+
+  step "cpu tests under AddressSanitizer + UBSan"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$jobs"
+  ctest --preset asan -j "$jobs"
+fi
+
+step "gpu tests"
+if build/default/tools/ferry/ferry probe --backend cuda --bytes 1MiB --iterations 1 --no-pin-cost >/dev/null 2>&1; then
+  ctest --preset gpu
+else
+  echo "gpu tests: NOT RUN (no GPU visible on this machine)"
+fi

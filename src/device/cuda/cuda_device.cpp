@@ -1,0 +1,236 @@
+// The cuda backend: the device interface on the CUDA runtime (linked statically).
+#include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "cuda_try.hpp"
+#include "ferry/core/memlock.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/device/device.hpp"
+#include "kernels.cuh"
+
+namespace ferry {
+namespace {
+
+cudaStream_t as_stream(void* s) noexcept { return static_cast<cudaStream_t>(s); }
+cudaEvent_t as_event(void* e) noexcept { return static_cast<cudaEvent_t>(e); }
+
+cudaMemcpyKind memcpy_kind(copy_direction dir) noexcept {
+  switch (dir) {
+    case copy_direction::host_to_device: return cudaMemcpyHostToDevice;
+    case copy_direction::device_to_host: return cudaMemcpyDeviceToHost;
+    case copy_direction::device_to_device: return cudaMemcpyDeviceToDevice;
+    case copy_direction::host_to_host: return cudaMemcpyHostToHost;
+  }
+  return cudaMemcpyDefault;
+}
+
+struct host_func_payload {
+  std::function<void()> fn;
+  std::function<void(std::exception_ptr)> on_error;
+};
+
+void CUDART_CB run_host_func(void* user) noexcept {
+  std::unique_ptr<host_func_payload> payload(static_cast<host_func_payload*>(user));
+  try {
+    payload->fn();
+  } catch (...) {
+    payload->on_error(std::current_exception());
+  }
+}
+
+class cuda_device final : public device {
+ public:
+  explicit cuda_device(int ordinal) : device(backend::cuda), ordinal_(ordinal) {
+    int count = 0;
+    FERRY_CUDA_TRY(cudaGetDeviceCount(&count));
+    FERRY_EXPECTS(ordinal >= 0 && ordinal < count,
+                  fmt::format("GPU ordinal {} is out of range: this machine has {} GPU(s)", ordinal, count));
+    FERRY_CUDA_TRY(cudaSetDevice(ordinal_));
+    FERRY_CUDA_TRY(cudaFree(nullptr));  // create the primary context now, not inside the first timed call
+    cudaDeviceProp prop{};
+    FERRY_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal_));
+    info_.kind = backend::cuda;
+    info_.name = prop.name;
+    info_.ordinal = ordinal_;
+    info_.memory_bytes = prop.totalGlobalMem;
+    info_.copy_engines = prop.asyncEngineCount;
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal_) == cudaSuccess) info_.pci_bus_id = bus;
+  }
+
+  ~cuda_device() override { drain_event_pool(); }
+
+  [[nodiscard]] device_info info() const override { return info_; }
+
+ protected:
+  void* do_stream_create() override {
+    select();
+    cudaStream_t s = nullptr;
+    FERRY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void do_stream_destroy(void* s) noexcept override { FERRY_CUDA_TRY_NOTHROW(cudaStreamDestroy(as_stream(s))); }
+  void do_stream_synchronize(void* s) override { FERRY_CUDA_TRY(cudaStreamSynchronize(as_stream(s))); }
+  void do_stream_wait(void* s, void* e) override {
+    FERRY_CUDA_TRY(cudaStreamWaitEvent(as_stream(s), as_event(e), 0));
+  }
+  bool do_is_null_stream(void* s) const noexcept override {
+    return s == nullptr || as_stream(s) == cudaStreamLegacy || as_stream(s) == cudaStreamPerThread;
+  }
+
+  void* do_event_create(bool timing) override {
+    select();
+    cudaEvent_t e = nullptr;
+    FERRY_CUDA_TRY(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    return e;
+  }
+  void do_event_destroy(void* e) noexcept override { FERRY_CUDA_TRY_NOTHROW(cudaEventDestroy(as_event(e))); }
+  void do_event_record(void* e, void* s) override { FERRY_CUDA_TRY(cudaEventRecord(as_event(e), as_stream(s))); }
+  void do_event_synchronize(void* e) override { FERRY_CUDA_TRY(cudaEventSynchronize(as_event(e))); }
+  bool do_event_query(void* e) override {
+    const cudaError_t status = cudaEventQuery(as_event(e));
+    if (status == cudaErrorNotReady) return false;
+    FERRY_CUDA_TRY(status);
+    return true;
+  }
+  double do_elapsed_ms(void* start, void* stop) override {
+    float ms = 0;
+    FERRY_CUDA_TRY(cudaEventElapsedTime(&ms, as_event(start), as_event(stop)));
+    return ms;
+  }
+
+  void* do_alloc(std::size_t bytes, memory_kind kind) override {
+    select();
+    void* p = nullptr;
+    switch (kind) {
+      case memory_kind::device: {
+        const cudaError_t status = cudaMalloc(&p, bytes);
+        if (status == cudaErrorMemoryAllocation) {
+          static_cast<void>(cudaGetLastError());
+          std::size_t free_bytes = 0, total = 0;
+          static_cast<void>(cudaMemGetInfo(&free_bytes, &total));
+          throw out_of_memory(fmt::format("device_buffer of {} cannot be allocated on {}: {} free of {}",
+                                          format_bytes(bytes), info_.name, format_bytes(free_bytes),
+                                          format_bytes(total)));
+        }
+        FERRY_CUDA_TRY(status);
+        return p;
+      }
+      case memory_kind::pinned: {
+        const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+        if (status == cudaErrorMemoryAllocation) {
+          static_cast<void>(cudaGetLastError());
+          throw out_of_memory(fmt::format(
+              "pinning {} of host memory failed (cudaHostAlloc: out of memory); RLIMIT_MEMLOCK is {}",
+              format_bytes(bytes), read_memlock().describe()));
+        }
+        FERRY_CUDA_TRY(status);
+        verify_pinned(p, bytes);
+        return p;
+      }
+      case memory_kind::pageable: {
+        constexpr std::size_t page = 4096;
+        p = std::aligned_alloc(page, (bytes + page - 1) / page * page);
+        if (p == nullptr) throw out_of_memory(fmt::format("pageable buffer of {} cannot be allocated", format_bytes(bytes)));
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  void do_free(void* p, std::size_t /*bytes*/, memory_kind kind) noexcept override {
+    switch (kind) {
+      case memory_kind::device: FERRY_CUDA_TRY_NOTHROW(cudaFree(p)); break;
+      case memory_kind::pinned: FERRY_CUDA_TRY_NOTHROW(cudaFreeHost(p)); break;
+      case memory_kind::pageable: std::free(p); break;
+    }
+  }
+
+  void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir, memory_kind /*src_kind*/,
+                     memory_kind /*dst_kind*/, void* s) override {
+    FERRY_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(dir), as_stream(s)));
+  }
+
+  void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind kind, void* s) override {
+    if (kind == memory_kind::device) {
+      FERRY_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, as_stream(s)));
+      return;
+    }
+    // Pinned host memory is written by the host, in stream order, so no kernel touches it over the link.
+    do_launch_host_func(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
+  }
+
+  void do_launch_host_func(void* s, std::function<void()> fn) override {
+    auto payload = std::make_unique<host_func_payload>(
+        host_func_payload{std::move(fn), [this](std::exception_ptr e) { capture_callback_error(e); }});
+    FERRY_CUDA_TRY(cudaLaunchHostFunc(as_stream(s), run_host_func, payload.get()));
+    static_cast<void>(payload.release());  // owned by run_host_func from here on
+  }
+
+  void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
+    select();
+    FERRY_CUDA_TRY(cuda_kernels::launch_spin(static_cast<std::uint64_t>(duration.count()), as_stream(s)));
+  }
+
+  void do_synchronize() override {
+    select();
+    FERRY_CUDA_TRY(cudaDeviceSynchronize());
+  }
+  void do_profiler_start() override {
+    select();
+    FERRY_CUDA_TRY(cudaProfilerStart());
+  }
+  void do_profiler_stop() override {
+    select();
+    FERRY_CUDA_TRY(cudaProfilerStop());
+  }
+
+ private:
+  // The current device is per host thread; pipelines drive a device from several threads.
+  void select() const { FERRY_CUDA_TRY(cudaSetDevice(ordinal_)); }
+
+  // A buffer ferry calls pinned must be page-locked: a silently pageable "pinned" buffer makes every
+  // asynchronous copy a slow synchronous one.
+  static void verify_pinned(void* p, std::size_t bytes) {
+    cudaPointerAttributes attr{};
+    FERRY_CUDA_TRY(cudaPointerGetAttributes(&attr, p));
+    if (attr.type != cudaMemoryTypeHost) {
+      static_cast<void>(cudaFreeHost(p));
+      throw cuda_error(static_cast<int>(cudaErrorInvalidValue),
+                       fmt::format("buffer of {} returned by cudaHostAlloc is not registered as pinned "
+                                   "(pointer type {})", format_bytes(bytes), static_cast<int>(attr.type)));
+    }
+  }
+
+  int ordinal_;
+  device_info info_;
+};
+
+}  // namespace
+
+bool cuda_available() noexcept {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) static_cast<void>(cudaGetLastError());
+  return status == cudaSuccess && count > 0;
+}
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return fmt::format("no usable GPU: {} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+  }
+  if (count == 0) return "no GPU visible to the CUDA runtime";
+  return {};
+}
+
+std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_device>(ordinal); }
+
+}  // namespace ferry

@@ -1,0 +1,252 @@
+#include "ferry/probe/probe.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/trace/range.hpp"
+
+namespace ferry::probe {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// A byte pattern that differs at every offset modulo 251, so a shifted or partial copy is caught.
+void fill_pattern(std::byte* p, std::size_t n, std::uint8_t seed) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((i % 251 + seed) & 0xFF);
+}
+
+void expect_pattern(const std::byte* p, std::size_t n, std::uint8_t seed, const std::string& link) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto want = static_cast<std::byte>((i % 251 + seed) & 0xFF);
+    if (p[i] != want) {
+      throw logic_error(fmt::format("probe check failed on {}: byte {} of {} is {:#04x}, expected {:#04x}", link, i,
+                                    n, static_cast<unsigned>(p[i]), static_cast<unsigned>(want)));
+    }
+  }
+}
+
+struct timed {
+  double median = 0, min = 0, max = 0;
+};
+
+// Times `iterations` copies with events around each one on stream `s`, after `warmup` untimed ones.
+timed time_copies(device& dev, stream_view s, mem_view dst, mem_view src, std::size_t bytes, int warmup,
+                  int iterations) {
+  for (int i = 0; i < warmup; ++i) dev.copy_async(dst, src, bytes, s);
+  s.synchronize();
+  std::vector<event> starts, stops;
+  for (int i = 0; i < iterations; ++i) {
+    starts.push_back(dev.make_timing_event());
+    stops.push_back(dev.make_timing_event());
+  }
+  for (int i = 0; i < iterations; ++i) {
+    starts[i].record(s);
+    dev.copy_async(dst, src, bytes, s);
+    stops[i].record(s);
+  }
+  s.synchronize();
+  std::vector<double> gbps;
+  for (int i = 0; i < iterations; ++i) {
+    const double ms = dev.elapsed_ms(starts[i], stops[i]);
+    gbps.push_back(ms > 0 ? static_cast<double>(bytes) / (ms * 1e-3) / 1e9 : 0.0);
+  }
+  std::sort(gbps.begin(), gbps.end());
+  const std::size_t n = gbps.size();
+  const double median = n % 2 ? gbps[n / 2] : (gbps[n / 2 - 1] + gbps[n / 2]) / 2;
+  return {median, gbps.front(), gbps.back()};
+}
+
+}  // namespace
+
+options default_options(backend b) {
+  options o;
+  if (b == backend::host) {
+    o.copy_bytes = 32 * MiB;
+    o.iterations = 5;
+    o.warmup = 1;
+    o.pin_bytes = 4 * MiB;
+    // The host backend locks its pinned pages with mlock, so its buffers (two copy buffers and the
+    // pinning-cost one) must fit within RLIMIT_MEMLOCK where the kernel enforces it.
+    const memlock_info ml = read_memlock();
+    if (ml.enforced()) {
+      const std::size_t quarter = static_cast<std::size_t>(ml.soft_bytes / 4);
+      o.copy_bytes = std::max<std::size_t>(std::min(o.copy_bytes, quarter), 4096);
+      o.pin_bytes = std::max<std::size_t>(std::min(o.pin_bytes, quarter), 4096);
+    }
+  }
+  return o;
+}
+
+double pin_cost_result::seconds_per_gib() const noexcept {
+  return bytes == 0 ? 0.0 : (alloc_seconds + free_seconds) * static_cast<double>(GiB) / static_cast<double>(bytes);
+}
+
+const link_result* result::find(const std::string& name) const noexcept {
+  for (const auto& l : links)
+    if (l.name == name) return &l;
+  return nullptr;
+}
+
+result run(device& dev, const options& opts, void (*progress)(const std::string&)) {
+  FERRY_EXPECTS(opts.copy_bytes > 0, "probe copy size is 0; give a size of at least 1 byte");
+  FERRY_EXPECTS(opts.iterations >= 1,
+                fmt::format("probe iterations is {}; at least 1 timed copy is needed", opts.iterations));
+  FERRY_EXPECTS(opts.warmup >= 0, fmt::format("probe warmup is {}; it cannot be negative", opts.warmup));
+  FERRY_RANGE("ferry.probe", trace::color::gray);
+  auto say = [&](const std::string& line) {
+    if (progress != nullptr) progress(line);
+  };
+
+  result r;
+  r.device = dev.info();
+  r.memlock = read_memlock();
+  r.used = opts;
+  const std::size_t n = opts.copy_bytes;
+
+  // Pinning cost first, before the copy buffers, so it is measured on a fresh heap.
+  if (opts.measure_pin_cost) {
+    say(fmt::format("pinning {} of host memory", format_bytes(opts.pin_bytes)));
+    const auto t0 = clock_type::now();
+    buffer pinned = dev.alloc_pinned(opts.pin_bytes);
+    r.pin_cost.alloc_seconds = seconds_since(t0);
+    const auto t1 = clock_type::now();
+    pinned = buffer{};
+    r.pin_cost.free_seconds = seconds_since(t1);
+    r.pin_cost.bytes = opts.pin_bytes;
+  }
+
+  buffer pinned_src = dev.alloc_pinned(n);
+  buffer pinned_dst = dev.alloc_pinned(n);
+  buffer pageable_src = dev.alloc_pageable(n);
+  buffer pageable_dst = dev.alloc_pageable(n);
+  buffer dev_a = dev.alloc_device(n);
+  buffer dev_b = dev.alloc_device(n);
+  stream s = dev.make_stream();
+
+  fill_pattern(pinned_src.host_bytes(), n, 7);
+  fill_pattern(pageable_src.host_bytes(), n, 7);
+
+  auto measure = [&](const std::string& name, mem_view dst, mem_view src, memory_kind host_kind) {
+    say(fmt::format("{}: {} x {}", name, opts.iterations, format_bytes(n)));
+    link_result l;
+    l.name = name;
+    l.direction = direction_of(src.kind, dst.kind);
+    l.host_memory = host_kind;
+    l.bytes = n;
+    l.iterations = opts.iterations;
+    const timed t = time_copies(dev, s, dst, src, n, opts.warmup, opts.iterations);
+    l.median_gbps = t.median;
+    l.min_gbps = t.min;
+    l.max_gbps = t.max;
+    return l;
+  };
+
+  // Each host-to-device measurement is checked by a round trip through a poisoned pinned buffer.
+  auto check_device = [&](link_result& l, mem_view device_mem) {
+    if (!opts.check) return;
+    std::memset(pinned_dst.host_bytes(), 0xA5, n);
+    dev.copy(pinned_dst, device_mem, s);
+    expect_pattern(pinned_dst.host_bytes(), n, 7, l.name);
+    l.checked = true;
+  };
+  auto check_host = [&](link_result& l, const buffer& host) {
+    if (!opts.check) return;
+    expect_pattern(host.host_bytes(), n, 7, l.name);
+    l.checked = true;
+  };
+
+  dev.memset_async(dev_a, 0x5A, s);
+  r.links.push_back(measure("pinned H2D", dev_a, pinned_src, memory_kind::pinned));
+  check_device(r.links.back(), dev_a);
+
+  std::memset(pinned_dst.host_bytes(), 0xA5, n);
+  r.links.push_back(measure("pinned D2H", pinned_dst, dev_a, memory_kind::pinned));
+  check_host(r.links.back(), pinned_dst);
+
+  dev.memset_async(dev_b, 0x5A, s);
+  r.links.push_back(measure("pageable H2D", dev_b, pageable_src, memory_kind::pageable));
+  check_device(r.links.back(), dev_b);
+
+  std::memset(pageable_dst.host_bytes(), 0xA5, n);
+  r.links.push_back(measure("pageable D2H", pageable_dst, dev_b, memory_kind::pageable));
+  check_host(r.links.back(), pageable_dst);
+
+  dev.memset_async(dev_b, 0x5A, s);
+  r.links.push_back(measure("D2D", dev_b, dev_a, memory_kind::device));
+  check_device(r.links.back(), dev_b);
+
+  // Both directions at once, each on its own stream; the window is timed on the host around both.
+  {
+    say(fmt::format("both directions: {} x {} each way", opts.iterations, format_bytes(n)));
+    stream up = dev.make_stream();
+    stream down = dev.make_stream();
+    for (int i = 0; i < opts.warmup; ++i) {
+      dev.copy_async(dev_b, pinned_src, n, up);
+      dev.copy_async(pinned_dst, dev_a, n, down);
+    }
+    dev.synchronize();
+    event up_start = dev.make_timing_event(), up_stop = dev.make_timing_event();
+    event down_start = dev.make_timing_event(), down_stop = dev.make_timing_event();
+    const auto t0 = clock_type::now();
+    up_start.record(up);
+    down_start.record(down);
+    for (int i = 0; i < opts.iterations; ++i) {
+      dev.copy_async(dev_b, pinned_src, n, up);
+      dev.copy_async(pinned_dst, dev_a, n, down);
+    }
+    up_stop.record(up);
+    down_stop.record(down);
+    up.synchronize();
+    down.synchronize();
+    const double wall = seconds_since(t0);
+    const double total_bytes = 2.0 * static_cast<double>(n) * opts.iterations;
+    const double up_s = dev.elapsed_ms(up_start, up_stop) * 1e-3;
+    const double down_s = dev.elapsed_ms(down_start, down_stop) * 1e-3;
+    r.duplex.bytes_each_way = n;
+    r.duplex.iterations = opts.iterations;
+    r.duplex.total_gbps = total_bytes / wall / 1e9;
+    r.duplex.h2d_gbps = up_s > 0 ? total_bytes / 2 / up_s / 1e9 : 0;
+    r.duplex.d2h_gbps = down_s > 0 ? total_bytes / 2 / down_s / 1e9 : 0;
+    if (opts.check) {
+      expect_pattern(pinned_dst.host_bytes(), n, 7, "both directions (D2H)");
+      std::memset(pinned_dst.host_bytes(), 0xA5, n);
+      dev.copy(pinned_dst, dev_b, s);
+      expect_pattern(pinned_dst.host_bytes(), n, 7, "both directions (H2D)");
+    }
+  }
+  return r;
+}
+
+std::string format_table(const result& r) {
+  std::string out;
+  out += fmt::format("device   {} ({} backend{}{}), {} of memory, {} copy engine(s)\n", r.device.name,
+                     to_string(r.device.kind), r.device.pci_bus_id.empty() ? "" : ", PCI ", r.device.pci_bus_id,
+                     format_bytes(r.device.memory_bytes), r.device.copy_engines);
+  out += fmt::format("memlock  RLIMIT_MEMLOCK {}\n\n", r.memlock.describe());
+  out += fmt::format("{:<16} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}\n", "link", "size", "iters", "GB/s med",
+                     "GB/s min", "GB/s max", "check");
+  for (const auto& l : r.links) {
+    out += fmt::format("{:<16} {:>10} {:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>7}\n", l.name, format_bytes(l.bytes),
+                       l.iterations, l.median_gbps, l.min_gbps, l.max_gbps, l.checked ? "ok" : "-");
+  }
+  out += fmt::format("{:<16} {:>10} {:>6} {:>10.2f}   (H2D {:.2f} + D2H {:.2f} GB/s during the window)\n",
+                     "both ways", format_bytes(r.duplex.bytes_each_way), r.duplex.iterations, r.duplex.total_gbps,
+                     r.duplex.h2d_gbps, r.duplex.d2h_gbps);
+  if (r.pin_cost.bytes > 0) {
+    out += fmt::format("\npinning  {} took {:.1f} ms to allocate, {:.1f} ms to free: {:.0f} ms per GiB\n",
+                       format_bytes(r.pin_cost.bytes), r.pin_cost.alloc_seconds * 1e3, r.pin_cost.free_seconds * 1e3,
+                       r.pin_cost.seconds_per_gib() * 1e3);
+  }
+  return out;
+}
+
+}  // namespace ferry::probe

@@ -1,0 +1,29 @@
+// Subcommands of the ferry command-line tool.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ferry/device/device.hpp"
+
+namespace ferry::cli {
+
+/// Options every device-using subcommand takes.
+struct device_options {
+  std::string backend = "auto";  // auto, host, cuda
+  int gpu = 0;
+};
+
+/// Adds --backend and --gpu to a subcommand.
+void add_device_options(CLI::App& app, device_options& opts);
+
+/// Makes the device the options ask for and says on stderr which backend it chose and why.
+[[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts);
+
+/// Registers `ferry probe`; the returned function runs it after parsing.
+[[nodiscard]] std::function<int()> add_probe_command(CLI::App& app);
+
+}  // namespace ferry::cli

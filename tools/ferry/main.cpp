@@ -1,0 +1,56 @@
+// ferry: keeps GPUs fed and drained. Subcommands: probe (what the link can do).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include "commands.hpp"
+#include "ferry/core/error.hpp"
+
+namespace ferry::cli {
+
+void add_device_options(CLI::App& app, device_options& opts) {
+  app.add_option("--backend", opts.backend,
+                 "Device backend: cuda (a GPU), host (the emulated device), or auto (cuda when a GPU is visible)")
+      ->check(CLI::IsMember({"auto", "host", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--gpu", opts.gpu, "GPU ordinal for the cuda backend")->capture_default_str();
+}
+
+std::unique_ptr<device> open_device(const device_options& opts) {
+  if (opts.backend == "auto") {
+    std::string reason;
+    auto dev = make_default_device(&reason);
+    fmt::print(stderr, "ferry: backend {} ({})\n", to_string(dev->kind()), reason);
+    return dev;
+  }
+  const backend b = parse_backend(opts.backend);
+  if (b == backend::cuda) {
+    auto dev = make_cuda_device(opts.gpu);
+    fmt::print(stderr, "ferry: backend cuda ({}, as asked)\n", dev->info().name);
+    return dev;
+  }
+  fmt::print(stderr, "ferry: backend host (emulated device, as asked)\n");
+  return make_host_device();
+}
+
+}  // namespace ferry::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferry: keeps GPUs fed and drained, and measures where they still wait"};
+  app.require_subcommand(1);
+  std::function<int()> run_probe = ferry::cli::add_probe_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("probe")) return run_probe();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ferry: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

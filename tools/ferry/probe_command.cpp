@@ -1,0 +1,106 @@
+// `ferry probe`: measures the host-device link and prints a table, or JSON with --json.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/probe/probe.hpp"
+
+namespace ferry::cli {
+namespace {
+
+struct probe_flags {
+  device_options dev;
+  std::string bytes;
+  std::string pin_bytes;
+  int iterations = 0;
+  int warmup = 0;
+  bool json = false;
+  bool no_check = false;
+  bool no_pin_cost = false;
+};
+
+nlohmann::json to_json(const probe::result& r) {
+  nlohmann::json j;
+  j["tool"] = "ferry probe";
+  j["device"] = {{"name", r.device.name},
+                 {"backend", to_string(r.device.kind)},
+                 {"ordinal", r.device.ordinal},
+                 {"memory_bytes", r.device.memory_bytes},
+                 {"pci_bus_id", r.device.pci_bus_id},
+                 {"copy_engines", r.device.copy_engines}};
+  j["memlock"] = {{"soft_bytes", r.memlock.unlimited ? nlohmann::json(nullptr) : nlohmann::json(r.memlock.soft_bytes)},
+                  {"hard_bytes", r.memlock.hard_bytes},
+                  {"unlimited", r.memlock.unlimited},
+                  {"cap_ipc_lock", r.memlock.cap_ipc_lock},
+                  {"enforced", r.memlock.enforced()}};
+  j["options"] = {{"copy_bytes", r.used.copy_bytes},
+                  {"warmup", r.used.warmup},
+                  {"iterations", r.used.iterations},
+                  {"pin_bytes", r.used.pin_bytes},
+                  {"check", r.used.check}};
+  auto& links = j["links"] = nlohmann::json::array();
+  for (const auto& l : r.links) {
+    links.push_back({{"name", l.name},
+                     {"direction", to_string(l.direction)},
+                     {"host_memory", to_string(l.host_memory)},
+                     {"bytes", l.bytes},
+                     {"iterations", l.iterations},
+                     {"median_gbps", l.median_gbps},
+                     {"min_gbps", l.min_gbps},
+                     {"max_gbps", l.max_gbps},
+                     {"checked", l.checked}});
+  }
+  j["both_directions"] = {{"bytes_each_way", r.duplex.bytes_each_way},
+                          {"iterations", r.duplex.iterations},
+                          {"total_gbps", r.duplex.total_gbps},
+                          {"h2d_gbps", r.duplex.h2d_gbps},
+                          {"d2h_gbps", r.duplex.d2h_gbps}};
+  if (r.pin_cost.bytes > 0) {
+    j["pin_cost"] = {{"bytes", r.pin_cost.bytes},
+                     {"alloc_seconds", r.pin_cost.alloc_seconds},
+                     {"free_seconds", r.pin_cost.free_seconds},
+                     {"seconds_per_gib", r.pin_cost.seconds_per_gib()}};
+  }
+  return j;
+}
+
+void progress_line(const std::string& line) { fmt::print(stderr, "probe: {}\n", line); }
+
+}  // namespace
+
+std::function<int()> add_probe_command(CLI::App& app) {
+  auto flags = std::make_shared<probe_flags>();
+  CLI::App* sub = app.add_subcommand("probe", "Measure the host-device link: the ceilings benches compare to");
+  add_device_options(*sub, flags->dev);
+  sub->add_option("--bytes", flags->bytes, "Bytes per copy, e.g. 256MiB (default: 256MiB on cuda, 32MiB on host)");
+  CLI::Option* iterations =
+      sub->add_option("--iterations", flags->iterations, "Timed copies per link (default: 10 on cuda, 5 on host)");
+  CLI::Option* warmup = sub->add_option("--warmup", flags->warmup, "Untimed copies per link before timing");
+  sub->add_option("--pin-bytes", flags->pin_bytes, "Pinned allocation timed for the cost of pinning (default 1GiB)");
+  sub->add_flag("--no-pin-cost", flags->no_pin_cost, "Skip timing the cost of pinning");
+  sub->add_flag("--no-check", flags->no_check, "Skip verifying the copied bytes");
+  sub->add_flag("--json", flags->json, "Print JSON on stdout instead of the table");
+  return [flags, iterations, warmup] {
+    auto dev = open_device(flags->dev);
+    probe::options opts = probe::default_options(dev->kind());
+    if (!flags->bytes.empty()) opts.copy_bytes = parse_bytes(flags->bytes);
+    if (!flags->pin_bytes.empty()) opts.pin_bytes = parse_bytes(flags->pin_bytes);
+    if (iterations->count() > 0) opts.iterations = flags->iterations;
+    if (warmup->count() > 0) opts.warmup = flags->warmup;
+    opts.check = !flags->no_check;
+    opts.measure_pin_cost = !flags->no_pin_cost;
+    const probe::result r = probe::run(*dev, opts, progress_line);
+    if (flags->json) {
+      std::cout << to_json(r).dump(2) << '\n';
+    } else {
+      std::cout << probe::format_table(r);
+    }
+    return 0;
+  };
+}
+
+}  // namespace ferry::cli
