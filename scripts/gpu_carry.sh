@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Packs what a run on the lent GPU machine needs into .carry/ (ignored by git): the stripped ferry CLI and
+# the GPU-capable test binaries of the default build (cuda backend, cudart static). The GPU machine has no
+# GoogleTest, fmt or CLI11, so the binaries are built here and carried there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh default >/dev/null
+rm -rf .carry && mkdir -p .carry
+for b in tools/ferry/ferry tests/ferry_device_tests tests/ferry_probe_tests tests/ferry_trace_tests tests/ferry_core_tests; do
+  strip -o ".carry/$(basename "$b")" "build/default/$b"
+done
+cp scripts/gpu_check.sh .carry/
+du -sh .carry
