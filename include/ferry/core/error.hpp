@@ -44,6 +44,8 @@ namespace detail {
 [[noreturn]] void throw_logic_error(const std::string& msg, std::source_location where);
 /// Reports an error from a destructor (which must not throw): prints it to stderr once per call site.
 void report_destructor_error(const std::string& msg, std::source_location where) noexcept;
+/// Forgets which call sites have reported, so each reports again (for tests that run more than once).
+void forget_reported_destructor_errors() noexcept;
 }  // namespace detail
 
 }  // namespace ferry
