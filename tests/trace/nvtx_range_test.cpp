@@ -6,7 +6,11 @@
 #include "ferry/trace/range.hpp"
 
 #if FERRY_NVTX
+#include <cstdint>
+// The NVTX implementation in this translation unit refers to the injection pointer, so it is declared
+// (with its type spelled out, since NVTX's typedef comes with the header) before the header.
 #define NVTX_STATIC_INJECTION_IMPL
+extern "C" int (*InitializeInjectionNvtx2_fnptr)(const void* (*)(std::uint32_t));
 #include <nvtx3/nvToolsExt.h>
 
 #include <mutex>
@@ -67,7 +71,9 @@ int NVTX_API initialize_injection(NvtxGetExportTableFunc_t get_export_table) {
 
 }  // namespace
 
-extern "C" NvtxInitializeInjectionNvtxFunc_t InitializeInjectionNvtx2_fnptr = initialize_injection;
+extern "C" {
+NvtxInitializeInjectionNvtxFunc_t InitializeInjectionNvtx2_fnptr = initialize_injection;
+}
 
 namespace {
 

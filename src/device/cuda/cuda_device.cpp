@@ -47,7 +47,14 @@ class cuda_device final : public device {
  public:
   explicit cuda_device(int ordinal) : device(backend::cuda), ordinal_(ordinal) {
     int count = 0;
-    FERRY_CUDA_TRY(cudaGetDeviceCount(&count));
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(static_cast<int>(status),
+                       fmt::format("cannot open GPU {} on the cuda backend: {} ({}); use the host backend on "
+                                   "machines without a GPU",
+                                   ordinal, cudaGetErrorString(status), cudaGetErrorName(status)));
+    }
     FERRY_EXPECTS(ordinal >= 0 && ordinal < count,
                   fmt::format("GPU ordinal {} is out of range: this machine has {} GPU(s)", ordinal, count));
     FERRY_CUDA_TRY(cudaSetDevice(ordinal_));
