@@ -220,6 +220,8 @@ class device {
  public:
   device(const device&) = delete;
   device& operator=(const device&) = delete;
+  /// Reports (never throws) pooled events a backend left behind: the base cannot free them, because
+  /// do_event_destroy is gone by the time it runs, so every backend's destructor calls drain_event_pool().
   virtual ~device();
 
   [[nodiscard]] virtual device_info info() const = 0;
@@ -230,7 +232,7 @@ class device {
   [[nodiscard]] stream make_stream();
   /// A view of a foreign stream handle (a cudaStream_t on the cuda backend). Throws logic_error for the
   /// null handle (the legacy default stream, which would serialize with every other stream) and for the
-  /// legacy/per-thread pseudo-handles.
+  /// legacy/per-thread pseudo-handles, on every backend; the host backend accepts only its live streams.
   [[nodiscard]] stream_view adopt_stream(void* native);
 
   // Events
@@ -290,6 +292,10 @@ class device {
   virtual void do_stream_synchronize(void* s) = 0;
   virtual void do_stream_wait(void* s, void* e) = 0;
   virtual bool do_is_null_stream(void* s) const noexcept = 0;
+  /// Backend check of a foreign handle, run by adopt_stream after the checks every backend shares:
+  /// throws logic_error naming the handle when this backend cannot run work on it. The default accepts
+  /// any handle (the CUDA runtime validates its own); the host backend accepts only its live streams.
+  virtual void do_check_adopted_stream(void* s) const { static_cast<void>(s); }
 
   virtual void* do_event_create(bool timing) = 0;
   virtual void do_event_destroy(void* e) noexcept = 0;
@@ -350,7 +356,8 @@ struct host_device_options {
   bool model_link = true;           // false: copies run at memcpy speed
 };
 
-/// Makes an emulated device.
+/// Makes an emulated device: one thread per stream, real copies, an optional link model. Destroying one
+/// of its streams waits for the work queued on it. Throws logic_error for options out of range.
 [[nodiscard]] std::unique_ptr<device> make_host_device(const host_device_options& options = {});
 
 /// True when ferry was built with the cuda backend and the CUDA runtime sees at least one GPU.

@@ -1,0 +1,447 @@
+// The part of the device interface every backend shares: argument checks, the owning types (stream,
+// event, buffer), the completion-event pool, pinned-memory accounting and host-callback error capture.
+// Checks live here, once, so the host and cuda backends reject exactly the same misuse with the same
+// messages; the do_* hooks may assume their arguments are valid.
+#include "ferry/device/device.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <source_location>
+#include <utility>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+
+namespace ferry {
+namespace {
+
+// The message both stream_view::wait and event's own checks use: a wait on a never-recorded event has no
+// point to wait for, and CUDA would silently treat it as complete.
+void expect_recorded(const event& e, std::string_view what) {
+  FERRY_EXPECTS(!e.empty(), fmt::format("{} an empty (moved-from) event", what));
+  FERRY_EXPECTS(e.recorded(), "event was never recorded: record it on a stream before waiting on it");
+}
+
+void expect_same_device(const device& owner, const device& other, std::string_view what) {
+  FERRY_EXPECTS(&owner == &other, fmt::format("{}: the stream or event belongs to another device", what));
+}
+
+// Two sizes that print alike ("1.00 MiB" for 1048576 and 1048577 bytes) would make a size error read as
+// nonsense, so the exact counts are added exactly when the rounded ones collide.
+std::pair<std::string, std::string> describe_sizes(std::uint64_t a, std::uint64_t b) {
+  std::string sa = format_bytes(a);
+  std::string sb = format_bytes(b);
+  if (sa == sb) {
+    sa += fmt::format(" ({} bytes)", a);
+    sb += fmt::format(" ({} bytes)", b);
+  }
+  return {std::move(sa), std::move(sb)};
+}
+
+void expect_view(const mem_view& v, std::string_view role) {
+  FERRY_EXPECTS(v.data != nullptr, fmt::format("{} is a null {} view", role, to_string(v.kind)));
+}
+
+std::string_view view_function(memory_kind k) noexcept {
+  switch (k) {
+    case memory_kind::device: return "device_view";
+    case memory_kind::pinned: return "pinned_view";
+    case memory_kind::pageable: return "pageable_view";
+  }
+  return "mem_view";
+}
+
+mem_view make_view(void* ptr, std::size_t bytes, memory_kind kind) {
+  FERRY_EXPECTS(ptr != nullptr, fmt::format("{} of a null pointer ({} bytes)", view_function(kind), bytes));
+  FERRY_EXPECTS(bytes > 0, fmt::format("{} of 0 bytes at {}: a view must hold at least 1 byte",
+                                       view_function(kind), fmt::ptr(ptr)));
+  return {ptr, bytes, kind};
+}
+
+}  // namespace
+
+std::string_view to_string(backend b) noexcept {
+  switch (b) {
+    case backend::host: return "host";
+    case backend::cuda: return "cuda";
+  }
+  return "unknown backend";
+}
+
+std::string_view to_string(memory_kind k) noexcept {
+  switch (k) {
+    case memory_kind::device: return "device";
+    case memory_kind::pinned: return "pinned";
+    case memory_kind::pageable: return "pageable";
+  }
+  return "unknown memory kind";
+}
+
+std::string_view to_string(copy_direction d) noexcept {
+  switch (d) {
+    case copy_direction::host_to_device: return "host_to_device";
+    case copy_direction::device_to_host: return "device_to_host";
+    case copy_direction::device_to_device: return "device_to_device";
+    case copy_direction::host_to_host: return "host_to_host";
+  }
+  return "unknown direction";
+}
+
+backend parse_backend(std::string_view text) {
+  if (text == "host") return backend::host;
+  if (text == "cuda") return backend::cuda;
+  detail::throw_logic_error(fmt::format("unknown backend \"{}\": expected \"host\" or \"cuda\"", text),
+                            std::source_location::current());
+}
+
+// ---- stream_view -------------------------------------------------------------------------------
+
+void stream_view::synchronize() const {
+  dev_->do_stream_synchronize(native_);
+  dev_->rethrow_callback_error();
+}
+
+void stream_view::wait(const event& e) const {
+  expect_recorded(e, "stream wait on");
+  expect_same_device(*dev_, *e.dev(), "stream wait");
+  dev_->do_stream_wait(native_, e.native());
+}
+
+// ---- stream ------------------------------------------------------------------------------------
+
+stream::stream(stream&& other) noexcept
+    : dev_(std::exchange(other.dev_, nullptr)), native_(std::exchange(other.native_, nullptr)) {}
+
+stream& stream::operator=(stream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    dev_ = std::exchange(other.dev_, nullptr);
+    native_ = std::exchange(other.native_, nullptr);
+  }
+  return *this;
+}
+
+stream::~stream() { reset(); }
+
+void stream::reset() noexcept {
+  if (native_ != nullptr) dev_->do_stream_destroy(native_);
+  native_ = nullptr;
+  dev_ = nullptr;
+}
+
+stream_view stream::view() const {
+  FERRY_EXPECTS(!empty(), "view of an empty (moved-from) stream: make one with device::make_stream");
+  return {*dev_, native_};
+}
+
+// ---- event -------------------------------------------------------------------------------------
+
+event::event(event&& other) noexcept
+    : dev_(std::exchange(other.dev_, nullptr)),
+      native_(std::exchange(other.native_, nullptr)),
+      timing_(std::exchange(other.timing_, false)),
+      recorded_(std::exchange(other.recorded_, false)) {}
+
+event& event::operator=(event&& other) noexcept {
+  if (this != &other) {
+    reset();
+    dev_ = std::exchange(other.dev_, nullptr);
+    native_ = std::exchange(other.native_, nullptr);
+    timing_ = std::exchange(other.timing_, false);
+    recorded_ = std::exchange(other.recorded_, false);
+  }
+  return *this;
+}
+
+event::~event() { reset(); }
+
+void event::reset() noexcept {
+  if (native_ != nullptr) dev_->release_event(native_, timing_);
+  dev_ = nullptr;
+  native_ = nullptr;
+  timing_ = false;
+  recorded_ = false;
+}
+
+void event::record(stream_view s) {
+  FERRY_EXPECTS(!empty(), "record of an empty (moved-from) event");
+  expect_same_device(*dev_, s.dev(), "event record");
+  dev_->do_event_record(native_, s.native());
+  recorded_ = true;
+}
+
+void event::synchronize() const {
+  expect_recorded("synchronize on");
+  dev_->do_event_synchronize(native_);
+  dev_->rethrow_callback_error();
+}
+
+bool event::query() const {
+  expect_recorded("query of");
+  return dev_->do_event_query(native_);
+}
+
+void event::expect_recorded(std::string_view what) const { ferry::expect_recorded(*this, what); }
+
+// ---- memory views ------------------------------------------------------------------------------
+
+mem_view mem_view::subview(std::size_t offset, std::size_t count) const {
+  FERRY_EXPECTS(offset <= bytes && count <= bytes - offset,
+                fmt::format("subview of {} bytes at offset {} does not fit in a {} view of {} bytes", count,
+                            offset, to_string(kind), bytes));
+  return {begin() + offset, count, kind};
+}
+
+mem_view device_view(void* ptr, std::size_t bytes) { return make_view(ptr, bytes, memory_kind::device); }
+mem_view pinned_view(void* ptr, std::size_t bytes) { return make_view(ptr, bytes, memory_kind::pinned); }
+mem_view pageable_view(void* ptr, std::size_t bytes) { return make_view(ptr, bytes, memory_kind::pageable); }
+
+// ---- buffer ------------------------------------------------------------------------------------
+
+buffer::buffer(buffer&& other) noexcept
+    : dev_(std::exchange(other.dev_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      kind_(std::exchange(other.kind_, memory_kind::pageable)) {}
+
+buffer& buffer::operator=(buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    dev_ = std::exchange(other.dev_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    kind_ = std::exchange(other.kind_, memory_kind::pageable);
+  }
+  return *this;
+}
+
+buffer::~buffer() { reset(); }
+
+void buffer::reset() noexcept {
+  if (data_ != nullptr) dev_->free_buffer(data_, bytes_, kind_);
+  dev_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+  kind_ = memory_kind::pageable;
+}
+
+std::byte* buffer::host_bytes() const {
+  FERRY_EXPECTS(!empty(), "host_bytes of an empty (moved-from) buffer");
+  FERRY_EXPECTS(kind_ != memory_kind::device,
+                fmt::format("host_bytes of a device buffer of {}: device memory is not addressable from the "
+                            "host; copy it into a pinned buffer first",
+                            format_bytes(bytes_)));
+  return static_cast<std::byte*>(data_);
+}
+
+// ---- device ------------------------------------------------------------------------------------
+
+device::~device() {
+  FERRY_ASSERT_NOTHROW(event_pool_.empty(),
+                       fmt::format("{} pooled event(s) were never destroyed: the {} backend's destructor must "
+                                   "call drain_event_pool()",
+                                   event_pool_.size(), to_string(kind_)));
+}
+
+stream device::make_stream() { return {*this, do_stream_create()}; }
+
+stream_view device::adopt_stream(void* native) {
+  constexpr std::string_view advice = "pass a stream of your own, such as torch.cuda.Stream()";
+  FERRY_EXPECTS(native != nullptr,
+                fmt::format("adopt_stream(nullptr): the null handle is the legacy default stream, which "
+                            "synchronizes with every other stream; {}",
+                            advice));
+  // The pseudo-handles are rejected on every backend, so code tested on the host backend cannot pass them
+  // to the cuda one.
+  const auto bits = reinterpret_cast<std::uintptr_t>(native);
+  FERRY_EXPECTS(bits != 0x1, fmt::format("adopt_stream(0x1): cudaStreamLegacy is the legacy default stream, "
+                                         "which synchronizes with every other stream; {}",
+                                         advice));
+  FERRY_EXPECTS(bits != 0x2,
+                fmt::format("adopt_stream(0x2): cudaStreamPerThread is a default stream, which synchronizes "
+                            "with the legacy default stream and so with every other stream; {}",
+                            advice));
+  FERRY_EXPECTS(!do_is_null_stream(native),
+                fmt::format("adopt_stream({}): the {} backend treats this handle as the legacy default stream, "
+                            "which synchronizes with every other stream; {}",
+                            fmt::ptr(native), to_string(kind_), advice));
+  do_check_adopted_stream(native);
+  return {*this, native};
+}
+
+event device::make_event() {
+  {
+    const std::lock_guard lock(mu_);
+    if (!event_pool_.empty()) {
+      void* native = event_pool_.back();
+      event_pool_.pop_back();
+      return {*this, native, false};
+    }
+  }
+  return {*this, do_event_create(false), false};
+}
+
+event device::make_timing_event() { return {*this, do_event_create(true), true}; }
+
+double device::elapsed_ms(const event& start, const event& stop) {
+  for (const event* e : {&start, &stop}) {
+    const std::string_view which = e == &start ? "start" : "stop";
+    FERRY_EXPECTS(!e->empty(), fmt::format("elapsed_ms: the {} event is empty (moved-from)", which));
+    expect_same_device(*this, *e->dev(), "elapsed_ms");
+    FERRY_EXPECTS(e->timing(), fmt::format("elapsed_ms: the {} event is a completion event, which keeps no "
+                                           "time; make it with make_timing_event",
+                                           which));
+    FERRY_EXPECTS(e->recorded(), fmt::format("elapsed_ms: the {} event was never recorded", which));
+  }
+  return do_elapsed_ms(start.native(), stop.native());
+}
+
+buffer device::alloc_device(std::size_t bytes) {
+  FERRY_EXPECTS(bytes > 0, "size 0 is not a device allocation: ask for at least 1 byte");
+  return {*this, do_alloc(bytes, memory_kind::device), bytes, memory_kind::device};
+}
+
+buffer device::alloc_pinned(std::size_t bytes) {
+  FERRY_EXPECTS(bytes > 0, "size 0 is not a pinned allocation: ask for at least 1 byte");
+  const auto start = std::chrono::steady_clock::now();
+  void* p = do_alloc(bytes, memory_kind::pinned);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  {
+    const std::lock_guard lock(mu_);
+    pinned_.bytes += bytes;
+    pinned_.peak_bytes = std::max(pinned_.peak_bytes, pinned_.bytes);
+    pinned_.seconds += took.count();
+    ++pinned_.allocations;
+  }
+  return {*this, p, bytes, memory_kind::pinned};
+}
+
+buffer device::alloc_pageable(std::size_t bytes) {
+  FERRY_EXPECTS(bytes > 0, "size 0 is not a pageable allocation: ask for at least 1 byte");
+  return {*this, do_alloc(bytes, memory_kind::pageable), bytes, memory_kind::pageable};
+}
+
+pinned_stats device::pinned() const {
+  const std::lock_guard lock(mu_);
+  return pinned_;
+}
+
+void device::copy_async(mem_view dst, mem_view src, stream_view s) { copy_async(dst, src, src.bytes, s); }
+
+void device::copy_async(mem_view dst, mem_view src, std::size_t bytes, stream_view s) {
+  expect_same_device(*this, s.dev(), "copy_async");
+  FERRY_EXPECTS(bytes > 0, "copy of 0 bytes: a copy moves at least 1 byte");
+  expect_view(src, "copy source");
+  expect_view(dst, "copy destination");
+  if (bytes > dst.bytes || bytes > src.bytes) {
+    // Naming the smaller view names the one that must grow (or the copy that must shrink) first.
+    const bool dst_smaller = dst.bytes <= src.bytes;
+    const auto [what, limit] = describe_sizes(bytes, dst_smaller ? dst.bytes : src.bytes);
+    detail::throw_logic_error(fmt::format("copy of {} does not fit in its {} of {}", what,
+                                          dst_smaller ? "destination" : "source", limit),
+                              std::source_location::current());
+  }
+  const auto s0 = reinterpret_cast<std::uintptr_t>(src.data);
+  const auto d0 = reinterpret_cast<std::uintptr_t>(dst.data);
+  FERRY_EXPECTS(s0 + bytes <= d0 || d0 + bytes <= s0,
+                fmt::format("copy of {} from {} to {} overlaps itself; copies between overlapping ranges are "
+                            "undefined on every backend",
+                            format_bytes(bytes), fmt::ptr(src.data), fmt::ptr(dst.data)));
+  do_copy_async(dst.data, src.data, bytes, direction_of(src.kind, dst.kind), src.kind, dst.kind, s.native());
+}
+
+void device::copy(mem_view dst, mem_view src, stream_view s) {
+  copy_async(dst, src, s);
+  s.synchronize();
+}
+
+void device::memset_async(mem_view dst, std::uint8_t value, stream_view s) {
+  expect_same_device(*this, s.dev(), "memset_async");
+  expect_view(dst, "memset destination");
+  FERRY_EXPECTS(dst.bytes > 0, "memset of 0 bytes: a memset writes at least 1 byte");
+  FERRY_EXPECTS(dst.kind != memory_kind::pageable,
+                fmt::format("memset_async of {} of pageable memory: a stream cannot write pageable memory in "
+                            "order; use a pinned buffer, or std::memset after synchronizing",
+                            format_bytes(dst.bytes)));
+  do_memset_async(dst.data, value, dst.bytes, dst.kind, s.native());
+}
+
+void device::launch_host_func(stream_view s, std::function<void()> fn) {
+  expect_same_device(*this, s.dev(), "launch_host_func");
+  FERRY_EXPECTS(static_cast<bool>(fn), "launch_host_func of an empty std::function");
+  do_launch_host_func(s.native(), std::move(fn));
+}
+
+void device::spin_async(std::chrono::nanoseconds duration, stream_view s) {
+  expect_same_device(*this, s.dev(), "spin_async");
+  FERRY_EXPECTS(duration.count() >= 0,
+                fmt::format("spin_async of a negative duration ({} ns)", duration.count()));
+  do_spin_async(duration, s.native());
+}
+
+void device::synchronize() {
+  do_synchronize();
+  rethrow_callback_error();
+}
+
+void device::profiler_start() { do_profiler_start(); }
+
+void device::profiler_stop() { do_profiler_stop(); }
+
+void device::rethrow_callback_error() {
+  std::exception_ptr error;
+  {
+    const std::lock_guard lock(mu_);
+    error = std::exchange(callback_error_, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void device::capture_callback_error(std::exception_ptr e) noexcept {
+  const std::lock_guard lock(mu_);
+  // The first error is the cause; later ones are usually its consequences.
+  if (!callback_error_) callback_error_ = std::move(e);
+}
+
+void device::drain_event_pool() noexcept {
+  std::vector<void*> pool;
+  {
+    const std::lock_guard lock(mu_);
+    pool.swap(event_pool_);
+  }
+  for (void* e : pool) do_event_destroy(e);
+}
+
+void device::release_event(void* native, bool timing) noexcept {
+  if (!timing) {
+    try {
+      const std::lock_guard lock(mu_);
+      event_pool_.push_back(native);
+      return;
+    } catch (...) {
+      // No memory to grow the pool: destroying the handle loses nothing but its reuse.
+    }
+  }
+  do_event_destroy(native);
+}
+
+void device::free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept {
+  do_free(p, bytes, kind);
+  if (kind == memory_kind::pinned) {
+    const std::lock_guard lock(mu_);
+    pinned_.bytes -= bytes;
+  }
+}
+
+std::unique_ptr<device> make_default_device(std::string* reason) {
+  if (cuda_available()) {
+    if (reason != nullptr) *reason = "a GPU is visible: using the cuda backend on GPU 0";
+    return make_cuda_device(0);
+  }
+  if (reason != nullptr) *reason = "using the emulated host device: " + cuda_unavailable_reason();
+  return make_host_device();
+}
+
+}  // namespace ferry

@@ -1,0 +1,447 @@
+// Behaviour of the emulated host device that the conformance suite cannot ask of a GPU: the link model
+// (bandwidth, latency, copy engines, duplex), blocking pageable copies, the emulated memory cap, page
+// locking against RLIMIT_MEMLOCK, jitter, and the lifetime rules of its threads.
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/device/device.hpp"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+double ms_since(steady::time_point t0) {
+  return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+}
+
+// Milliseconds a copy of `bytes` takes at `gbps` decimal GB/s.
+double modelled_ms(std::size_t bytes, double gbps) { return static_cast<double>(bytes) / (gbps * 1e6); }
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw the wrong type: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "threw nothing";
+  return {};
+}
+
+#define EXPECT_MESSAGE_HAS(message, text) \
+  EXPECT_NE(std::string_view(message).find(text), std::string_view::npos) << "message: " << (message)
+
+// No jitter: these tests time single operations.
+host_device_options quiet_options() {
+  host_device_options o;
+  o.latency = 0ns;
+  return o;
+}
+
+// The timed tests model a slow link (15.6 MB/s: 1 MiB takes 67 ms) on small buffers, so that memcpy,
+// about ten times slower under ThreadSanitizer, stays far below the modelled time.
+constexpr double slow_gbps = 1.0 / 64;
+
+TEST(host_link_model, a_copy_lasts_its_modelled_duration) {
+  constexpr std::size_t n = MiB;
+  host_device_options o = quiet_options();
+  o.h2d_gbps = slow_gbps;
+  const double expected = modelled_ms(n, o.h2d_gbps);  // 67.1 ms
+  auto dev = make_host_device(o);
+  stream s = dev->make_stream();
+  buffer src = dev->alloc_pinned(n);
+  buffer d = dev->alloc_device(n);
+  buffer back = dev->alloc_pinned(n);
+  std::memset(src.host_bytes(), 0x3C, n);
+
+  const auto t0 = steady::now();
+  dev->copy(d, src, s);
+  const double took = ms_since(t0);
+  EXPECT_GE(took, expected);
+  EXPECT_LT(took, expected * 1.5);
+  dev->copy(back, d, s);
+  EXPECT_EQ(std::memcmp(back.host_bytes(), src.host_bytes(), n), 0) << "the modelled copy did not copy";
+
+  // Without the model even an absurd bandwidth (1 MiB would take 17 minutes at 1 kB/s) costs nothing.
+  o.model_link = false;
+  o.h2d_gbps = 1e-6;
+  auto unmodelled = make_host_device(o);
+  stream s2 = unmodelled->make_stream();
+  buffer src2 = unmodelled->alloc_pinned(n);
+  buffer d2 = unmodelled->alloc_device(n);
+  const auto t1 = steady::now();
+  unmodelled->copy(d2, src2, s2);
+  EXPECT_LT(ms_since(t1), 2000.0) << "model_link = false still paced the copy";
+}
+
+TEST(host_link_model, latency_comes_before_the_first_byte) {
+  host_device_options o = quiet_options();
+  o.latency = 30ms;
+  auto dev = make_host_device(o);
+  stream s = dev->make_stream();
+  buffer h = dev->alloc_pinned(1);
+  buffer d = dev->alloc_device(1);
+  const auto t0 = steady::now();
+  dev->copy(d, h, s);
+  EXPECT_GE(ms_since(t0), 30.0);
+}
+
+TEST(host_link_model, device_to_device_copies_follow_d2d_bandwidth) {
+  constexpr std::size_t n = 512 * KiB;
+  host_device_options o = quiet_options();
+  o.d2d_gbps = slow_gbps;
+  auto dev = make_host_device(o);
+  stream s = dev->make_stream();
+  buffer a = dev->alloc_device(n);
+  buffer b = dev->alloc_device(n);
+  const auto t0 = steady::now();
+  dev->copy(b, a, s);
+  EXPECT_GE(ms_since(t0), modelled_ms(n, o.d2d_gbps));
+}
+
+TEST(host_link_model, same_direction_copies_take_turns_on_one_engine) {
+  constexpr std::size_t n = MiB;
+  host_device_options o = quiet_options();
+  o.h2d_gbps = slow_gbps;
+  o.d2h_gbps = slow_gbps;
+  const double one = modelled_ms(n, o.h2d_gbps);  // 67.1 ms
+  auto dev = make_host_device(o);
+  stream a = dev->make_stream();
+  stream b = dev->make_stream();
+  buffer h1 = dev->alloc_pinned(n);
+  buffer h2 = dev->alloc_pinned(n);
+  buffer d1 = dev->alloc_device(n);
+  buffer d2 = dev->alloc_device(n);
+
+  auto t0 = steady::now();
+  dev->copy_async(d1, h1, a);
+  dev->copy_async(d2, h2, b);
+  a.synchronize();
+  b.synchronize();
+  EXPECT_GE(ms_since(t0), 2 * one) << "two host-to-device copies ran side by side";
+
+  // Opposite directions use different engines; with a duplex budget above both links they overlap fully.
+  t0 = steady::now();
+  dev->copy_async(d1, h1, a);
+  dev->copy_async(h2, d2, b);
+  a.synchronize();
+  b.synchronize();
+  EXPECT_LT(ms_since(t0), 1.6 * one) << "copies in opposite directions did not overlap";
+}
+
+TEST(host_link_model, both_directions_at_once_share_the_duplex_budget) {
+  constexpr std::size_t n = 512 * KiB;
+  host_device_options o = quiet_options();
+  o.h2d_gbps = slow_gbps;
+  o.d2h_gbps = slow_gbps;
+  o.duplex_gbps = slow_gbps;  // each direction gets half while both run
+  const double alone = modelled_ms(n, o.h2d_gbps);
+  auto dev = make_host_device(o);
+  stream a = dev->make_stream();
+  stream b = dev->make_stream();
+  buffer h1 = dev->alloc_pinned(n);
+  buffer h2 = dev->alloc_pinned(n);
+  buffer d1 = dev->alloc_device(n);
+  buffer d2 = dev->alloc_device(n);
+  const auto t0 = steady::now();
+  dev->copy_async(d1, h1, a);
+  dev->copy_async(h2, d2, b);
+  a.synchronize();
+  b.synchronize();
+  EXPECT_GE(ms_since(t0), 1.8 * alone);
+}
+
+TEST(host_pageable, copy_async_blocks_the_caller_until_the_copy_is_done) {
+  constexpr std::size_t n = MiB;
+  host_device_options o = quiet_options();
+  o.pageable_h2d_gbps = slow_gbps;
+  o.h2d_gbps = slow_gbps;
+  const double expected = modelled_ms(n, slow_gbps);
+  auto dev = make_host_device(o);
+  stream s = dev->make_stream();
+  buffer pageable = dev->alloc_pageable(n);
+  buffer pinned = dev->alloc_pinned(n);
+  buffer d = dev->alloc_device(n);
+
+  auto t0 = steady::now();
+  dev->copy_async(d, pageable, s);
+  EXPECT_GE(ms_since(t0), expected) << "a pageable copy_async returned before its copy";
+
+  // A pinned copy of the same size returns at once and completes later.
+  event done = dev->make_event();
+  t0 = steady::now();
+  dev->copy_async(d, pinned, s);
+  done.record(s);
+  EXPECT_LT(ms_since(t0), expected / 2);
+  EXPECT_FALSE(done.query());
+  done.synchronize();
+}
+
+TEST(host_pageable, a_pageable_copy_waits_its_turn_in_the_stream) {
+  auto dev = make_host_device(quiet_options());
+  stream s = dev->make_stream();
+  buffer pageable = dev->alloc_pageable(64);
+  buffer d = dev->alloc_device(64);
+  dev->spin_async(100ms, s);
+  const auto t0 = steady::now();
+  dev->copy_async(d, pageable, s);
+  EXPECT_GE(ms_since(t0), 99.0);
+}
+
+TEST(host_memory, device_memory_is_capped_at_the_configured_size) {
+  host_device_options o = quiet_options();
+  o.device_memory_bytes = MiB;
+  auto dev = make_host_device(o);
+  buffer a = dev->alloc_device(768 * KiB);
+  const std::string msg = message_of<out_of_memory>([&] { static_cast<void>(dev->alloc_device(512 * KiB)); });
+  EXPECT_MESSAGE_HAS(msg, "512 KiB");
+  EXPECT_MESSAGE_HAS(msg, "256 KiB free of 1.00 MiB");
+  a = buffer{};
+  buffer whole = dev->alloc_device(MiB);
+  EXPECT_EQ(whole.size(), MiB);
+  EXPECT_EQ(dev->info().memory_bytes, MiB);
+}
+
+// Kibibytes the process has locked, as the kernel counts them.
+long locked_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmLck:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// Sanitizer runtimes turn mlock into a no-op (locking with terabytes of shadow mapped once deadlocked
+// kernels), so what the kernel counts as locked can be tested only in a build without them.
+bool mlock_locks_pages() {
+  const long before = locked_kib();
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  bool counted = false;
+  if (::mlock(p, page) == 0) {
+    counted = locked_kib() > before;
+    ::munlock(p, page);
+  }
+  ::munmap(p, page);
+  return counted;
+}
+
+TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
+  if (!mlock_locks_pages()) GTEST_SKIP() << "mlock is a no-op in this build (a sanitizer intercepts it)";
+  auto dev = make_host_device(quiet_options());
+  const long before = locked_kib();
+  ASSERT_GE(before, 0);
+  {
+    buffer b = dev->alloc_pinned(MiB + 1);  // locked in whole pages
+    EXPECT_GE(locked_kib() - before, 1025);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 4096, 0u);
+  }
+  EXPECT_EQ(locked_kib(), before);
+  buffer pageable = dev->alloc_pageable(100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pageable.data()) % 4096, 0u);
+}
+
+// Runs in a forked child, so the lowered limit and the dropped capability die with it. Exits 0 when the
+// emulator refused to pin past the limit with an error naming RLIMIT_MEMLOCK; otherwise says why on
+// stderr and exits 1. The child makes no threads and leaves through _exit.
+[[noreturn]] void pin_past_a_lowered_memlock_limit() {
+  const auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    std::fflush(stderr);
+    ::_exit(1);
+  };
+  // 1 MiB, or the hard limit where that is lower; every size below is a whole number of pages of it.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail("getrlimit failed");
+  const bool hard_above = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > MiB;
+  const std::size_t limit = hard_above ? MiB : rl.rlim_max / (16 * KiB) * (16 * KiB);
+  if (limit == 0) fail("the hard RLIMIT_MEMLOCK is below 16 KiB");
+  rl.rlim_cur = limit;
+  if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail("setrlimit failed");
+
+  // With CAP_IPC_LOCK (root) the kernel ignores the limit, so drop it from the effective set.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3]{};
+  if (::syscall(SYS_capget, &header, caps) != 0) fail("capget failed");
+  caps[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+  if (::syscall(SYS_capset, &header, caps) != 0) fail("capset could not drop CAP_IPC_LOCK");
+  // Asked of the kernel directly: a sanitizer's mlock interceptor would answer yes without asking.
+  void* probe = ::mmap(nullptr, 2 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) fail("mmap failed");
+  if (::syscall(SYS_mlock, probe, 2 * MiB) == 0) fail("the kernel does not enforce the lowered RLIMIT_MEMLOCK");
+  ::munmap(probe, 2 * MiB);
+
+  try {
+    auto dev = make_host_device(quiet_options());
+    {
+      buffer fits = dev->alloc_pinned(limit / 4);
+    }
+    // Past the limit by this device's own count: check_memlock refuses before mlock is tried.
+    try {
+      buffer too_big = dev->alloc_pinned(4 * limit);
+      fail("alloc_pinned of 4 times RLIMIT_MEMLOCK succeeded");
+    } catch (const out_of_memory& e) {
+      if (std::strstr(e.what(), "RLIMIT_MEMLOCK") == nullptr) {
+        fail(std::string("message lacks RLIMIT_MEMLOCK: ") + e.what());
+      }
+    }
+    // Past the limit only with memory locked elsewhere in the process: mlock itself refuses. Without a
+    // real mlock (sanitizer builds) the emulator cannot notice this case.
+    if (!mlock_locks_pages()) ::_exit(0);
+    const std::size_t elsewhere = limit / 4 * 3;
+    void* other = ::mmap(nullptr, elsewhere, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (other == MAP_FAILED || ::mlock(other, elsewhere) != 0) fail("could not lock 3/4 of the limit elsewhere");
+    try {
+      buffer too_big = dev->alloc_pinned(limit / 2);
+      fail("alloc_pinned of half RLIMIT_MEMLOCK succeeded with 3/4 of it locked elsewhere");
+    } catch (const out_of_memory& e) {
+      if (std::strstr(e.what(), "RLIMIT_MEMLOCK") == nullptr) {
+        fail(std::string("message lacks RLIMIT_MEMLOCK: ") + e.what());
+      }
+      if (std::strstr(e.what(), "mlock") == nullptr) fail(std::string("message lacks the failed mlock: ") + e.what());
+    }
+    ::munlock(other, elsewhere);
+    ::munmap(other, elsewhere);
+    // The failures left no locked pages behind in the device's count.
+    buffer fits_again = dev->alloc_pinned(limit / 2);
+  } catch (const std::exception& e) {
+    fail(std::string("unexpected exception: ") + e.what());
+  }
+  ::_exit(0);
+}
+
+// Named *DeathTest so GoogleTest runs it before any other test starts threads.
+TEST(host_memlock_DeathTest, pinning_past_rlimit_memlock_is_out_of_memory_naming_it) {
+  EXPECT_EXIT(pin_past_a_lowered_memlock_limit(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(host_streams, adopt_stream_accepts_only_live_streams_of_this_device) {
+  auto dev = make_host_device(quiet_options());
+  auto other = make_host_device(quiet_options());
+  int not_a_stream = 0;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(dev->adopt_stream(&not_a_stream)); }),
+                     "not a live stream of this host device");
+  stream foreign = other->make_stream();
+  EXPECT_THROW(static_cast<void>(dev->adopt_stream(foreign.view().native())), logic_error);
+  void* gone = nullptr;
+  {
+    stream s = dev->make_stream();
+    gone = s.view().native();
+    EXPECT_NO_THROW(static_cast<void>(dev->adopt_stream(gone)));
+  }
+  EXPECT_THROW(static_cast<void>(dev->adopt_stream(gone)), logic_error);
+}
+
+TEST(host_streams, destroying_a_stream_finishes_its_queued_work) {
+  auto dev = make_host_device(quiet_options());
+  std::atomic<bool> ran{false};
+  {
+    stream s = dev->make_stream();
+    dev->spin_async(30ms, s);
+    dev->launch_host_func(s, [&] { ran = true; });
+  }
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(host_streams, destroying_an_event_that_a_stream_still_waits_on_is_safe) {
+  auto dev = make_host_device(quiet_options());
+  stream a = dev->make_stream();
+  stream b = dev->make_stream();
+  std::atomic<bool> waited{false};
+  const auto t0 = steady::now();
+  {
+    event e = dev->make_timing_event();  // not pooled: destroying it destroys the handle
+    dev->spin_async(50ms, a);
+    e.record(a);
+    b.wait(e);
+    dev->launch_host_func(b, [&] { waited = true; });
+  }
+  b.synchronize();
+  EXPECT_TRUE(waited.load());
+  EXPECT_GE(ms_since(t0), 49.0) << "the wait ended when its event was destroyed";
+}
+
+TEST(host_events, elapsed_ms_of_a_pending_event_is_a_logic_error) {
+  auto dev = make_host_device(quiet_options());
+  stream s = dev->make_stream();
+  event start = dev->make_timing_event();
+  event stop = dev->make_timing_event();
+  start.record(s);
+  dev->spin_async(100ms, s);
+  stop.record(s);
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(dev->elapsed_ms(start, stop)); }),
+                     "not completed");
+  s.synchronize();
+  EXPECT_GE(dev->elapsed_ms(start, stop), 99.0);
+}
+
+TEST(host_jitter, seeded_delays_slow_operations_down) {
+  host_device_options o = quiet_options();
+  o.jitter_probability = 1.0;
+  o.jitter_max = 2ms;  // uniform in [0, 2 ms]: 50 operations sleep about 50 ms in all
+  auto dev = make_host_device(o);
+  stream s = dev->make_stream();
+  const auto t0 = steady::now();
+  for (int i = 0; i < 50; ++i) dev->launch_host_func(s, [] {});
+  s.synchronize();
+  EXPECT_GE(ms_since(t0), 20.0);
+}
+
+TEST(host_options, bad_options_are_a_logic_error_naming_the_option) {
+  host_device_options o;
+  o.h2d_gbps = 0;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(make_host_device(o)); }), "h2d_gbps");
+  o.model_link = false;  // bandwidths are not used then
+  EXPECT_NO_THROW(static_cast<void>(make_host_device(o)));
+  o.jitter_probability = 1.5;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(make_host_device(o)); }),
+                     "jitter_probability");
+}
+
+TEST(host_info, describes_the_emulator) {
+  auto dev = make_host_device();
+  const device_info info = dev->info();
+  EXPECT_EQ(info.kind, backend::host);
+  EXPECT_EQ(info.copy_engines, 2);
+  EXPECT_TRUE(info.pci_bus_id.empty());
+  EXPECT_EQ(info.memory_bytes, host_device_options{}.device_memory_bytes);
+}
+
+TEST(host_names, backends_parse_and_print) {
+  EXPECT_EQ(parse_backend("host"), backend::host);
+  EXPECT_EQ(parse_backend("cuda"), backend::cuda);
+  EXPECT_EQ(to_string(backend::cuda), "cuda");
+  EXPECT_EQ(to_string(memory_kind::pinned), "pinned");
+  EXPECT_EQ(to_string(copy_direction::device_to_host), "device_to_host");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([] { static_cast<void>(parse_backend("gpu")); }), "\"gpu\"");
+  std::string reason;
+  auto dev = make_default_device(&reason);
+  EXPECT_FALSE(reason.empty());
+  EXPECT_EQ(dev->kind(), cuda_available() ? backend::cuda : backend::host);
+}
+
+}  // namespace
+}  // namespace ferry
