@@ -294,6 +294,9 @@ double device::elapsed_ms(const event& start, const event& stop) {
                                            "time; make it with make_timing_event",
                                            which));
     FERRY_EXPECTS(e->recorded(), fmt::format("elapsed_ms: the {} event was never recorded", which));
+    // Both backends answer alike: CUDA would report cudaErrorNotReady, the host backend has no time yet.
+    FERRY_EXPECTS(do_event_query(e->native()),
+                  fmt::format("elapsed_ms: the {} event has not completed yet; synchronize it first", which));
   }
   return do_elapsed_ms(start.native(), stop.native());
 }

@@ -159,6 +159,19 @@ TEST_P(conformance, a_stream_runs_its_operations_in_order) {
   for (int r = 0; r < rounds; ++r) EXPECT_EQ(seen[static_cast<std::size_t>(r)], r);
 }
 
+TEST_P(conformance, elapsed_ms_of_a_pending_event_is_a_logic_error) {
+  stream s = dev().make_stream();
+  event start = dev().make_timing_event();
+  event stop = dev().make_timing_event();
+  start.record(s);
+  dev().spin_async(100ms, s);
+  stop.record(s);
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(dev().elapsed_ms(start, stop)); }),
+                     "not completed");
+  s.synchronize();
+  EXPECT_GE(dev().elapsed_ms(start, stop), 99.0);
+}
+
 TEST_P(conformance, streams_run_independently) {
   stream a = dev().make_stream();
   stream b = dev().make_stream();
