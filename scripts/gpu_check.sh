@@ -21,7 +21,18 @@ echo "=== ferry probe (default options), table then --json"
 probe=$?
 "$c/ferry" probe --backend cuda --bytes 1GiB --iterations 10 --no-pin-cost --json > "$out/probe_1gib.json" 2>/dev/null
 
+echo "=== compute-sanitizer memcheck on the conformance suite"
+if command -v compute-sanitizer >/dev/null; then
+  FERRY_TEST_BACKENDS=cuda timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 "$c/ferry_device_tests" \
+    > "$out/memcheck.log" 2>&1
+  memcheck=$?
+  tail -n 5 "$out/memcheck.log"
+else
+  memcheck=127
+fi
+
 echo "=== summary"
+echo "memcheck: rc=$memcheck"
 echo "conformance (cuda): rc=$conformance"
 echo "probe --json: rc=$probe"
 python3 - "$out/probe.json" "$out/probe_1gib.json" <<'PY'
