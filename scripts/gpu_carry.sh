@@ -4,10 +4,11 @@
 # GoogleTest, fmt or CLI11, so the binaries are built here and carried there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh default >/dev/null
+build=${FERRY_BUILD_DIR:-build/default}
+[ "$build" != build/default ] || scripts/build.sh default >/dev/null
 rm -rf .carry && mkdir -p .carry
-for b in tools/ferry/ferry tests/ferry_device_tests tests/ferry_probe_tests tests/ferry_trace_tests tests/ferry_core_tests; do
-  strip -o ".carry/$(basename "$b")" "build/default/$b"
+for b in tools/ferry/ferry tests/ferry_device_tests tests/ferry_probe_tests tests/ferry_trace_tests \
+         tests/ferry_core_tests tests/ferry_egress_tests; do
+  strip -o ".carry/$(basename "$b")" "$build/$b"
 done
-cp scripts/gpu_check.sh .carry/
 du -sh .carry

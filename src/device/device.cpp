@@ -371,6 +371,16 @@ void device::memset_async(mem_view dst, std::uint8_t value, stream_view s) {
   do_memset_async(dst.data, value, dst.bytes, dst.kind, s.native());
 }
 
+void device::fill_pattern_async(mem_view dst, std::uint64_t seed, stream_view s) {
+  expect_same_device(*this, s.dev(), "fill_pattern_async");
+  expect_view(dst, "pattern destination");
+  FERRY_EXPECTS(dst.kind != memory_kind::pageable,
+                fmt::format("fill_pattern_async of {} of pageable memory: a stream cannot write pageable memory "
+                            "in order; use a pinned buffer, or ferry::fill_pattern after synchronizing",
+                            format_bytes(dst.bytes)));
+  do_fill_pattern_async(dst.data, dst.bytes, seed, dst.kind, s.native());
+}
+
 void device::launch_host_func(stream_view s, std::function<void()> fn) {
   expect_same_device(*this, s.dev(), "launch_host_func");
   FERRY_EXPECTS(static_cast<bool>(fn), "launch_host_func of an empty std::function");

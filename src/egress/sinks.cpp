@@ -14,18 +14,12 @@
 #include <utility>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/pattern_word.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/egress/egress.hpp"
 
 namespace ferry::egress {
 namespace {
-
-// splitmix64's finalizer.
-constexpr std::uint64_t mix(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 std::uint64_t load_le64(const std::byte* p) noexcept {
   std::uint64_t w = 0;
@@ -40,13 +34,13 @@ std::uint64_t checksum_terms(std::span<const std::byte> bytes, std::uint64_t fir
   const std::size_t words = bytes.size() / 8;
   const std::byte* p = bytes.data();
   std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < words; ++i) sum += mix(load_le64(p + 8 * i) + first_word + i);
+  for (std::size_t i = 0; i < words; ++i) sum += mix64(load_le64(p + 8 * i) + first_word + i);
   if (const std::size_t rest = bytes.size() % 8; rest != 0) {
     std::uint64_t w = 0;
     for (std::size_t k = 0; k < rest; ++k) {
       w |= std::uint64_t{std::to_integer<std::uint8_t>(p[8 * words + k])} << (8 * k);
     }
-    sum += mix(w + first_word + words);
+    sum += mix64(w + first_word + words);
   }
   return sum;
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/trace/range.hpp"
 
@@ -19,18 +20,11 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// A byte pattern that differs at every offset modulo 251, so a shifted or partial copy is caught.
-void fill_pattern(std::byte* p, std::size_t n, std::uint8_t seed) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((i % 251 + seed) & 0xFF);
-}
-
-void expect_pattern(const std::byte* p, std::size_t n, std::uint8_t seed, const std::string& link) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto want = static_cast<std::byte>((i % 251 + seed) & 0xFF);
-    if (p[i] != want) {
-      throw logic_error(fmt::format("probe check failed on {}: byte {} of {} is {:#04x}, expected {:#04x}", link, i,
-                                    n, static_cast<unsigned>(p[i]), static_cast<unsigned>(want)));
-    }
+// Every link checks its bytes against ferry's verification pattern (ferry/core/pattern.hpp), which
+// catches lost, shifted and partial copies.
+void expect_pattern(const std::byte* p, std::size_t n, std::uint64_t seed, const std::string& link) {
+  if (const auto bad = find_pattern_mismatch({p, n}, seed)) {
+    throw logic_error(fmt::format("probe check failed on {}: byte {} of {} differs from what was sent", link, *bad, n));
   }
 }
 
@@ -132,8 +126,8 @@ result run(device& dev, const options& opts, void (*progress)(const std::string&
   buffer dev_b = dev.alloc_device(n);
   stream s = dev.make_stream();
 
-  fill_pattern(pinned_src.host_bytes(), n, 7);
-  fill_pattern(pageable_src.host_bytes(), n, 7);
+  fill_pattern({pinned_src.host_bytes(), n}, 7);
+  fill_pattern({pageable_src.host_bytes(), n}, 7);
 
   auto measure = [&](const std::string& name, mem_view dst, mem_view src, memory_kind host_kind) {
     say(fmt::format("{}: {} x {}", name, opts.iterations, format_bytes(n)));
@@ -224,6 +218,40 @@ result run(device& dev, const options& opts, void (*progress)(const std::string&
     }
   }
   return r;
+}
+
+link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes, int warmup,
+                         int iterations) {
+  FERRY_EXPECTS(bytes > 0, "link measurement of 0 bytes; give a size of at least 1 byte");
+  FERRY_EXPECTS(iterations >= 1, fmt::format("link measurement of {} iterations; at least 1 is needed", iterations));
+  FERRY_EXPECTS(dir == copy_direction::host_to_device || dir == copy_direction::device_to_host,
+                fmt::format("measure_link measures host-device links, not {}", to_string(dir)));
+  FERRY_EXPECTS(host_memory != memory_kind::device, "measure_link: the host side must be pinned or pageable");
+  buffer host = host_memory == memory_kind::pinned ? dev.alloc_pinned(bytes) : dev.alloc_pageable(bytes);
+  buffer device_mem = dev.alloc_device(bytes);
+  stream s = dev.make_stream();
+  const bool up = dir == copy_direction::host_to_device;
+  link_result l;
+  l.name = fmt::format("{} {}", to_string(host_memory), up ? "H2D" : "D2H");
+  l.direction = dir;
+  l.host_memory = host_memory;
+  l.bytes = bytes;
+  l.iterations = iterations;
+  if (up) {
+    fill_pattern({host.host_bytes(), bytes}, 11);
+  } else {
+    dev.fill_pattern_async(device_mem, 11, s);
+    std::memset(host.host_bytes(), 0xA5, bytes);
+  }
+  const timed t = up ? time_copies(dev, s, device_mem, host, bytes, warmup, iterations)
+                     : time_copies(dev, s, host, device_mem, bytes, warmup, iterations);
+  l.median_gbps = t.median;
+  l.min_gbps = t.min;
+  l.max_gbps = t.max;
+  if (up) dev.copy(host, device_mem, s);  // round trip: what arrived on the device comes back to be checked
+  expect_pattern(host.host_bytes(), bytes, 11, l.name);
+  l.checked = true;
+  return l;
 }
 
 std::string format_table(const result& r) {

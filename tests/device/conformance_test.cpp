@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 
@@ -170,6 +171,47 @@ TEST_P(conformance, elapsed_ms_of_a_pending_event_is_a_logic_error) {
                      "not completed");
   s.synchronize();
   EXPECT_GE(dev().elapsed_ms(start, stop), 99.0);
+}
+
+TEST_P(conformance, fill_pattern_writes_the_verification_pattern) {
+  // An odd size, so the partial last word is written too; device memory checked through a copy.
+  constexpr std::size_t n = 3 * 1024 * 1024 + 5;
+  stream s = dev().make_stream();
+  buffer d = dev().alloc_device(n);
+  buffer h = dev().alloc_pinned(n);
+  std::memset(h.host_bytes(), 0xEE, n);
+  dev().fill_pattern_async(d, 99, s);
+  dev().copy_async(h, d, s);
+  s.synchronize();
+  const auto bad = ferry::find_pattern_mismatch({h.host_bytes(), n}, 99);
+  EXPECT_FALSE(bad.has_value()) << "first wrong byte at " << *bad;
+  // Directly into pinned memory, and into a view that starts at a word boundary inside a buffer.
+  dev().fill_pattern_async(h.view(8, n - 8), 5, s);
+  s.synchronize();
+  EXPECT_FALSE(ferry::find_pattern_mismatch({h.host_bytes(), 8}, 99).has_value()) << "bytes before the view changed";
+  const auto bad2 = ferry::find_pattern_mismatch({h.host_bytes() + 8, n - 8}, 5);
+  EXPECT_FALSE(bad2.has_value()) << "first wrong byte at " << *bad2;
+  EXPECT_THROW(dev().fill_pattern_async(dev().alloc_pageable(64), 1, s), logic_error);
+}
+
+TEST_P(conformance, a_wait_is_bound_to_its_record_even_when_the_event_is_recorded_again_elsewhere) {
+  // Record on A (slow), wait on it from C, then record the same event on B (fast): C must still wait
+  // for A's record, not for B's, which completes first.
+  stream a = dev().make_stream();
+  stream b = dev().make_stream();
+  stream c = dev().make_stream();
+  event e = dev().make_event();
+  event c_done = dev().make_event();
+  dev().spin_async(150ms, a);
+  e.record(a);
+  c.wait(e);
+  c_done.record(c);
+  e.record(b);
+  b.synchronize();
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(c_done.query()) << "the wait on A's record ended when B's record completed";
+  c_done.synchronize();
+  EXPECT_TRUE(c_done.query());
 }
 
 TEST_P(conformance, streams_run_independently) {

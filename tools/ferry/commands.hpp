@@ -23,6 +23,9 @@ void add_device_options(CLI::App& app, device_options& opts);
 /// Makes the device the options ask for and says on stderr which backend it chose and why.
 [[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts);
 
+/// Registers `ferry bench` and its ladders; the returned function runs the one parsed.
+[[nodiscard]] std::function<int()> add_bench_command(CLI::App& app);
+
 /// Registers `ferry probe`; the returned function runs it after parsing.
 [[nodiscard]] std::function<int()> add_probe_command(CLI::App& app);
 

@@ -1,4 +1,4 @@
-// ferry: keeps GPUs fed and drained. Subcommands: probe (what the link can do).
+// ferry: keeps GPUs fed and drained. Subcommands: probe (what the link can do), bench (the ladders).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry: keeps GPUs fed and drained, and measures where they still wait"};
   app.require_subcommand(1);
   std::function<int()> run_probe = ferry::cli::add_probe_command(app);
+  std::function<int()> run_bench = ferry::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("probe")) return run_probe();
+    if (app.got_subcommand("bench")) return run_bench();
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
     return 1;

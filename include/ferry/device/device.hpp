@@ -266,6 +266,9 @@ class device {
   void copy(mem_view dst, mem_view src, stream_view s);
   /// Sets every byte of a device or pinned view to `value`, in stream order.
   void memset_async(mem_view dst, std::uint8_t value, stream_view s);
+  /// Writes the verification pattern of `seed` (ferry/core/pattern.hpp) into a device or pinned view, in
+  /// stream order: byte g of the view becomes byte g of the pattern. A kernel on the cuda backend.
+  void fill_pattern_async(mem_view dst, std::uint64_t seed, stream_view s);
   /// Runs `fn` on a host thread once all prior work on `s` is done; later work on `s` waits for it.
   /// `fn` must not call into the device. An exception it throws is rethrown at the next synchronize().
   void launch_host_func(stream_view s, std::function<void()> fn);
@@ -311,6 +314,8 @@ class device {
                              memory_kind src_kind, memory_kind dst_kind, void* s) = 0;
   virtual void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind kind,
                                void* s) = 0;
+  virtual void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind kind,
+                                     void* s) = 0;
   virtual void do_launch_host_func(void* s, std::function<void()> fn) = 0;
   virtual void do_spin_async(std::chrono::nanoseconds duration, void* s) = 0;
   virtual void do_synchronize() = 0;

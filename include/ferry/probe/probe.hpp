@@ -76,6 +76,11 @@ struct result {
 /// `progress` (may be null) receives one line per step, for stderr.
 [[nodiscard]] result run(device& dev, const options& opts, void (*progress)(const std::string&) = nullptr);
 
+/// Measures one link alone (buffers allocated for it, bytes checked): pinned or pageable host memory,
+/// host to device or device to host. For benches that need one ceiling without a whole probe.
+[[nodiscard]] link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes,
+                                       int warmup, int iterations);
+
 /// The text table `ferry probe` prints.
 [[nodiscard]] std::string format_table(const result& r);
 

@@ -172,6 +172,13 @@ class cuda_device final : public device {
     do_launch_host_func(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
+  void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind /*kind*/,
+                             void* s) override {
+    // Pinned memory is mapped into the device's address space (UVA), so the kernel writes it directly.
+    select();
+    FERRY_CUDA_TRY(cuda_kernels::launch_fill_pattern(dst, bytes, seed, as_stream(s)));
+  }
+
   void do_launch_host_func(void* s, std::function<void()> fn) override {
     auto payload = std::make_unique<host_func_payload>(
         host_func_payload{std::move(fn), [this](std::exception_ptr e) { capture_callback_error(e); }});

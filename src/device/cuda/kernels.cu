@@ -1,4 +1,7 @@
+#include "ferry/core/pattern_word.hpp"
 #include "kernels.cuh"
+
+#include <algorithm>
 
 namespace ferry::cuda_kernels {
 namespace {
@@ -16,7 +19,32 @@ __global__ void spin_kernel(std::uint64_t nanoseconds) {
   }
 }
 
+// One 8-byte word per thread and grid-stride, so a 1.4 GB output is written at device-memory speed;
+// the last partial word is written byte by byte.
+__global__ void fill_pattern_kernel(unsigned char* dst, std::size_t bytes, std::uint64_t seed) {
+  const std::size_t words = bytes / 8;
+  auto* out = reinterpret_cast<std::uint64_t*>(dst);
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+    out[i] = pattern_word(seed, i);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < bytes % 8) {
+    const std::size_t g = words * 8 + threadIdx.x;
+    dst[g] = static_cast<unsigned char>(pattern_word(seed, words) >> (8 * threadIdx.x));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_fill_pattern(void* dst, std::size_t bytes, std::uint64_t seed, cudaStream_t stream) {
+  // Whole 8-byte stores need 8-byte alignment; ferry's buffers are at least 256-byte aligned, a foreign
+  // view may not be.
+  if (reinterpret_cast<std::uintptr_t>(dst) % 8 != 0) return cudaErrorMisalignedAddress;
+  const std::size_t words = bytes / 8;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((words + 255) / 256 + 1, 132 * 16));
+  fill_pattern_kernel<<<blocks, 256, 0, stream>>>(static_cast<unsigned char*>(dst), bytes, seed);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_spin(std::uint64_t nanoseconds, cudaStream_t stream) {
   spin_kernel<<<1, 32, 0, stream>>>(nanoseconds);

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ferry::cuda_kernels {
@@ -10,5 +11,9 @@ namespace ferry::cuda_kernels {
 /// Launches a one-warp kernel that occupies `stream` for `nanoseconds` of GPU time (read from the
 /// global timer). Returns the launch status.
 cudaError_t launch_spin(std::uint64_t nanoseconds, cudaStream_t stream);
+
+/// Launches a kernel writing the verification pattern of `seed` (ferry/core/pattern.hpp) into `bytes`
+/// bytes at `dst` (device memory, or pinned host memory mapped into the device's address space).
+cudaError_t launch_fill_pattern(void* dst, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
 
 }  // namespace ferry::cuda_kernels

@@ -4,10 +4,11 @@
 //
 // The model:
 // - A stream is a thread draining a FIFO of operations; streams run concurrently.
-// - An event keeps two generations: `recorded`, bumped when record() is called, and `completed`, raised by
-//   the stream thread when it reaches that record. A stream wait or a host synchronize captures the
-//   recorded generation at the time of the call and blocks until `completed` reaches it: CUDA's "most
-//   recent record at the time of the call", including re-recording an event that is still pending.
+// - An event numbers its records (generations, bumped when record() is called) and keeps the set still
+//   pending; a stream thread removes a generation when it reaches that record. A stream wait or a host
+//   synchronize captures the generation current at the time of the call and blocks until that record is
+//   reached: CUDA's "most recent record at the time of the call", including re-recording an event that is
+//   still pending, and a record on another stream that completes first does not satisfy it.
 // - Device memory is host memory tagged as device and capped at device_memory_bytes. Pinned memory is
 //   mlock()ed, so the emulator runs into RLIMIT_MEMLOCK where real pinning would.
 // - Copies really copy. With model_link, a copy takes at least latency + bytes / bandwidth. H2D and D2H
@@ -46,6 +47,7 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/memlock.hpp"
+#include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 
@@ -84,20 +86,29 @@ void* aligned_alloc_or_null(std::size_t alignment, std::size_t bytes) noexcept {
 
 // One emulated event. Shared (through shared_from_this) by the operations that record or wait on it, so
 // destroying an event whose record or wait is still queued is safe, as it is with cudaEventDestroy.
+// A wait is bound to one record (generation), as in CUDA: when an event is recorded on two streams, a wait
+// on the first record is not satisfied by the second completing first. So the event keeps the set of
+// records still pending rather than a single "completed up to" mark.
 class host_event : public std::enable_shared_from_this<host_event> {
  public:
   /// The generation the record being enqueued will complete; called on the recording thread.
-  std::uint64_t next_generation() noexcept { return recorded_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+  std::uint64_t next_generation() {
+    const std::lock_guard lock(mu_);
+    const std::uint64_t generation = recorded_.load(std::memory_order_relaxed) + 1;
+    pending_.push_back(generation);
+    recorded_.store(generation, std::memory_order_release);
+    return generation;
+  }
   [[nodiscard]] std::uint64_t recorded() const noexcept { return recorded_.load(std::memory_order_acquire); }
 
-  /// Called by a stream thread when it reaches the record of `generation`. A record that completes after
-  /// a newer one (recorded on another stream) does not move the event back.
+  /// Called by a stream thread when it reaches the record of `generation`.
   void complete(std::uint64_t generation) {
     const auto now = steady::now();
     {
       const std::lock_guard lock(mu_);
-      if (generation > completed_) {
-        completed_ = generation;
+      std::erase(pending_, generation);
+      if (generation > latest_completed_) {
+        latest_completed_ = generation;
         completed_at_ = now;
       }
     }
@@ -106,28 +117,33 @@ class host_event : public std::enable_shared_from_this<host_event> {
 
   void wait_for(std::uint64_t generation) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return completed_ >= generation; });
+    cv_.wait(lock, [&] { return done_locked(generation); });
   }
 
   [[nodiscard]] bool reached(std::uint64_t generation) {
     const std::lock_guard lock(mu_);
-    return completed_ >= generation;
+    return done_locked(generation);
   }
 
   /// When the most recent record completed, or nothing while it is pending.
   [[nodiscard]] std::optional<steady::time_point> completion_time() {
     const std::uint64_t target = recorded();
     const std::lock_guard lock(mu_);
-    if (completed_ < target) return std::nullopt;
+    if (!done_locked(target)) return std::nullopt;
     return completed_at_;
   }
 
  private:
+  [[nodiscard]] bool done_locked(std::uint64_t generation) const {
+    return std::find(pending_.begin(), pending_.end(), generation) == pending_.end();
+  }
+
   std::atomic<std::uint64_t> recorded_{0};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::uint64_t completed_ = 0;         // guarded by mu_
-  steady::time_point completed_at_{};  // guarded by mu_
+  std::vector<std::uint64_t> pending_;     // records queued but not reached; guarded by mu_
+  std::uint64_t latest_completed_ = 0;     // guarded by mu_
+  steady::time_point completed_at_{};     // guarded by mu_
 };
 
 // One emulated stream: a thread that runs queued operations in order. Every operation counts as done once
@@ -467,6 +483,11 @@ class host_device final : public device {
 
   void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind /*kind*/, void* s) override {
     stream_of(s).enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+  }
+
+  void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind /*kind*/,
+                             void* s) override {
+    stream_of(s).enqueue([dst, bytes, seed] { fill_pattern({static_cast<std::byte*>(dst), bytes}, seed); });
   }
 
   void do_launch_host_func(void* s, std::function<void()> fn) override { stream_of(s).enqueue(std::move(fn)); }

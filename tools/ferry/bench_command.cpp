@@ -1,0 +1,187 @@
+// `ferry bench egress`: the device-to-host ladder (ideal, L0..L4, ferry), or its pure-copy mode.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "commands.hpp"
+#include "ferry/bench/egress_bench.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+
+namespace ferry::cli {
+namespace {
+
+struct egress_flags {
+  device_options dev;
+  std::string shape;      // BxCxHxW of the output
+  double compute_ms = -1;
+  int steps = 0;
+  int warmup = -1;
+  std::size_t workers = 0;
+  std::size_t pool_buffers = 0;
+  std::string slot_bytes;
+  std::size_t slots = 0;
+  std::string levels;
+  bool no_check = false;
+  int pure_copy = 0;
+  double probed_d2h = 0;
+  bool json = false;
+};
+
+std::vector<std::size_t> parse_shape(const std::string& text) {
+  std::vector<std::size_t> dims;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, 'x')) {
+    std::size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FERRY_EXPECTS(used == part.size() && !part.empty() && v > 0,
+                  fmt::format("--shape \"{}\": \"{}\" is not a positive dimension; expected BxCxHxW", text, part));
+    dims.push_back(static_cast<std::size_t>(v));
+  }
+  FERRY_EXPECTS(dims.size() == 4,
+                fmt::format("--shape \"{}\" has {} dimensions; expected 4 (batch x classes x height x width)", text,
+                            dims.size()));
+  return dims;
+}
+
+void progress_line(const std::string& line) { fmt::print(stderr, "bench: {}\n", line); }
+
+nlohmann::json config_json(const bench::egress_config& c) {
+  return {{"batch", c.batch},
+          {"classes", c.classes},
+          {"height", c.height},
+          {"width", c.width},
+          {"input_channels", c.input_channels},
+          {"output_bytes", c.output_bytes()},
+          {"compute_ms", std::chrono::duration<double, std::milli>(c.compute).count()},
+          {"warmup", c.warmup},
+          {"steps", c.steps},
+          {"workers", c.workers},
+          {"pool_buffers", c.pool_buffers},
+          {"slot_bytes", c.slot_bytes},
+          {"slots", c.slots},
+          {"check", c.check}};
+}
+
+nlohmann::json device_json(const device_info& d) {
+  return {{"name", d.name}, {"backend", to_string(d.kind)}, {"pci_bus_id", d.pci_bus_id}};
+}
+
+int run_egress(const egress_flags& f) {
+  auto dev = open_device(f.dev);
+  bench::egress_config cfg = bench::default_egress_config(dev->kind());
+  if (!f.shape.empty()) {
+    const auto dims = parse_shape(f.shape);
+    cfg.batch = dims[0];
+    cfg.classes = dims[1];
+    cfg.height = dims[2];
+    cfg.width = dims[3];
+  }
+  if (f.compute_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
+  if (f.steps != 0) cfg.steps = f.steps;
+  if (f.warmup >= 0) cfg.warmup = f.warmup;
+  if (f.workers != 0) cfg.workers = f.workers;
+  if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
+  if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
+  if (f.slots != 0) cfg.slots = f.slots;
+  if (!f.levels.empty()) {
+    cfg.levels.clear();
+    std::stringstream in(f.levels);
+    std::string level;
+    while (std::getline(in, level, ',')) cfg.levels.push_back(level);
+  }
+  cfg.check = !f.no_check;
+  cfg.probed_d2h_gbps = f.probed_d2h;
+
+  if (f.pure_copy > 0) {
+    const bench::pure_copy_result r = bench::run_egress_pure_copy(*dev, cfg, f.pure_copy, progress_line);
+    if (f.json) {
+      nlohmann::json j{{"tool", "ferry bench egress --pure-copy"},
+                       {"device", device_json(r.device)},
+                       {"config", config_json(cfg)},
+                       {"outputs", r.outputs},
+                       {"output_bytes", r.output_bytes},
+                       {"seconds", r.seconds},
+                       {"gbps", r.gbps},
+                       {"copy_gbps", r.copy_gbps},
+                       {"probed_d2h_gbps", r.probed_d2h_gbps},
+                       {"link_fraction", r.link_fraction},
+                       {"mismatches", r.mismatches}};
+      std::cout << j.dump(2) << '\n';
+    } else {
+      fmt::print("pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s end to end ({:.2f} GB/s of copies), "
+                 "{:.1f}% of the probed pinned D2H {:.2f} GB/s; {} mismatches\n",
+                 r.device.name, r.outputs, format_bytes(r.output_bytes), r.seconds, r.gbps, r.copy_gbps,
+                 r.link_fraction * 100, r.probed_d2h_gbps, r.mismatches);
+    }
+    return r.mismatches == 0 ? 0 : 2;
+  }
+
+  const bench::egress_result r = bench::run_egress(*dev, cfg, progress_line);
+  std::uint64_t mismatches = 0;
+  for (const auto& row : r.rows) mismatches += row.mismatches;
+  if (f.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : r.rows) {
+      rows.push_back({{"level", row.level},
+                      {"steps", row.steps},
+                      {"seconds", row.seconds},
+                      {"steps_per_s", row.steps_per_s},
+                      {"ratio_to_ideal", row.ratio_to_ideal},
+                      {"bytes", row.bytes},
+                      {"d2h_gbps", row.d2h_gbps},
+                      {"link_fraction", row.link_fraction},
+                      {"gpu_idle", row.gpu_idle},
+                      {"checked_bytes", row.checked_bytes},
+                      {"mismatches", row.mismatches},
+                      {"pin_seconds", row.pin_seconds}});
+    }
+    nlohmann::json j{{"tool", "ferry bench egress"},
+                     {"device", device_json(r.device)},
+                     {"config", config_json(cfg)},
+                     {"probed_d2h_gbps", r.probed_d2h_gbps},
+                     {"rows", rows}};
+    std::cout << j.dump(2) << '\n';
+  } else {
+    std::cout << bench::format_table(r);
+  }
+  return mismatches == 0 ? 0 : 2;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_command(CLI::App& app) {
+  auto f = std::make_shared<egress_flags>();
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Run a data-path ladder against its compute-only ceiling");
+  bench_cmd->require_subcommand(1);
+  CLI::App* eg = bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
+  add_device_options(*eg, f->dev);
+  eg->add_option("--shape", f->shape, "Output shape BxCxHxW (default 64x21x512x512 on cuda, 4x21x128x128 on host)");
+  eg->add_option("--compute-ms", f->compute_ms, "Compute time per step in ms (default 165 on cuda, 20 on host)");
+  eg->add_option("--steps", f->steps, "Timed steps per level (default 10)");
+  eg->add_option("--warmup", f->warmup, "Untimed steps per level (default 2)");
+  eg->add_option("--workers", f->workers, "Host processing threads (default 8 on cuda, 2 on host)");
+  eg->add_option("--pool-buffers", f->pool_buffers, "Whole-output buffers in the L2..L4 pools");
+  eg->add_option("--slot-bytes", f->slot_bytes, "ferry's pinned slot size (default 64MiB on cuda)");
+  eg->add_option("--slots", f->slots, "ferry's pinned slots (default 32 on cuda: above the chunks of one output)");
+  eg->add_option("--levels", f->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
+  eg->add_flag("--no-check", f->no_check, "Checksum delivered bytes instead of checking them against the pattern");
+  eg->add_option("--pure-copy", f->pure_copy, "Pure-copy mode: drain this many outputs with no compute");
+  eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
+  eg->add_flag("--json", f->json, "Print JSON on stdout instead of the table");
+  return [f, eg]() -> int {
+    if (eg->parsed()) return run_egress(*f);
+    return 0;
+  };
+}
+
+}  // namespace ferry::cli
