@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <algorithm>
 
 #include "commands.hpp"
 #include "ferry/bench/egress_bench.hpp"
@@ -103,6 +105,15 @@ int run_egress(const egress_flags& f) {
   cfg.probed_d2h_gbps = f.probed_d2h;
 
   if (f.pure_copy > 0) {
+    // Pure copy is bound by how fast the host checks what arrives: small slots keep each chunk in the
+    // CPU's last-level cache between the copy that writes it and the check that reads it, and every core
+    // but one checks (measured on the H200 machine: docs/PERFORMANCE.md).
+    if (dev->kind() == backend::cuda) {
+      if (f.slot_bytes.empty()) cfg.slot_bytes = 8 * MiB;
+      if (f.slots == 0) cfg.slots = 48;
+      const unsigned cores = std::thread::hardware_concurrency();
+      if (f.workers == 0) cfg.workers = cores > 1 ? cores - 1 : 1;
+    }
     const bench::pure_copy_result r = bench::run_egress_pure_copy(*dev, cfg, f.pure_copy, progress_line);
     if (f.json) {
       nlohmann::json j{{"tool", "ferry bench egress --pure-copy"},
@@ -175,7 +186,9 @@ std::function<int()> add_bench_command(CLI::App& app) {
   eg->add_option("--slots", f->slots, "ferry's pinned slots (default 32 on cuda: above the chunks of one output)");
   eg->add_option("--levels", f->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
   eg->add_flag("--no-check", f->no_check, "Checksum delivered bytes instead of checking them against the pattern");
-  eg->add_option("--pure-copy", f->pure_copy, "Pure-copy mode: drain this many outputs with no compute");
+  eg->add_option("--pure-copy", f->pure_copy,
+                 "Pure-copy mode: drain this many outputs with no compute (on cuda: 8MiB x 48 slots, all cores "
+                 "but one checking, unless given)");
   eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
   eg->add_flag("--json", f->json, "Print JSON on stdout instead of the table");
   return [f, eg]() -> int {
