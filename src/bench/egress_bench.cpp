@@ -188,6 +188,24 @@ class worker_stage {
   worker_pool pool_;  // last: its threads stop before the members they use are destroyed
 };
 
+// ferry's pipeline as the bench configures it: delivery as completed, since the checks are independent.
+egress::options ferry_options(const egress_config& cfg) {
+  egress::options opts;
+  opts.slot_bytes = cfg.slot_bytes;
+  opts.slots = cfg.slots;
+  opts.sink_workers = cfg.workers;
+  opts.order = delivery::as_completed;
+  return opts;
+}
+
+// The pinned D2H bandwidth rows are compared with: given, or measured now on this device.
+double probed_d2h(device& dev, const egress_config& cfg, progress_fn progress) {
+  if (cfg.probed_d2h_gbps > 0) return cfg.probed_d2h_gbps;
+  const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.output_bytes(), 256 * MiB));
+  if (progress != nullptr) progress(fmt::format("probing pinned D2H with {} copies", format_bytes(bytes)));
+  return probe::measure_link(dev, copy_direction::device_to_host, memory_kind::pinned, bytes, 2, 5).median_gbps;
+}
+
 void run_ideal(const egress_config& cfg, workload& w, egress_row& row) {
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
@@ -303,11 +321,7 @@ void run_pool(device& dev, const egress_config& cfg, workload& w, egress_row& ro
 
 // ferry: the egress pipeline, its sink doing the same processing on every chunk as it arrives.
 void run_ferry(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc) {
-  egress::options opts;
-  opts.slot_bytes = cfg.slot_bytes;
-  opts.slots = cfg.slots;
-  opts.sink_workers = cfg.workers;
-  opts.order = delivery::as_completed;
+  const egress::options opts = ferry_options(cfg);
   auto sink = std::make_shared<egress::callback_sink>(
       [&proc](const egress::output_chunk& c) { proc.process(c.bytes, seed_of(static_cast<int>(c.tag)), c.offset); });
   egress::pipeline out(dev, sink, opts);
@@ -392,13 +406,7 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
   egress_result result;
   result.device = dev.info();
   result.config = cfg;
-  result.probed_d2h_gbps = cfg.probed_d2h_gbps;
-  if (result.probed_d2h_gbps <= 0) {
-    const std::size_t probe_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.output_bytes(), 256 * MiB));
-    say(fmt::format("probing pinned D2H with {} copies", format_bytes(probe_bytes)));
-    result.probed_d2h_gbps =
-        probe::measure_link(dev, copy_direction::device_to_host, memory_kind::pinned, probe_bytes, 2, 5).median_gbps;
-  }
+  result.probed_d2h_gbps = probed_d2h(dev, cfg, progress);
 
   double ideal = 0;
   for (const auto& level : cfg.levels) {
@@ -449,13 +457,7 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int
   r.device = dev.info();
   r.output_bytes = cfg.output_bytes();
   r.outputs = outputs;
-  r.probed_d2h_gbps = cfg.probed_d2h_gbps;
-  if (r.probed_d2h_gbps <= 0) {
-    const std::size_t probe_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.output_bytes(), 256 * MiB));
-    say(fmt::format("probing pinned D2H with {} copies", format_bytes(probe_bytes)));
-    r.probed_d2h_gbps =
-        probe::measure_link(dev, copy_direction::device_to_host, memory_kind::pinned, probe_bytes, 2, 5).median_gbps;
-  }
+  r.probed_d2h_gbps = probed_d2h(dev, cfg, progress);
   buffer out = dev.alloc_device(cfg.output_bytes());
   stream producer = dev.make_stream();
   constexpr std::uint64_t seed = 77;
@@ -463,11 +465,7 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int
   producer.synchronize();
 
   processor proc(cfg.check);
-  egress::options opts;
-  opts.slot_bytes = cfg.slot_bytes;
-  opts.slots = cfg.slots;
-  opts.sink_workers = cfg.workers;
-  opts.order = delivery::as_completed;
+  const egress::options opts = ferry_options(cfg);
   auto sink = std::make_shared<egress::callback_sink>(
       [&proc](const egress::output_chunk& c) { proc.process(c.bytes, seed, c.offset); });
   egress::pipeline pipe(dev, sink, opts);

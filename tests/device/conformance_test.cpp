@@ -24,41 +24,17 @@
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
+#include "support/test_support.hpp"
 
 namespace ferry {
 namespace {
 
+using testing::backends_under_test;
+using testing::message_of;
+
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-std::vector<backend> backends_under_test() {
-  const char* env = std::getenv("FERRY_TEST_BACKENDS");
-  const std::string text = env != nullptr && *env != '\0' ? env : "host";
-  std::vector<backend> out;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    std::size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string name = text.substr(begin, end - begin);
-    name.erase(0, name.find_first_not_of(" \t"));
-    name.erase(name.find_last_not_of(" \t") + 1);
-    if (!name.empty()) {
-      try {
-        out.push_back(parse_backend(name));
-      } catch (const logic_error& e) {
-        // Registration runs before main: exit loudly rather than run a suite that tests nothing.
-        std::fprintf(stderr, "FERRY_TEST_BACKENDS=\"%s\": %s\n", text.c_str(), e.what());
-        std::exit(2);
-      }
-    }
-    begin = end + 1;
-  }
-  if (out.empty()) {
-    std::fprintf(stderr, "FERRY_TEST_BACKENDS=\"%s\" names no backend\n", text.c_str());
-    std::exit(2);
-  }
-  return out;
-}
 
 std::unique_ptr<device> make_device_under_test(backend b) {
   if (b == backend::cuda) return make_cuda_device(0);
@@ -98,24 +74,6 @@ std::size_t value_mismatch(const std::byte* p, std::size_t n, std::uint8_t value
 
 constexpr std::size_t npos = std::string::npos;
 
-// The message of the exception of type E that `f` throws; a test failure when it throws nothing or
-// something else.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
-
-#define EXPECT_MESSAGE_HAS(message, text) \
-  EXPECT_NE(std::string_view(message).find(text), std::string_view::npos) << "message: " << (message)
 
 double ms_since(steady::time_point t0) {
   return std::chrono::duration<double, std::milli>(steady::now() - t0).count();

@@ -21,12 +21,14 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
+#include "support/test_support.hpp"
 
 namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using testing::message_of;
 
 double ms_since(steady::time_point t0) {
   return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
@@ -35,22 +37,6 @@ double ms_since(steady::time_point t0) {
 // Milliseconds a copy of `bytes` takes at `gbps` decimal GB/s.
 double modelled_ms(std::size_t bytes, double gbps) { return static_cast<double>(bytes) / (gbps * 1e6); }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
-
-#define EXPECT_MESSAGE_HAS(message, text) \
-  EXPECT_NE(std::string_view(message).find(text), std::string_view::npos) << "message: " << (message)
 
 // No jitter: these tests time single operations.
 host_device_options quiet_options() {
