@@ -51,4 +51,33 @@ std::optional<std::uint64_t> find_pattern_mismatch(std::span<const std::byte> by
   return first_wrong(i, bytes.size());
 }
 
+std::uint64_t checksum64(std::span<const std::byte> bytes, std::uint64_t first_word) noexcept {
+  const std::size_t words = bytes.size() / 8;
+  const std::byte* p = bytes.data();
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, p + 8 * i, 8);
+    sum += checksum_term(w, first_word + i);
+  }
+  if (const std::size_t rest = bytes.size() % 8; rest != 0) {
+    std::uint64_t w = 0;
+    for (std::size_t k = 0; k < rest; ++k) w |= std::uint64_t{std::to_integer<std::uint8_t>(p[8 * words + k])} << (8 * k);
+    sum += checksum_term(w, first_word + words);
+  }
+  return sum;
+}
+
+std::uint64_t pattern_checksum(std::uint64_t seed, std::uint64_t bytes, std::uint64_t first_word) noexcept {
+  const std::uint64_t words = bytes / 8;
+  std::uint64_t sum = 0;
+  std::uint64_t w = pattern_word(seed, 0);
+  for (std::uint64_t i = 0; i < words; ++i, w += pattern_stride) sum += checksum_term(w, first_word + i);
+  if (const std::uint64_t rest = bytes % 8; rest != 0) {
+    const std::uint64_t mask = (std::uint64_t{1} << (8 * rest)) - 1;
+    sum += checksum_term(pattern_word(seed, words) & mask, first_word + words);
+  }
+  return sum;
+}
+
 }  // namespace ferry

@@ -371,6 +371,20 @@ void device::memset_async(mem_view dst, std::uint8_t value, stream_view s) {
   do_memset_async(dst.data, value, dst.bytes, dst.kind, s.native());
 }
 
+void device::checksum_async(mem_view src, mem_view result, stream_view s) {
+  expect_same_device(*this, s.dev(), "checksum_async");
+  expect_view(src, "checksum source");
+  expect_view(result, "checksum result");
+  FERRY_EXPECTS(src.kind != memory_kind::pageable,
+                fmt::format("checksum_async of {} of pageable memory: a stream cannot read pageable memory in "
+                            "order; use ferry::checksum64 after synchronizing",
+                            format_bytes(src.bytes)));
+  FERRY_EXPECTS(result.kind == memory_kind::device && result.bytes >= 8,
+                fmt::format("checksum_async result must be at least 8 bytes of device memory, not {} of {} memory",
+                            result.bytes, to_string(result.kind)));
+  do_checksum_async(src.data, src.bytes, result.data, s.native());
+}
+
 void device::fill_pattern_async(mem_view dst, std::uint64_t seed, stream_view s) {
   expect_same_device(*this, s.dev(), "fill_pattern_async");
   expect_view(dst, "pattern destination");

@@ -14,36 +14,12 @@
 #include <utility>
 
 #include "ferry/core/error.hpp"
-#include "ferry/core/pattern_word.hpp"
+#include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/egress/egress.hpp"
 
 namespace ferry::egress {
 namespace {
-
-std::uint64_t load_le64(const std::byte* p) noexcept {
-  std::uint64_t w = 0;
-  std::memcpy(&w, p, sizeof w);
-  if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
-  return w;
-}
-
-// The checksum terms of `bytes`, whose first byte is word `first_word` of its output (so `bytes` starts
-// on a word boundary); a final partial word is zero-padded.
-std::uint64_t checksum_terms(std::span<const std::byte> bytes, std::uint64_t first_word) noexcept {
-  const std::size_t words = bytes.size() / 8;
-  const std::byte* p = bytes.data();
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < words; ++i) sum += mix64(load_le64(p + 8 * i) + first_word + i);
-  if (const std::size_t rest = bytes.size() % 8; rest != 0) {
-    std::uint64_t w = 0;
-    for (std::size_t k = 0; k < rest; ++k) {
-      w |= std::uint64_t{std::to_integer<std::uint8_t>(p[8 * words + k])} << (8 * k);
-    }
-    sum += mix64(w + first_word + words);
-  }
-  return sum;
-}
 
 // Closes a file descriptor when it goes out of scope (the error path); close_checked reports a failed
 // close, which on some file systems is where a failed write shows up.
@@ -150,7 +126,7 @@ void callback_sink::consume(const output_chunk& d) { fn_(d); }
 
 // ---- checksum ----------------------------------------------------------------------------------
 
-std::uint64_t checksum_of(std::span<const std::byte> bytes) noexcept { return checksum_terms(bytes, 0); }
+std::uint64_t checksum_of(std::span<const std::byte> bytes) noexcept { return checksum64(bytes, 0); }
 
 struct checksum_sink::state {
   struct output {
@@ -174,7 +150,7 @@ void checksum_sink::consume(const output_chunk& d) {
                 fmt::format("checksum_sink: chunk {} of {} of tag {} ({} bytes at offset {}) does not fit its "
                             "output of {} bytes",
                             d.chunk, d.chunks, d.tag, d.bytes.size(), d.offset, d.total_bytes));
-  const std::uint64_t terms = checksum_terms(d.bytes, d.offset / 8);
+  const std::uint64_t terms = checksum64(d.bytes, d.offset / 8);
   const std::lock_guard lock(state_->mutex);
   auto [it, inserted] = state_->outputs.try_emplace(d.tag);
   state::output& o = it->second;

@@ -172,6 +172,35 @@ TEST_P(conformance, a_wait_is_bound_to_its_record_even_when_the_event_is_recorde
   EXPECT_TRUE(c_done.query());
 }
 
+TEST_P(conformance, checksum_matches_the_host_checksum) {
+  constexpr std::size_t n = 2 * 1024 * 1024 + 3;  // a partial last word
+  stream s = dev().make_stream();
+  buffer d = dev().alloc_device(n);
+  buffer h = dev().alloc_pinned(n);
+  buffer result = dev().alloc_device(8);
+  buffer back = dev().alloc_pinned(8);
+  ferry::fill_pattern({h.host_bytes(), n}, 21);
+  h.host_bytes()[12345] = std::byte{0x42};  // not only the pattern: any bytes
+  dev().copy_async(d, h, s);
+  dev().checksum_async(d, result, s);
+  dev().copy_async(back, result, s);
+  s.synchronize();
+  std::uint64_t sum = 0;
+  std::memcpy(&sum, back.host_bytes(), 8);
+  EXPECT_EQ(sum, checksum64({h.host_bytes(), n}));
+  // Twice in a row: the result is overwritten, not accumulated; a pinned source works too.
+  dev().checksum_async(h, result, s);
+  dev().copy_async(back, result, s);
+  s.synchronize();
+  std::memcpy(&sum, back.host_bytes(), 8);
+  EXPECT_EQ(sum, checksum64({h.host_bytes(), n}));
+  // A pattern's checksum is known without its bytes.
+  ferry::fill_pattern({h.host_bytes(), n}, 21);
+  EXPECT_EQ(checksum64({h.host_bytes(), n}), pattern_checksum(21, n));
+  EXPECT_EQ(checksum64({h.host_bytes() + 4096, 8192}, 512), pattern_checksum(21, 12288) - pattern_checksum(21, 4096));
+  EXPECT_THROW(dev().checksum_async(d, h.view(0, 8), s), logic_error);
+}
+
 TEST_P(conformance, streams_run_independently) {
   stream a = dev().make_stream();
   stream b = dev().make_stream();

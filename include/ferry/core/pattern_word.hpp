@@ -24,4 +24,12 @@ inline constexpr std::uint64_t pattern_stride = 0x9E3779B97F4A7C15ull;
   return mix64(seed) + index * pattern_stride;
 }
 
+/// One term of ferry's 64-bit checksum: word `w` (little-endian) at word index `index` of the data. The
+/// checksum of some bytes is the wrapping sum of their terms, a final partial word zero-padded; it is
+/// independent of how the data is split and in which order the parts are summed, and it sees a reordered
+/// word, since each term depends on its position.
+[[nodiscard]] constexpr std::uint64_t checksum_term(std::uint64_t w, std::uint64_t index) noexcept {
+  return mix64(w + index);
+}
+
 }  // namespace ferry

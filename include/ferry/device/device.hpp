@@ -269,6 +269,10 @@ class device {
   /// Writes the verification pattern of `seed` (ferry/core/pattern.hpp) into a device or pinned view, in
   /// stream order: byte g of the view becomes byte g of the pattern. A kernel on the cuda backend.
   void fill_pattern_async(mem_view dst, std::uint64_t seed, stream_view s);
+  /// Computes ferry's checksum (checksum64 of ferry/core/pattern.hpp) of a device or pinned view `src`
+  /// into the first 8 bytes of `result`, which must be device memory, in stream order. A kernel on the
+  /// cuda backend: the consumer's check that what arrived on the device is what the host sent.
+  void checksum_async(mem_view src, mem_view result, stream_view s);
   /// Runs `fn` on a host thread once all prior work on `s` is done; later work on `s` waits for it.
   /// `fn` must not call into the device. An exception it throws is rethrown at the next synchronize().
   void launch_host_func(stream_view s, std::function<void()> fn);
@@ -316,6 +320,7 @@ class device {
                                void* s) = 0;
   virtual void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind kind,
                                      void* s) = 0;
+  virtual void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) = 0;
   virtual void do_launch_host_func(void* s, std::function<void()> fn) = 0;
   virtual void do_spin_async(std::chrono::nanoseconds duration, void* s) = 0;
   virtual void do_synchronize() = 0;

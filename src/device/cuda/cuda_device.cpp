@@ -179,6 +179,12 @@ class cuda_device final : public device {
     FERRY_CUDA_TRY(cuda_kernels::launch_fill_pattern(dst, bytes, seed, as_stream(s)));
   }
 
+  void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
+    select();
+    FERRY_CUDA_TRY(cudaMemsetAsync(result, 0, sizeof(std::uint64_t), as_stream(s)));
+    FERRY_CUDA_TRY(cuda_kernels::launch_checksum(src, bytes, static_cast<std::uint64_t*>(result), as_stream(s)));
+  }
+
   void do_launch_host_func(void* s, std::function<void()> fn) override {
     auto payload = std::make_unique<host_func_payload>(
         host_func_payload{std::move(fn), [this](std::exception_ptr e) { capture_callback_error(e); }});

@@ -16,4 +16,8 @@ cudaError_t launch_spin(std::uint64_t nanoseconds, cudaStream_t stream);
 /// bytes at `dst` (device memory, or pinned host memory mapped into the device's address space).
 cudaError_t launch_fill_pattern(void* dst, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
 
+/// Launches a kernel adding ferry's checksum (checksum_term summed over the words of `bytes` bytes at
+/// `src`, a final partial word zero-padded) into `*result` (device memory, zeroed by the caller).
+cudaError_t launch_checksum(const void* src, std::size_t bytes, std::uint64_t* result, cudaStream_t stream);
+
 }  // namespace ferry::cuda_kernels

@@ -490,6 +490,13 @@ class host_device final : public device {
     stream_of(s).enqueue([dst, bytes, seed] { fill_pattern({static_cast<std::byte*>(dst), bytes}, seed); });
   }
 
+  void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
+    stream_of(s).enqueue([src, bytes, result] {
+      const std::uint64_t sum = checksum64({static_cast<const std::byte*>(src), bytes});
+      std::memcpy(result, &sum, sizeof sum);
+    });
+  }
+
   void do_launch_host_func(void* s, std::function<void()> fn) override { stream_of(s).enqueue(std::move(fn)); }
 
   void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
