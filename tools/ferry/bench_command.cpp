@@ -1,4 +1,4 @@
-// `ferry bench egress`: the device-to-host ladder (ideal, L0..L4, ferry), or its pure-copy mode.
+// `ferry bench egress` and `ferry bench ingest`: the device-to-host and host-to-device ladders.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "ferry/bench/egress_bench.hpp"
+#include "ferry/bench/ingest_bench.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 
@@ -168,6 +169,89 @@ int run_egress(const egress_flags& f) {
   return mismatches == 0 ? 0 : 2;
 }
 
+struct ingest_flags {
+  device_options dev;
+  std::string shape;  // BxCxHxW of the image batch
+  double compute_ms = -1;
+  int steps = 0;
+  int warmup = -1;
+  std::size_t workers = 0;
+  std::size_t host_slots = 0;
+  std::size_t depth = 0;
+  std::string levels;
+  bool no_check = false;
+  double probed_h2d = 0;
+  bool json = false;
+};
+
+int run_ingest(const ingest_flags& f) {
+  auto dev = open_device(f.dev);
+  bench::ingest_config cfg = bench::default_ingest_config(dev->kind());
+  if (!f.shape.empty()) {
+    const auto dims = parse_shape(f.shape);
+    cfg.batch = dims[0];
+    cfg.channels = dims[1];
+    cfg.height = dims[2];
+    cfg.width = dims[3];
+  }
+  if (f.compute_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
+  if (f.steps != 0) cfg.steps = f.steps;
+  if (f.warmup >= 0) cfg.warmup = f.warmup;
+  if (f.workers != 0) cfg.workers = f.workers;
+  if (f.host_slots != 0) cfg.host_slots = f.host_slots;
+  if (f.depth != 0) cfg.depth = f.depth;
+  if (!f.levels.empty()) {
+    cfg.levels.clear();
+    std::stringstream in(f.levels);
+    std::string level;
+    while (std::getline(in, level, ',')) cfg.levels.push_back(level);
+  }
+  cfg.check = !f.no_check;
+  cfg.probed_h2d_gbps = f.probed_h2d;
+  const bench::ingest_result r = bench::run_ingest(*dev, cfg, progress_line);
+  std::uint64_t mismatches = 0;
+  for (const auto& row : r.rows) mismatches += row.mismatches;
+  if (f.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : r.rows) {
+      rows.push_back({{"level", row.level},
+                      {"steps", row.steps},
+                      {"seconds", row.seconds},
+                      {"steps_per_s", row.steps_per_s},
+                      {"ratio_to_ideal", row.ratio_to_ideal},
+                      {"bytes", row.bytes},
+                      {"h2d_gbps", row.h2d_gbps},
+                      {"link_fraction", row.link_fraction},
+                      {"gpu_idle", row.gpu_idle},
+                      {"worker_threads", row.worker_threads},
+                      {"cpu_ms_per_batch", row.cpu_ms_per_batch},
+                      {"checked_batches", row.checked_batches},
+                      {"mismatches", row.mismatches}});
+    }
+    nlohmann::json j{{"tool", "ferry bench ingest"},
+                     {"device", device_json(r.device)},
+                     {"config",
+                      {{"batch", cfg.batch},
+                       {"channels", cfg.channels},
+                       {"height", cfg.height},
+                       {"width", cfg.width},
+                       {"batch_bytes", cfg.batch_bytes()},
+                       {"compute_ms", std::chrono::duration<double, std::milli>(cfg.compute).count()},
+                       {"warmup", cfg.warmup},
+                       {"steps", cfg.steps},
+                       {"workers", cfg.workers},
+                       {"host_slots", cfg.host_slots},
+                       {"depth", cfg.depth},
+                       {"check", cfg.check}}},
+                     {"probed_h2d_gbps", r.probed_h2d_gbps},
+                     {"rows", rows}};
+    std::cout << j.dump(2) << '\n';
+  } else {
+    std::cout << bench::format_table(r);
+  }
+  return mismatches == 0 ? 0 : 2;
+}
+
 }  // namespace
 
 std::function<int()> add_bench_command(CLI::App& app) {
@@ -191,8 +275,23 @@ std::function<int()> add_bench_command(CLI::App& app) {
                  "but one checking, unless given)");
   eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
   eg->add_flag("--json", f->json, "Print JSON on stdout instead of the table");
-  return [f, eg]() -> int {
+  auto g = std::make_shared<ingest_flags>();
+  CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
+  add_device_options(*in, g->dev);
+  in->add_option("--shape", g->shape, "Image batch BxCxHxW (default 64x3x512x512 on cuda, 8x3x128x128 on host)");
+  in->add_option("--compute-ms", g->compute_ms, "Compute time per step in ms (default 66 on cuda, 10 on host)");
+  in->add_option("--steps", g->steps, "Timed steps per level (default 10)");
+  in->add_option("--warmup", g->warmup, "Untimed steps per level (default 2)");
+  in->add_option("--workers", g->workers, "Sample-making threads (default 8 on cuda, 2 on host)");
+  in->add_option("--host-slots", g->host_slots, "Pinned batches made ahead (default 4)");
+  in->add_option("--depth", g->depth, "Device batches copied ahead (default 2)");
+  in->add_option("--levels", g->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,ferry)");
+  in->add_flag("--no-check", g->no_check, "Skip comparing device checksums with the host's");
+  in->add_option("--probed-h2d", g->probed_h2d, "Pinned H2D GB/s to compare with (default: measured first)");
+  in->add_flag("--json", g->json, "Print JSON on stdout instead of the table");
+  return [f, eg, g, in]() -> int {
     if (eg->parsed()) return run_egress(*f);
+    if (in->parsed()) return run_ingest(*g);
     return 0;
   };
 }

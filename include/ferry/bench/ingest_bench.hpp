@@ -1,0 +1,83 @@
+// `ferry bench ingest`: the host-to-device ladder of BACKGROUND.md re-created on the device interface,
+// next to the compute-only ceiling ("ideal") and ferry's loader + prefetcher.
+//
+// The workload is a synthetic training step: every step occupies the compute stream for the configured
+// compute time (a spin kernel standing in for ResNet-18 forward + backward + Adam), then reads the whole
+// batch with a checksum kernel. Samples are made on the CPU: each image is the verification pattern of the
+// sample's seed (an add per 8 bytes: a fast generator), each label its dataset index. After the timed steps
+// every device checksum is compared with the checksum the host expects for that batch.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/bench/egress_bench.hpp"
+#include "ferry/device/device.hpp"
+
+namespace ferry::bench {
+
+/// The ingest bench's workload and levels.
+struct ingest_config {
+  std::size_t batch = 64;
+  std::size_t channels = 3;
+  std::size_t height = 512;
+  std::size_t width = 512;
+  std::chrono::nanoseconds compute{std::chrono::milliseconds(66)};  // per step: the reference's rate
+  int warmup = 2;
+  int steps = 10;
+  std::size_t workers = 8;        // sample-making threads (L1..L4 and ferry)
+  std::size_t host_slots = 4;     // pinned batches the workers may fill ahead (L2..L4, ferry)
+  std::size_t depth = 2;          // device batches copied ahead (L3, L4, ferry)
+  bool check = true;              // compare every batch's device checksum with the host's
+  std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "ferry"};
+  double probed_h2d_gbps = 0;     // 0: measure pinned H2D first
+
+  [[nodiscard]] std::uint64_t image_bytes() const noexcept {
+    return std::uint64_t{channels} * height * width * sizeof(float);
+  }
+  [[nodiscard]] std::uint64_t sample_bytes() const noexcept { return image_bytes() + sizeof(std::int64_t); }
+  [[nodiscard]] std::uint64_t batch_bytes() const noexcept { return sample_bytes() * batch; }
+};
+
+/// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
+[[nodiscard]] ingest_config default_ingest_config(backend b);
+
+/// Every level the bench knows, with what it does and what bounds it.
+[[nodiscard]] const std::vector<level_info>& ingest_levels();
+
+/// One row of the ladder.
+struct ingest_row {
+  std::string level;
+  int steps = 0;
+  double seconds = 0;
+  double steps_per_s = 0;
+  double ratio_to_ideal = 0;
+  std::uint64_t bytes = 0;          // bytes moved host to device in the timed steps
+  double h2d_gbps = 0;
+  double link_fraction = 0;         // h2d_gbps / probed pinned H2D
+  double gpu_idle = 0;
+  std::size_t worker_threads = 0;   // threads making samples (besides the main thread)
+  double cpu_ms_per_batch = 0;      // process CPU time over the timed steps / steps
+  std::uint64_t checked_batches = 0;
+  std::uint64_t mismatches = 0;     // batches whose device checksum differs from the host's
+};
+
+/// A full ladder run.
+struct ingest_result {
+  device_info device;
+  ingest_config config;
+  double probed_h2d_gbps = 0;
+  std::vector<ingest_row> rows;
+  [[nodiscard]] const ingest_row* find(const std::string& level) const noexcept;
+};
+
+/// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape.
+[[nodiscard]] ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn progress = nullptr);
+
+/// The text table of a ladder run.
+[[nodiscard]] std::string format_table(const ingest_result& r);
+
+}  // namespace ferry::bench

@@ -1,0 +1,61 @@
+#include "ferry/bench/ingest_bench.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ferry/core/error.hpp"
+
+namespace {
+
+ferry::bench::ingest_config tiny() {
+  ferry::bench::ingest_config c = ferry::bench::default_ingest_config(ferry::backend::host);
+  c.batch = 4;
+  c.height = 32;
+  c.width = 33;
+  c.compute = std::chrono::milliseconds(10);
+  c.warmup = 1;
+  c.steps = 5;
+  c.workers = 2;
+  c.host_slots = 2;
+  c.probed_h2d_gbps = 10;  // skip the probe: the test checks the ladder, not the link
+  return c;
+}
+
+TEST(ingest_bench, every_level_delivers_every_batch_intact) {
+  ferry::host_device_options o;
+  o.jitter_probability = 0.2;
+  o.jitter_max = std::chrono::microseconds(200);
+  o.seed = 5;
+  auto dev = ferry::make_host_device(o);
+  const auto cfg = tiny();
+  const auto r = ferry::bench::run_ingest(*dev, cfg);
+  ASSERT_EQ(r.rows.size(), cfg.levels.size());
+  for (const auto& row : r.rows) {
+    SCOPED_TRACE(row.level);
+    EXPECT_EQ(row.mismatches, 0u);
+    EXPECT_EQ(row.checked_batches, static_cast<std::uint64_t>(cfg.warmup + cfg.steps));
+    EXPECT_GT(row.steps_per_s, 0.0);
+    EXPECT_LT(row.ratio_to_ideal, 1.3);  // nothing beats the compute-only ceiling beyond noise
+    EXPECT_EQ(row.bytes, row.level == "ideal" ? 0u : cfg.batch_bytes() * cfg.steps);
+  }
+  const std::string table = ferry::bench::format_table(r);
+  for (const auto& level : cfg.levels) EXPECT_NE(table.find(level), std::string::npos) << level;
+}
+
+TEST(ingest_bench, bad_configuration_names_the_value) {
+  auto dev = ferry::make_host_device();
+  auto cfg = tiny();
+  cfg.levels = {"L7"};
+  try {
+    (void)ferry::bench::run_ingest(*dev, cfg);
+    FAIL() << "unknown level accepted";
+  } catch (const ferry::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"L7\""), std::string::npos) << e.what();
+  }
+  cfg = tiny();
+  cfg.workers = 0;
+  EXPECT_THROW((void)ferry::bench::run_ingest(*dev, cfg), ferry::logic_error);
+}
+
+}  // namespace
