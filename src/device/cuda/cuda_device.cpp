@@ -58,6 +58,10 @@ class cuda_device final : public device {
     FERRY_EXPECTS(ordinal >= 0 && ordinal < count,
                   fmt::format("GPU ordinal {} is out of range: this machine has {} GPU(s)", ordinal, count));
     FERRY_CUDA_TRY(cudaSetDevice(ordinal_));
+    // Host threads that wait for the device (event and stream synchronize) sleep rather than spin, so a
+    // pipeline's waiting threads leave the CPU cores to the threads that make and check data. A context a
+    // framework created earlier keeps its own choice (the call then fails harmlessly).
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) static_cast<void>(cudaGetLastError());
     FERRY_CUDA_TRY(cudaFree(nullptr));  // create the primary context now, not inside the first timed call
     cudaDeviceProp prop{};
     FERRY_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal_));
