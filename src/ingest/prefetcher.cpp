@@ -1,0 +1,333 @@
+// The prefetcher: one copier thread takes the loader's batches in order and queues their H2D copies on
+// the prefetcher's copy stream, into device slots used in rotation (batch k in slot k % depth).
+//
+// Per device slot d, three events made at construction: `released_[d]` (a completion event recorded on
+// the consumer's stream by release()), `start_[d]` and `ready_[d]` (timing events around the copy). A
+// copy into d is queued only once the consumer released d's previous batch on the host (release() is
+// called as soon as the consumer queued its last use, so this is a hand-off, not a wait for the device),
+// and the copy stream waits on `released_[d]` on the device before it writes. next() makes the consumer's
+// stream wait on `ready_[d]`. After the copy a host function on the copy stream gives the pinned slot
+// back to the loader: it runs only once the copy completed, so a pinned slot is never refilled early.
+//
+// mu_ guards the hand-off queue (batches copied or queued for copy, in order), the per-slot lent/free
+// flags, the failure and the closing flag; both condition variables wake on close and on failure.
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/ingest/ingest.hpp"
+#include "layout.hpp"
+
+namespace ferry::ingest {
+namespace {
+using steady = std::chrono::steady_clock;
+}  // namespace
+
+mem_view device_batch::field(std::size_t f) const {
+  FERRY_EXPECTS(f < fields_.size(),
+                fmt::format("ingest device_batch: field {} is out of range; a batch has {} fields", f, fields_.size()));
+  return fields_[f];
+}
+
+struct prefetcher::impl {
+  impl(device& dev, loader& source, const prefetch_options& opts);
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+  ~impl();
+
+  std::optional<device_batch> next(stream_view consumer);
+  void release(const device_batch& b, stream_view consumer);
+  void close() noexcept;
+  void copier() noexcept;
+  void fail(std::exception_ptr e) noexcept;
+  // Adds slot d's finished copy to the "copy" stage; blocks until its timing event completed.
+  void harvest(std::size_t d);
+  void harvest_all() noexcept;
+
+  device& dev_;
+  loader& source_;
+  const prefetch_options opts_;
+  const detail::batch_layout layout_;
+
+  stats_registry stats_;
+  stage_stats& copy_ = stats_.add_stage("copy");
+  stage_stats& wait_batch_ = stats_.add_stage("wait_batch");
+  stage_stats& wait_slot_ = stats_.add_stage("wait_slot");
+
+  buffer pool_;
+  std::vector<std::vector<mem_view>> slot_fields_;  // per device slot, per field: the whole region
+  // Per device slot, filled by the copier; read by next() under mu_.
+  std::vector<std::vector<mem_view>> lent_fields_;  // per slot, per field: samples * sample_bytes
+  std::vector<event> released_;
+  std::vector<event> start_;
+  std::vector<event> ready_;
+  std::vector<std::uint64_t> copied_bytes_;  // per slot: bytes of the copy not yet harvested (0: none)
+  // Per loader slot: the host batch whose copy is in flight (written by the copier, read by the host
+  // function that returns it; the loader's hand-out orders the two).
+  std::vector<host_batch> held_;
+
+  std::mutex mu_;
+  std::condition_variable queued_;  // next() waits on it
+  std::condition_variable freed_;   // the copier waits on it
+  // Guarded by mu_:
+  std::vector<device_batch> queue_;  // a ring of depth entries, in order
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  std::vector<bool> busy_;          // per device slot: queued or lent, not yet released
+  std::vector<std::uint64_t> seq_;  // per device slot: sequence of the batch it holds
+  bool ended_ = false;              // the loader has no more batches
+  bool closing_ = false;
+  std::exception_ptr error_;
+
+  std::mutex close_mu_;
+  bool closed_ = false;  // guarded by close_mu_
+  stream copy_stream_;   // after the events and pool: destroyed (finishing its work) first
+  std::thread thread_;
+};
+
+prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts)
+    : dev_(dev),
+      source_(source),
+      opts_(opts),
+      layout_(source.options().fields, source.options().sampling.batch_size) {
+  FERRY_EXPECTS(opts.depth > 0, "ingest prefetch_options::depth is 0: the prefetcher needs at least one device slot");
+  FERRY_EXPECTS(opts.depth <= std::numeric_limits<std::size_t>::max() / layout_.slot_bytes,
+                fmt::format("ingest prefetcher: depth {} of {} overflows the address space", opts.depth,
+                            format_bytes(layout_.slot_bytes)));
+  const std::size_t n = opts.depth;
+  const std::size_t nfields = layout_.offset.size();
+  pool_ = dev_.alloc_device(n * layout_.slot_bytes);
+  slot_fields_.resize(n);
+  lent_fields_.assign(n, std::vector<mem_view>(nfields));
+  for (std::size_t d = 0; d < n; ++d) {
+    for (std::size_t f = 0; f < nfields; ++f) {
+      slot_fields_[d].push_back(pool_.view(d * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
+    }
+    released_.push_back(dev_.make_event());
+    start_.push_back(dev_.make_timing_event());
+    ready_.push_back(dev_.make_timing_event());
+  }
+  copied_bytes_.assign(n, 0);
+  held_.resize(source.options().slots);
+  queue_.resize(n);
+  busy_.assign(n, false);
+  seq_.assign(n, 0);
+  copy_stream_ = dev_.make_stream();
+  thread_ = std::thread([this] { copier(); });
+}
+
+prefetcher::impl::~impl() {
+  close();
+  // The consumer may still be reading slots it released; wait for its release events before the device
+  // slots are freed.
+  for (auto& e : released_) {
+    try {
+      if (e.recorded()) e.synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report a device error better
+    }
+  }
+}
+
+void prefetcher::impl::fail(std::exception_ptr e) noexcept {
+  {
+    const std::lock_guard lock(mu_);
+    if (!error_) error_ = std::move(e);
+  }
+  queued_.notify_all();
+  freed_.notify_all();
+}
+
+void prefetcher::impl::harvest(std::size_t d) {
+  if (copied_bytes_[d] == 0) return;
+  ready_[d].synchronize();
+  const double ms = dev_.elapsed_ms(start_[d], ready_[d]);
+  copy_.record(std::chrono::nanoseconds(static_cast<std::int64_t>(ms * 1e6)), 1, copied_bytes_[d]);
+  copied_bytes_[d] = 0;
+}
+
+void prefetcher::impl::harvest_all() noexcept {
+  for (std::size_t d = 0; d < copied_bytes_.size(); ++d) {
+    try {
+      harvest(d);
+    } catch (...) {
+      copied_bytes_[d] = 0;
+    }
+  }
+}
+
+void prefetcher::impl::copier() noexcept {
+  const std::size_t nfields = layout_.offset.size();
+  std::uint64_t k = 0;
+  std::optional<host_batch> hb;
+  try {
+    for (;; ++k) {
+      hb = source_.next();
+      if (!hb) {
+        {
+          const std::lock_guard lock(mu_);
+          ended_ = true;
+        }
+        queued_.notify_all();
+        return;
+      }
+      const std::size_t d = static_cast<std::size_t>(k % opts_.depth);
+      {
+        std::unique_lock lock(mu_);
+        if (busy_[d] && !closing_ && !error_) {
+          const auto t0 = steady::now();
+          freed_.wait(lock, [&] { return !busy_[d] || closing_ || error_; });
+          wait_slot_.record(steady::now() - t0);
+        }
+        if (closing_ || error_) break;
+      }
+      harvest(d);  // the copy that last filled d (depth batches ago), so its timing events can be reused
+      if (released_[d].recorded()) copy_stream_.wait(released_[d]);
+      start_[d].record(copy_stream_);
+      std::uint64_t bytes = 0;
+      for (std::size_t f = 0; f < nfields; ++f) {
+        const mem_view src = hb->view(f);
+        const mem_view dst = slot_fields_[d][f].subview(0, src.bytes);
+        dev_.copy_async(dst, src, copy_stream_);
+        lent_fields_[d][f] = dst;
+        bytes += src.bytes;
+      }
+      ready_[d].record(copy_stream_);
+      copied_bytes_[d] = bytes;
+      const std::size_t ls = hb->slot;
+      held_[ls] = *hb;
+      hb.reset();
+      // Queued after the copy: runs once it completed, so the pinned slot is refilled only then.
+      dev_.launch_host_func(copy_stream_, [this, ls] {
+        try {
+          source_.release(held_[ls]);
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      });
+      {
+        const std::lock_guard lock(mu_);
+        device_batch& b = queue_[(head_ + count_) % opts_.depth];
+        b.epoch = held_[ls].epoch;
+        b.batch = held_[ls].batch;
+        b.samples = held_[ls].samples;
+        b.slot = d;
+        b.fields_ = lent_fields_[d];
+        busy_[d] = true;
+        seq_[d] = k;
+        ++count_;
+      }
+      queued_.notify_all();
+    }
+  } catch (const stopped_error&) {
+    // The loader was closed (by close()); nothing to report.
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  if (hb) {
+    try {
+      source_.release(*hb);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the loader is closing or failed already
+    }
+  }
+}
+
+std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
+  std::unique_lock lock(mu_);
+  std::optional<steady::time_point> t0;
+  for (;;) {
+    if (error_) std::rethrow_exception(error_);
+    if (closing_) throw stopped_error("ingest prefetcher is closed: it hands out no more batches");
+    if (count_ > 0) {
+      const device_batch b = queue_[head_];
+      head_ = (head_ + 1) % opts_.depth;
+      --count_;
+      if (t0) wait_batch_.record(steady::now() - *t0);
+      // Recorded by the copier before it queued the batch, and not again before the slot is released.
+      consumer.wait(ready_[b.slot]);
+      return b;
+    }
+    if (ended_) return std::nullopt;
+    if (!t0) t0 = steady::now();
+    queued_.wait(lock);
+  }
+}
+
+void prefetcher::impl::release(const device_batch& b, stream_view consumer) {
+  {
+    const std::lock_guard lock(mu_);
+    FERRY_EXPECTS(b.slot < opts_.depth && busy_[b.slot] && b.fields_.data() == lent_fields_[b.slot].data(),
+                  fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
+                              "lent out (released twice, or from another prefetcher?)",
+                              b.batch, b.epoch, b.slot));
+    // The copier waits for busy_ to clear before it reads released_[slot], so recording under mu_
+    // orders the record before the copy stream's wait.
+    released_[b.slot].record(consumer);
+    busy_[b.slot] = false;
+  }
+  freed_.notify_all();
+}
+
+void prefetcher::impl::close() noexcept {
+  const std::lock_guard close_lock(close_mu_);
+  if (closed_) return;
+  closed_ = true;
+  {
+    const std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  queued_.notify_all();
+  freed_.notify_all();
+  source_.close();  // wakes the copier in loader::next()
+  if (thread_.joinable()) thread_.join();
+  try {
+    copy_stream_.synchronize();  // every copy done and every pinned slot given back
+  } catch (...) {  // NOLINT(bugprone-empty-catch): close never throws; the error was the copier's to report
+  }
+  harvest_all();
+}
+
+prefetcher::prefetcher(device& dev, loader& source, const prefetch_options& opts)
+    : impl_(std::make_unique<impl>(dev, source, opts)) {}
+prefetcher::~prefetcher() = default;
+std::optional<device_batch> prefetcher::next(stream_view consumer) { return impl_->next(consumer); }
+void prefetcher::release(const device_batch& b, stream_view consumer) { impl_->release(b, consumer); }
+void prefetcher::close() { impl_->close(); }
+std::vector<stage_snapshot> prefetcher::stats() const { return impl_->stats_.snapshot(); }
+double prefetcher::h2d_gbps() const {
+  for (const auto& s : impl_->stats_.snapshot()) {
+    if (s.name == "copy") return gb_per_s(s.bytes, static_cast<double>(s.total_ns) * 1e-9);
+  }
+  return 0;
+}
+prefetcher::range prefetcher::batches(stream_view consumer) { return {*this, consumer}; }
+
+prefetcher::range::~range() {
+  if (p_ == nullptr || !current_) return;
+  try {
+    p_->release(*current_, consumer_);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+  }
+}
+
+prefetcher::range::iterator prefetcher::range::begin() {
+  if (!started_) {
+    started_ = true;
+    current_ = p_->next(consumer_);
+  }
+  return iterator(this);
+}
+
+void prefetcher::range::advance() {
+  if (current_) {
+    const device_batch b = *std::exchange(current_, std::nullopt);
+    p_->release(b, consumer_);
+  }
+  current_ = p_->next(consumer_);
+}
+
+}  // namespace ferry::ingest
