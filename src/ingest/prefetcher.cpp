@@ -224,7 +224,14 @@ void prefetcher::impl::copier() noexcept {
       queued_.notify_all();
     }
   } catch (const stopped_error&) {
-    // The loader was closed (by close()); nothing to report.
+    // Closed by close(): nothing to report. Closed by someone else: the consumer must hear of it, or its
+    // next() would wait for a batch that never comes.
+    bool closing = false;
+    {
+      const std::lock_guard lock(mu_);
+      closing = closing_;
+    }
+    if (!closing) fail(std::current_exception());
   } catch (...) {
     fail(std::current_exception());
   }

@@ -171,12 +171,11 @@ TEST_P(ingest_loader, a_fill_error_reaches_the_consumer_and_every_worker_stops) 
     opts.workers = 4;
     std::atomic<std::uint64_t> calls{0};
     std::atomic<std::uint64_t> after{0};
-    std::atomic<bool> thrown{false};
+    std::atomic<bool> caught{false};
     {
       loader l(dev(), opts, [&](const sample& s, sample_fields out) {
-        if (thrown.load()) after.fetch_add(1);
+        if (caught.load()) after.fetch_add(1);
         if (calls.fetch_add(1) == 45) {
-          thrown.store(true);
           throw std::runtime_error("bad sample 45");
         }
         pattern_fill(s, out);
@@ -190,11 +189,13 @@ TEST_P(ingest_loader, a_fill_error_reaches_the_consumer_and_every_worker_stops) 
         }
       } catch (const std::runtime_error& e) {
         message = e.what();
+        caught.store(true);
       }
       EXPECT_EQ(message, "bad sample 45");
       EXPECT_THROW((void)l.try_next(), std::runtime_error);  // the error stays
     }
-    // Workers already inside a fill when the error struck finish it; none starts another.
+    // Once the error reached the consumer, a worker past its stop check may start one last fill; none
+    // starts another.
     EXPECT_LE(after.load(), opts.workers);
   });
 }

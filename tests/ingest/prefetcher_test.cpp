@@ -163,8 +163,6 @@ TEST_P(ingest_prefetcher, a_fill_error_reaches_next_and_everything_joins) {
 
 TEST_P(ingest_prefetcher, close_and_destruction_mid_epoch_do_not_deadlock) {
   with_watchdog(60s, [&] {
-    reader* unused = nullptr;
-    static_cast<void>(unused);
     // Consumer holds every device slot; copier blocked on a slot, workers blocked on pinned slots.
     {
       loader l(dev(), small_options(1000, 0, false, true), pattern_fill);
@@ -199,6 +197,26 @@ TEST_P(ingest_prefetcher, close_and_destruction_mid_epoch_do_not_deadlock) {
       EXPECT_THROW((void)p.next(s), stopped_error);
       EXPECT_THROW((void)l.next(), stopped_error);  // close closes the loader
       p.close();
+    }
+    // The loader closed under the prefetcher: the consumer hears of it instead of waiting forever.
+    {
+      loader l(dev(), small_options(1000, 0, false, true), pattern_fill);
+      prefetcher p(dev(), l, {.depth = 2});
+      const stream s = dev().make_stream();
+      auto b = p.next(s);
+      ASSERT_TRUE(b.has_value());
+      p.release(*b, s);
+      l.close();
+      EXPECT_THROW(
+          {
+            for (;;) {
+              auto c = p.next(s);
+              ASSERT_TRUE(c.has_value());
+              p.release(*c, s);
+            }
+          },
+          stopped_error);
+      s.synchronize();
     }
     // Destroyed right after construction, while the copier is busy.
     {
