@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <exception>
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
@@ -473,6 +474,119 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
   }
   for (auto& r : result.rows) r.ratio_to_ideal = ideal > 0 ? r.steps_per_s / ideal : 0;
   return result;
+}
+
+ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
+                                             progress_fn progress) {
+  FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
+  ingest_pure_copy_result r;
+  r.device = dev.info();
+  r.batch_bytes = cfg.batch_bytes();
+  r.batches = batches;
+  r.probed_h2d_gbps = cfg.probed_h2d_gbps;
+  if (r.probed_h2d_gbps <= 0) {
+    const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.batch_bytes(), 256 * MiB));
+    if (progress != nullptr) progress(fmt::format("probing pinned H2D with {} copies", format_bytes(bytes)));
+    r.probed_h2d_gbps =
+        probe::measure_link(dev, copy_direction::host_to_device, memory_kind::pinned, bytes, 2, 5).median_gbps;
+  }
+  const batch_layout l{cfg.image_bytes(), cfg.batch};
+  const std::uint64_t slots = cfg.host_slots;
+  ingest::loader_options opts;
+  opts.fields = {{"image", static_cast<std::size_t>(l.image_bytes)}, {"label", sizeof(std::int64_t)}};
+  opts.sampling.dataset_size = static_cast<std::uint64_t>(batches + 1) * l.batch;
+  opts.sampling.batch_size = l.batch;
+  opts.workers = cfg.workers;
+  opts.slots = cfg.host_slots;
+  // Batch g lives in slot g % slots, so from the second pass on a slot's images are those of batch
+  // g % slots, made on the first pass; only the labels are written again.
+  ingest::loader data(dev, opts, [&l, slots](const ingest::sample& s, ingest::sample_fields out) {
+    if (s.batch < slots) {
+      make_sample(out[0], out[1], s.batch, s.position, l.batch);
+    } else {
+      const std::int64_t index = static_cast<std::int64_t>(s.batch * l.batch + s.position);
+      std::memcpy(out[1].data(), &index, sizeof index);
+    }
+  });
+  ingest::prefetch_options popts;
+  popts.depth = cfg.depth;
+  ingest::prefetcher gpu(dev, data, popts);
+  stream consumer = dev.make_stream();
+  buffer sums = dev.alloc_device(16 * static_cast<std::size_t>(batches + 1));
+  if (progress != nullptr) {
+    progress(fmt::format("ingest pure copy: {} x {} through ferry::ingest", batches, format_bytes(cfg.batch_bytes())));
+  }
+  clock_type::time_point t0{};
+  std::uint64_t step = 0;
+  for (ingest::device_batch& b : gpu.batches(consumer)) {
+    if (step == 1) {
+      consumer.synchronize();  // batch 0 is the warm-up
+      t0 = clock_type::now();
+    }
+    dev.checksum_async(b.field(0), sums.view(16 * step, 8), consumer);
+    dev.checksum_async(b.field(1), sums.view(16 * step + 8, 8), consumer);
+    ++step;
+  }
+  consumer.synchronize();
+  r.seconds = seconds_since(t0);
+  gpu.close();
+  FERRY_EXPECTS(step == static_cast<std::uint64_t>(batches + 1),
+                fmt::format("ingest pure copy delivered {} batches, expected {}", step, batches + 1));
+  r.gbps = static_cast<double>(cfg.batch_bytes()) * batches / r.seconds / 1e9;
+  r.link_fraction = r.probed_h2d_gbps > 0 ? r.gbps / r.probed_h2d_gbps : 0;
+  buffer back = dev.alloc_pageable(sums.size());
+  dev.copy(back, sums, consumer);
+  std::vector<std::uint64_t> image_sums(static_cast<std::size_t>(std::min<std::uint64_t>(slots, step)));
+  for (std::size_t g = 0; g < image_sums.size(); ++g) image_sums[g] = expected_checksums(l, g).first;
+  for (std::uint64_t g = 0; g < step; ++g) {
+    std::uint64_t got[2];
+    std::memcpy(got, back.host_bytes() + 16 * g, 16);
+    std::uint64_t labels = 0;
+    for (std::size_t j = 0; j < l.batch; ++j) labels += checksum_term(g * l.batch + j, j);
+    if (got[0] != image_sums[g % slots] || got[1] != labels) ++r.mismatches;
+  }
+  return r;
+}
+
+both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, int batches, const egress_config& out_cfg,
+                               int outputs, progress_fn progress) {
+  both_ways_result r;
+  {
+    probe::options po = probe::default_options(dev.kind());
+    po.measure_pin_cost = false;
+    po.iterations = 5;
+    if (progress != nullptr) progress("probing both directions at once");
+    r.probed_duplex_gbps = probe::run(dev, po).duplex.total_gbps;
+  }
+  ingest_config in = in_cfg;
+  egress_config out = out_cfg;
+  if (in.probed_h2d_gbps <= 0) in.probed_h2d_gbps = 1;   // the ratio that matters here is the duplex one
+  if (out.probed_d2h_gbps <= 0) out.probed_d2h_gbps = 1;
+  const auto t0 = clock_type::now();
+  std::exception_ptr egress_error;
+  std::thread egress_thread([&] {
+    try {
+      r.egress = run_egress_pure_copy(dev, out, outputs, progress);
+    } catch (...) {
+      egress_error = std::current_exception();
+    }
+  });
+  try {
+    r.ingest = run_ingest_pure_copy(dev, in, batches, progress);
+  } catch (...) {
+    egress_thread.join();
+    throw;
+  }
+  egress_thread.join();
+  if (egress_error) std::rethrow_exception(egress_error);
+  r.seconds = seconds_since(t0);
+  // Each side times its own window after its warm-up; the overlap is what both measured at once, so the
+  // total counts each side's bytes over its own window, bounded by the common wall time.
+  const double in_bytes = static_cast<double>(r.ingest.batch_bytes) * r.ingest.batches;
+  const double out_bytes = static_cast<double>(r.egress.output_bytes) * r.egress.outputs;
+  r.total_gbps = (in_bytes + out_bytes) / std::max(r.ingest.seconds, r.egress.seconds) / 1e9;
+  r.link_fraction = r.probed_duplex_gbps > 0 ? r.total_gbps / r.probed_duplex_gbps : 0;
+  return r;
 }
 
 std::string format_table(const ingest_result& r) {

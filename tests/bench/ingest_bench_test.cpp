@@ -43,6 +43,27 @@ TEST(ingest_bench, every_level_delivers_every_batch_intact) {
   for (const auto& level : cfg.levels) EXPECT_NE(table.find(level), std::string::npos) << level;
 }
 
+TEST(ingest_bench, pure_copy_and_both_ways_check_every_batch) {
+  auto dev = ferry::make_host_device();
+  auto cfg = tiny();
+  const auto r = ferry::bench::run_ingest_pure_copy(*dev, cfg, 9);  // more batches than slots: reused slots
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_EQ(r.batches, 9);
+  EXPECT_GT(r.gbps, 0.0);
+  ferry::bench::egress_config out = ferry::bench::default_egress_config(ferry::backend::host);
+  out.batch = 1;
+  out.classes = 2;
+  out.height = 32;
+  out.width = 32;
+  out.slot_bytes = 4096;
+  out.slots = 4;
+  out.probed_d2h_gbps = 10;
+  const auto b = ferry::bench::run_both_ways(*dev, cfg, 6, out, 6);
+  EXPECT_EQ(b.ingest.mismatches + b.egress.mismatches, 0u);
+  EXPECT_GT(b.total_gbps, 0.0);
+  EXPECT_GT(b.probed_duplex_gbps, 0.0);
+}
+
 TEST(ingest_bench, bad_configuration_names_the_value) {
   auto dev = ferry::make_host_device();
   auto cfg = tiny();

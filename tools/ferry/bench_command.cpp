@@ -181,8 +181,54 @@ struct ingest_flags {
   std::string levels;
   bool no_check = false;
   double probed_h2d = 0;
+  int pure_copy = 0;
+  int both_ways = 0;
   bool json = false;
 };
+
+nlohmann::json ingest_pure_copy_json(const bench::ingest_pure_copy_result& r) {
+  return {{"batches", r.batches},         {"batch_bytes", r.batch_bytes},
+          {"seconds", r.seconds},         {"gbps", r.gbps},
+          {"probed_h2d_gbps", r.probed_h2d_gbps}, {"link_fraction", r.link_fraction},
+          {"mismatches", r.mismatches}};
+}
+
+int run_ingest(const ingest_flags& f);
+
+// Both ways: ingest and egress pure copies at once, each sized to move about the same bytes.
+int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config& cfg) {
+  bench::egress_config out = bench::default_egress_config(dev.kind());
+  if (dev.kind() == backend::cuda) {
+    out.slot_bytes = 8 * MiB;
+    out.slots = 48;
+  }
+  const int outputs = std::max<int>(
+      1, static_cast<int>(static_cast<double>(cfg.batch_bytes()) * f.both_ways / static_cast<double>(out.output_bytes())));
+  const bench::both_ways_result r = bench::run_both_ways(dev, cfg, f.both_ways, out, outputs, progress_line);
+  const std::uint64_t mismatches = r.ingest.mismatches + r.egress.mismatches;
+  if (f.json) {
+    nlohmann::json j{{"tool", "ferry bench ingest --both-ways"},
+                     {"device", device_json(r.ingest.device)},
+                     {"ingest", ingest_pure_copy_json(r.ingest)},
+                     {"egress",
+                      {{"outputs", r.egress.outputs},
+                       {"output_bytes", r.egress.output_bytes},
+                       {"seconds", r.egress.seconds},
+                       {"gbps", r.egress.gbps},
+                       {"mismatches", r.egress.mismatches}}},
+                     {"seconds", r.seconds},
+                     {"total_gbps", r.total_gbps},
+                     {"probed_duplex_gbps", r.probed_duplex_gbps},
+                     {"link_fraction", r.link_fraction}};
+    std::cout << j.dump(2) << '\n';
+  } else {
+    fmt::print("both ways on {}: ingest {:.2f} GB/s + egress {:.2f} GB/s = {:.2f} GB/s, {:.1f}% of the probed "
+               "two-way {:.2f} GB/s; {} mismatches\n",
+               r.ingest.device.name, r.ingest.gbps, r.egress.gbps, r.total_gbps, r.link_fraction * 100,
+               r.probed_duplex_gbps, mismatches);
+  }
+  return mismatches == 0 ? 0 : 2;
+}
 
 int run_ingest(const ingest_flags& f) {
   auto dev = open_device(f.dev);
@@ -208,6 +254,22 @@ int run_ingest(const ingest_flags& f) {
   }
   cfg.check = !f.no_check;
   cfg.probed_h2d_gbps = f.probed_h2d;
+  if (f.both_ways > 0) return run_both_ways(f, *dev, cfg);
+  if (f.pure_copy > 0) {
+    const bench::ingest_pure_copy_result r = bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_line);
+    if (f.json) {
+      nlohmann::json j = ingest_pure_copy_json(r);
+      j["tool"] = "ferry bench ingest --pure-copy";
+      j["device"] = device_json(r.device);
+      std::cout << j.dump(2) << '\n';
+    } else {
+      fmt::print("ingest pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s, {:.1f}% of the probed pinned H2D "
+                 "{:.2f} GB/s; {} mismatches\n",
+                 r.device.name, r.batches, format_bytes(r.batch_bytes), r.seconds, r.gbps, r.link_fraction * 100,
+                 r.probed_h2d_gbps, r.mismatches);
+    }
+    return r.mismatches == 0 ? 0 : 2;
+  }
   const bench::ingest_result r = bench::run_ingest(*dev, cfg, progress_line);
   std::uint64_t mismatches = 0;
   for (const auto& row : r.rows) mismatches += row.mismatches;
@@ -288,6 +350,9 @@ std::function<int()> add_bench_command(CLI::App& app) {
   in->add_option("--levels", g->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,ferry)");
   in->add_flag("--no-check", g->no_check, "Skip comparing device checksums with the host's");
   in->add_option("--probed-h2d", g->probed_h2d, "Pinned H2D GB/s to compare with (default: measured first)");
+  in->add_option("--pure-copy", g->pure_copy, "Pure-copy mode: move this many batches with no compute");
+  in->add_option("--both-ways", g->both_ways,
+                 "Ingest (this many batches) and egress pure copies at once, against the probed two-way total");
   in->add_flag("--json", g->json, "Print JSON on stdout instead of the table");
   return [f, eg, g, in]() -> int {
     if (eg->parsed()) return run_egress(*f);

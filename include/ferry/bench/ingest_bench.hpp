@@ -80,4 +80,35 @@ struct ingest_result {
 /// The text table of a ladder run.
 [[nodiscard]] std::string format_table(const ingest_result& r);
 
+/// Pure copy: ferry's loader + prefetcher moving `batches` batches with no compute, every batch's device
+/// checksum compared with the host's. The samples' images are made in full only on the first pass over
+/// the loader's pinned slots; later passes rewrite each sample's label alone, so the figure is the copy
+/// path's, not the CPU's sample making (which the ladder measures).
+struct ingest_pure_copy_result {
+  device_info device;
+  std::uint64_t batch_bytes = 0;
+  int batches = 0;
+  double seconds = 0;
+  double gbps = 0;               // bytes delivered to the device and checked / wall time
+  double probed_h2d_gbps = 0;
+  double link_fraction = 0;
+  std::uint64_t mismatches = 0;
+};
+[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
+                                                           progress_fn progress = nullptr);
+
+/// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
+/// together; compared with the probed both-directions total.
+struct both_ways_result {
+  ingest_pure_copy_result ingest;
+  pure_copy_result egress;
+  double seconds = 0;            // from the common start until both finished
+  double total_gbps = 0;         // (ingest bytes + egress bytes) / seconds
+  double probed_duplex_gbps = 0;
+  double link_fraction = 0;
+};
+[[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, int batches,
+                                             const egress_config& out_cfg, int outputs,
+                                             progress_fn progress = nullptr);
+
 }  // namespace ferry::bench
