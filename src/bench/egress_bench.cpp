@@ -448,7 +448,8 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
   return result;
 }
 
-pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs, progress_fn progress) {
+pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs, progress_fn progress,
+                                      clock_type::time_point deadline) {
   FERRY_EXPECTS(outputs >= 1, fmt::format("pure copy of {} outputs; at least 1 is needed", outputs));
   auto say = [&](const std::string& line) {
     if (progress != nullptr) progress(line);
@@ -474,9 +475,16 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int
   pipe.flush();
   const egress::pipeline_stats before = pipe.stats();
   const auto t0 = clock_type::now();
-  for (int i = 0; i < outputs; ++i) static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(i + 1)));
+  int submitted = 0;
+  for (; submitted < outputs && clock_type::now() < deadline; ++submitted) {
+    static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(submitted + 1)));
+  }
   pipe.flush();
-  r.seconds = seconds_since(t0);
+  r.window_start = t0;
+  r.window_end = clock_type::now();
+  r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
+  outputs = submitted;
+  r.outputs = submitted;
   const egress::pipeline_stats after = pipe.stats();
   pipe.close();
   const double bytes = static_cast<double>(cfg.output_bytes()) * outputs;

@@ -477,7 +477,7 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
 }
 
 ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
-                                             progress_fn progress) {
+                                             progress_fn progress, clock_type::time_point deadline) {
   FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
   ingest_pure_copy_result r;
   r.device = dev.info();
@@ -526,13 +526,17 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
     dev.checksum_async(b.field(0), sums.view(16 * step, 8), consumer);
     dev.checksum_async(b.field(1), sums.view(16 * step + 8, 8), consumer);
     ++step;
+    if (step > 1 && clock_type::now() >= deadline) break;
   }
   consumer.synchronize();
-  r.seconds = seconds_since(t0);
+  r.window_start = t0;
+  r.window_end = clock_type::now();
+  r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
   gpu.close();
-  FERRY_EXPECTS(step == static_cast<std::uint64_t>(batches + 1),
+  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) || deadline != clock_type::time_point::max()),
                 fmt::format("ingest pure copy delivered {} batches, expected {}", step, batches + 1));
-  r.gbps = static_cast<double>(cfg.batch_bytes()) * batches / r.seconds / 1e9;
+  r.batches = static_cast<int>(step - 1);
+  r.gbps = static_cast<double>(cfg.batch_bytes()) * r.batches / r.seconds / 1e9;
   r.link_fraction = r.probed_h2d_gbps > 0 ? r.gbps / r.probed_h2d_gbps : 0;
   buffer back = dev.alloc_pageable(sums.size());
   dev.copy(back, sums, consumer);
@@ -548,8 +552,8 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   return r;
 }
 
-both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, int batches, const egress_config& out_cfg,
-                               int outputs, progress_fn progress) {
+both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, const egress_config& out_cfg,
+                               std::chrono::milliseconds duration, progress_fn progress) {
   both_ways_result r;
   {
     probe::options po = probe::default_options(dev.kind());
@@ -560,31 +564,37 @@ both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, int bat
   }
   ingest_config in = in_cfg;
   egress_config out = out_cfg;
-  if (in.probed_h2d_gbps <= 0) in.probed_h2d_gbps = 1;   // the ratio that matters here is the duplex one
+  if (in.probed_h2d_gbps <= 0) in.probed_h2d_gbps = 1;  // the ratio that matters here is the two-way one
   if (out.probed_d2h_gbps <= 0) out.probed_d2h_gbps = 1;
-  const auto t0 = clock_type::now();
+  // Both sides run until one deadline, far enough out that their set-up (pinning, first fills) is a small
+  // part of it, so their timed windows overlap.
+  const auto deadline = clock_type::now() + duration;
   std::exception_ptr egress_error;
   std::thread egress_thread([&] {
     try {
-      r.egress = run_egress_pure_copy(dev, out, outputs, progress);
+      r.egress = run_egress_pure_copy(dev, out, std::numeric_limits<int>::max(), progress, deadline);
     } catch (...) {
       egress_error = std::current_exception();
     }
   });
   try {
-    r.ingest = run_ingest_pure_copy(dev, in, batches, progress);
+    // More batches than any link can move before the deadline (the deadline ends it first); bounded,
+    // since every batch's checksum is kept until the end.
+    const double seconds = std::chrono::duration<double>(duration).count();
+    const int most = static_cast<int>(seconds * 100e9 / static_cast<double>(in.batch_bytes())) + 16;
+    r.ingest = run_ingest_pure_copy(dev, in, most, progress, deadline);
   } catch (...) {
     egress_thread.join();
     throw;
   }
   egress_thread.join();
   if (egress_error) std::rethrow_exception(egress_error);
-  r.seconds = seconds_since(t0);
-  // Each side times its own window after its warm-up; the overlap is what both measured at once, so the
-  // total counts each side's bytes over its own window, bounded by the common wall time.
-  const double in_bytes = static_cast<double>(r.ingest.batch_bytes) * r.ingest.batches;
-  const double out_bytes = static_cast<double>(r.egress.output_bytes) * r.egress.outputs;
-  r.total_gbps = (in_bytes + out_bytes) / std::max(r.ingest.seconds, r.egress.seconds) / 1e9;
+  const auto common = std::min(r.ingest.window_end, r.egress.window_end) -
+                      std::max(r.ingest.window_start, r.egress.window_start);
+  const auto longer = std::max(r.ingest.window_end, r.egress.window_end) -
+                      std::min(r.ingest.window_start, r.egress.window_start);
+  r.overlap = std::max(0.0, std::chrono::duration<double>(common).count() / std::chrono::duration<double>(longer).count());
+  r.total_gbps = r.ingest.gbps + r.egress.gbps;
   r.link_fraction = r.probed_duplex_gbps > 0 ? r.total_gbps / r.probed_duplex_gbps : 0;
   return r;
 }

@@ -92,16 +92,20 @@ using progress_fn = void (*)(const std::string&);
 struct pure_copy_result {
   device_info device;
   std::uint64_t output_bytes = 0;
-  int outputs = 0;
+  int outputs = 0;               // outputs timed (fewer than asked when a deadline stopped it)
   double seconds = 0;
+  std::chrono::steady_clock::time_point window_start{}, window_end{};
   double gbps = 0;               // end to end: bytes delivered and checked / wall time
   double copy_gbps = 0;          // the pipeline's copies alone (event-timed)
   double probed_d2h_gbps = 0;
   double link_fraction = 0;      // gbps / probed_d2h_gbps
   std::uint64_t mismatches = 0;
 };
-[[nodiscard]] pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs,
-                                                    progress_fn progress = nullptr);
+/// `deadline`: stop submitting then (the result counts the outputs submitted before it), so that two
+/// modes running at once can share one window.
+[[nodiscard]] pure_copy_result run_egress_pure_copy(
+    device& dev, const egress_config& cfg, int outputs, progress_fn progress = nullptr,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// The text table of a ladder run.
 [[nodiscard]] std::string format_table(const egress_result& r);

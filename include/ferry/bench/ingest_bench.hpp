@@ -87,28 +87,30 @@ struct ingest_result {
 struct ingest_pure_copy_result {
   device_info device;
   std::uint64_t batch_bytes = 0;
-  int batches = 0;
+  int batches = 0;               // batches timed (fewer than asked when a deadline stopped it)
   double seconds = 0;
+  std::chrono::steady_clock::time_point window_start{}, window_end{};
   double gbps = 0;               // bytes delivered to the device and checked / wall time
   double probed_h2d_gbps = 0;
   double link_fraction = 0;
   std::uint64_t mismatches = 0;
 };
-[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
-                                                           progress_fn progress = nullptr);
+[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(
+    device& dev, const ingest_config& cfg, int batches, progress_fn progress = nullptr,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
-/// together; compared with the probed both-directions total.
+/// together and stopped at one deadline; compared with the probed both-directions total.
 struct both_ways_result {
   ingest_pure_copy_result ingest;
   pure_copy_result egress;
-  double seconds = 0;            // from the common start until both finished
-  double total_gbps = 0;         // (ingest bytes + egress bytes) / seconds
+  double overlap = 0;            // the two timed windows' common part over the longer window
+  double total_gbps = 0;         // ingest GB/s + egress GB/s, each over its own (overlapping) window
   double probed_duplex_gbps = 0;
   double link_fraction = 0;
 };
-[[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, int batches,
-                                             const egress_config& out_cfg, int outputs,
+[[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg,
+                                             const egress_config& out_cfg, std::chrono::milliseconds duration,
                                              progress_fn progress = nullptr);
 
 }  // namespace ferry::bench
