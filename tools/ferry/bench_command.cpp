@@ -183,6 +183,7 @@ struct ingest_flags {
   double probed_h2d = 0;
   int pure_copy = 0;
   int both_ways = 0;
+  std::size_t egress_workers = 0;
   bool json = false;
 };
 
@@ -202,9 +203,14 @@ int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config
     out.slot_bytes = 8 * MiB;
     out.slots = 48;
   }
-  out.workers = std::max(1u, std::thread::hardware_concurrency() / 2);  // the egress side checks; ingest mostly waits
+  // The egress side checks every byte it receives; the ingest side only rewrites labels, so most cores
+  // go to the egress checks.
+  const unsigned cores = std::thread::hardware_concurrency();
+  out.workers = f.egress_workers != 0 ? f.egress_workers : (cores > 4 ? cores - 4 : 1);
+  bench::ingest_config in = cfg;
+  if (f.workers == 0) in.workers = 2;
   const bench::both_ways_result r =
-      bench::run_both_ways(dev, cfg, out, std::chrono::milliseconds(f.both_ways), progress_line);
+      bench::run_both_ways(dev, in, out, std::chrono::milliseconds(f.both_ways), progress_line);
   const std::uint64_t mismatches = r.ingest.mismatches + r.egress.mismatches;
   if (f.json) {
     nlohmann::json j{{"tool", "ferry bench ingest --both-ways"},
@@ -353,6 +359,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
   in->add_option("--pure-copy", g->pure_copy, "Pure-copy mode: move this many batches with no compute");
   in->add_option("--both-ways", g->both_ways,
                  "Ingest and egress pure copies at once for this many milliseconds, against the probed two-way total");
+  in->add_option("--egress-workers", g->egress_workers, "With --both-ways: the egress side's checking threads");
   in->add_flag("--json", g->json, "Print JSON on stdout instead of the table");
   return [f, eg, g, in]() -> int {
     if (eg->parsed()) return run_egress(*f);
