@@ -36,13 +36,11 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
 
+// The conformance suite keeps the host backend's link model on, so copies take their modelled time.
 std::unique_ptr<device> make_device_under_test(backend b) {
-  if (b == backend::cuda) return make_cuda_device(0);
-  host_device_options options;
-  options.seed = 20240611;
-  options.jitter_probability = 0.3;
-  options.jitter_max = 200us;
-  return make_host_device(options);
+  host_device_options options = testing::jittery_host_options(20240611, 0.3, 200us);
+  options.model_link = true;
+  return testing::make_device_under_test(b, options);
 }
 
 // Bytes that differ from their neighbours and from one seed to the next, so a shifted, truncated or stale

@@ -30,21 +30,11 @@ using namespace std::chrono_literals;
 using ferry::testing::backends_under_test;
 using ferry::testing::message_of;
 
-inline std::string backend_test_name(const ::testing::TestParamInfo<backend>& info) {
-  return std::string(to_string(info.param));
-}
+using ferry::testing::backend_test_name;
 
-/// The device of a test: GPU 0 on cuda (an exception, so a failure, when there is none); on host, seeded
-/// random delays before stream operations so that a premature read or reuse shows up as wrong bytes, and
-/// no link model, so that tests run at memcpy speed.
+/// The device of an egress test: seeded random delays and no link model on the host backend.
 inline std::unique_ptr<device> make_device_under_test(backend b) {
-  if (b == backend::cuda) return make_cuda_device(0);
-  host_device_options o;
-  o.seed = 20261122;
-  o.jitter_probability = 0.2;
-  o.jitter_max = 100us;
-  o.model_link = false;
-  return make_host_device(o);
+  return ferry::testing::make_device_under_test(b, ferry::testing::jittery_host_options(20261122));
 }
 
 /// A fixture parameterized by backend, with its device.

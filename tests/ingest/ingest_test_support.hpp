@@ -26,24 +26,18 @@ using namespace std::chrono_literals;
 using ferry::testing::backends_under_test;
 using ferry::testing::message_of;
 
-inline std::string backend_test_name(const ::testing::TestParamInfo<backend>& info) {
-  return std::string(to_string(info.param));
-}
+using ferry::testing::backend_test_name;
 
 /// GPU 0 on cuda; on host, seeded random delays (so early reuse shows up as wrong bytes) and, unless
 /// `slow_h2d_gbps` is set, no link model.
 inline std::unique_ptr<device> make_device_under_test(backend b, double slow_h2d_gbps = 0) {
-  if (b == backend::cuda) return make_cuda_device(0);
-  host_device_options o;
-  o.seed = 20261123;
-  o.jitter_probability = 0.2;
-  o.jitter_max = 100us;
-  o.model_link = slow_h2d_gbps > 0;
+  host_device_options o = ferry::testing::jittery_host_options(20261123);
   if (slow_h2d_gbps > 0) {
+    o.model_link = true;
     o.h2d_gbps = slow_h2d_gbps;
-    o.latency = 0ns;
+    o.latency = std::chrono::nanoseconds(0);
   }
-  return make_host_device(o);
+  return ferry::testing::make_device_under_test(b, o);
 }
 
 class on_backend : public ::testing::TestWithParam<backend> {

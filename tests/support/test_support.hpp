@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -45,6 +48,30 @@ inline std::vector<backend> backends_under_test() {
     std::exit(2);
   }
   return out;
+}
+
+/// "host" or "cuda": the parameter's part of a test's name.
+inline std::string backend_test_name(const ::testing::TestParamInfo<backend>& info) {
+  return std::string(to_string(info.param));
+}
+
+/// Host-device options for tests: seeded random delays before stream operations, so that a premature read
+/// or reuse shows up as wrong bytes, and no link model, so that tests run at memcpy speed.
+inline host_device_options jittery_host_options(std::uint64_t seed, double probability = 0.2,
+                                                std::chrono::nanoseconds max_delay = std::chrono::microseconds(100)) {
+  host_device_options o;
+  o.seed = seed;
+  o.jitter_probability = probability;
+  o.jitter_max = max_delay;
+  o.model_link = false;
+  return o;
+}
+
+/// The device of a test: GPU 0 on cuda (an exception, so a failure, when there is none), else an emulated
+/// device with `host` options.
+inline std::unique_ptr<device> make_device_under_test(backend b, const host_device_options& host) {
+  if (b == backend::cuda) return make_cuda_device(0);
+  return make_host_device(host);
 }
 
 /// The message of the exception of type E that `f` throws; a test failure when it throws nothing or

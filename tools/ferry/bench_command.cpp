@@ -17,21 +17,25 @@
 namespace ferry::cli {
 namespace {
 
-struct egress_flags {
+// Flags every ladder takes.
+struct ladder_flags {
   device_options dev;
-  std::string shape;      // BxCxHxW of the output
+  std::string shape;  // BxCxHxW
   double compute_ms = -1;
   int steps = 0;
   int warmup = -1;
   std::size_t workers = 0;
+  std::string levels;
+  bool no_check = false;
+  bool json = false;
+};
+
+struct egress_flags : ladder_flags {
   std::size_t pool_buffers = 0;
   std::string slot_bytes;
   std::size_t slots = 0;
-  std::string levels;
-  bool no_check = false;
   int pure_copy = 0;
   double probed_d2h = 0;
-  bool json = false;
 };
 
 std::vector<std::size_t> parse_shape(const std::string& text) {
@@ -79,23 +83,14 @@ nlohmann::json device_json(const device_info& d) {
   return {{"name", d.name}, {"backend", to_string(d.kind)}, {"pci_bus_id", d.pci_bus_id}};
 }
 
-int run_egress(const egress_flags& f) {
-  auto dev = open_device(f.dev);
-  bench::egress_config cfg = bench::default_egress_config(dev->kind());
-  if (!f.shape.empty()) {
-    const auto dims = parse_shape(f.shape);
-    cfg.batch = dims[0];
-    cfg.classes = dims[1];
-    cfg.height = dims[2];
-    cfg.width = dims[3];
-  }
+// Applies the flags every ladder shares to its config; `set_shape` takes the four dimensions.
+template <class Config, class SetShape>
+void apply_ladder_flags(const ladder_flags& f, Config& cfg, SetShape set_shape) {
+  if (!f.shape.empty()) set_shape(parse_shape(f.shape));
   if (f.compute_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
   if (f.steps != 0) cfg.steps = f.steps;
   if (f.warmup >= 0) cfg.warmup = f.warmup;
   if (f.workers != 0) cfg.workers = f.workers;
-  if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
-  if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
-  if (f.slots != 0) cfg.slots = f.slots;
   if (!f.levels.empty()) {
     cfg.levels.clear();
     std::stringstream in(f.levels);
@@ -103,6 +98,34 @@ int run_egress(const egress_flags& f) {
     while (std::getline(in, level, ',')) cfg.levels.push_back(level);
   }
   cfg.check = !f.no_check;
+}
+
+// Adds the flags every ladder shares to its subcommand.
+void add_ladder_flags(CLI::App& app, ladder_flags& f, const std::string& shape_help, const std::string& compute_help,
+                      const std::string& workers_help, const std::string& levels_help) {
+  add_device_options(app, f.dev);
+  app.add_option("--shape", f.shape, shape_help);
+  app.add_option("--compute-ms", f.compute_ms, compute_help);
+  app.add_option("--steps", f.steps, "Timed steps per level (default 10)");
+  app.add_option("--warmup", f.warmup, "Untimed steps per level (default 2)");
+  app.add_option("--workers", f.workers, workers_help);
+  app.add_option("--levels", f.levels, levels_help);
+  app.add_flag("--no-check", f.no_check, "Skip checking the delivered bytes (egress checksums them instead)");
+  app.add_flag("--json", f.json, "Print JSON on stdout instead of the table");
+}
+
+int run_egress(const egress_flags& f) {
+  auto dev = open_device(f.dev);
+  bench::egress_config cfg = bench::default_egress_config(dev->kind());
+  apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
+    cfg.batch = d[0];
+    cfg.classes = d[1];
+    cfg.height = d[2];
+    cfg.width = d[3];
+  });
+  if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
+  if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
+  if (f.slots != 0) cfg.slots = f.slots;
   cfg.probed_d2h_gbps = f.probed_d2h;
 
   if (f.pure_copy > 0) {
@@ -169,22 +192,13 @@ int run_egress(const egress_flags& f) {
   return mismatches == 0 ? 0 : 2;
 }
 
-struct ingest_flags {
-  device_options dev;
-  std::string shape;  // BxCxHxW of the image batch
-  double compute_ms = -1;
-  int steps = 0;
-  int warmup = -1;
-  std::size_t workers = 0;
+struct ingest_flags : ladder_flags {
   std::size_t host_slots = 0;
   std::size_t depth = 0;
-  std::string levels;
-  bool no_check = false;
   double probed_h2d = 0;
   int pure_copy = 0;
   int both_ways = 0;
   std::size_t egress_workers = 0;
-  bool json = false;
 };
 
 nlohmann::json ingest_pure_copy_json(const bench::ingest_pure_copy_result& r) {
@@ -239,26 +253,14 @@ int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config
 int run_ingest(const ingest_flags& f) {
   auto dev = open_device(f.dev);
   bench::ingest_config cfg = bench::default_ingest_config(dev->kind());
-  if (!f.shape.empty()) {
-    const auto dims = parse_shape(f.shape);
-    cfg.batch = dims[0];
-    cfg.channels = dims[1];
-    cfg.height = dims[2];
-    cfg.width = dims[3];
-  }
-  if (f.compute_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
-  if (f.steps != 0) cfg.steps = f.steps;
-  if (f.warmup >= 0) cfg.warmup = f.warmup;
-  if (f.workers != 0) cfg.workers = f.workers;
+  apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
+    cfg.batch = d[0];
+    cfg.channels = d[1];
+    cfg.height = d[2];
+    cfg.width = d[3];
+  });
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;
-  if (!f.levels.empty()) {
-    cfg.levels.clear();
-    std::stringstream in(f.levels);
-    std::string level;
-    while (std::getline(in, level, ',')) cfg.levels.push_back(level);
-  }
-  cfg.check = !f.no_check;
   cfg.probed_h2d_gbps = f.probed_h2d;
   if (f.both_ways > 0) return run_both_ways(f, *dev, cfg);
   if (f.pure_copy > 0) {
@@ -327,40 +329,30 @@ std::function<int()> add_bench_command(CLI::App& app) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Run a data-path ladder against its compute-only ceiling");
   bench_cmd->require_subcommand(1);
   CLI::App* eg = bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
-  add_device_options(*eg, f->dev);
-  eg->add_option("--shape", f->shape, "Output shape BxCxHxW (default 64x21x512x512 on cuda, 4x21x128x128 on host)");
-  eg->add_option("--compute-ms", f->compute_ms, "Compute time per step in ms (default 165 on cuda, 20 on host)");
-  eg->add_option("--steps", f->steps, "Timed steps per level (default 10)");
-  eg->add_option("--warmup", f->warmup, "Untimed steps per level (default 2)");
-  eg->add_option("--workers", f->workers, "Host processing threads (default 8 on cuda, 2 on host)");
+  add_ladder_flags(*eg, *f, "Output shape BxCxHxW (default 64x21x512x512 on cuda, 4x21x128x128 on host)",
+                   "Compute time per step in ms (default 165 on cuda, 20 on host)",
+                   "Host processing threads (default 8 on cuda, 2 on host)",
+                   "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
   eg->add_option("--pool-buffers", f->pool_buffers, "Whole-output buffers in the L2..L4 pools");
   eg->add_option("--slot-bytes", f->slot_bytes, "ferry's pinned slot size (default 64MiB on cuda)");
   eg->add_option("--slots", f->slots, "ferry's pinned slots (default 32 on cuda: above the chunks of one output)");
-  eg->add_option("--levels", f->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
-  eg->add_flag("--no-check", f->no_check, "Checksum delivered bytes instead of checking them against the pattern");
   eg->add_option("--pure-copy", f->pure_copy,
                  "Pure-copy mode: drain this many outputs with no compute (on cuda: 8MiB x 48 slots, all cores "
                  "but one checking, unless given)");
   eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
-  eg->add_flag("--json", f->json, "Print JSON on stdout instead of the table");
   auto g = std::make_shared<ingest_flags>();
   CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
-  add_device_options(*in, g->dev);
-  in->add_option("--shape", g->shape, "Image batch BxCxHxW (default 64x3x512x512 on cuda, 8x3x128x128 on host)");
-  in->add_option("--compute-ms", g->compute_ms, "Compute time per step in ms (default 66 on cuda, 10 on host)");
-  in->add_option("--steps", g->steps, "Timed steps per level (default 10)");
-  in->add_option("--warmup", g->warmup, "Untimed steps per level (default 2)");
-  in->add_option("--workers", g->workers, "Sample-making threads (default 8 on cuda, 2 on host)");
+  add_ladder_flags(*in, *g, "Image batch BxCxHxW (default 64x3x512x512 on cuda, 8x3x128x128 on host)",
+                   "Compute time per step in ms (default 66 on cuda, 10 on host)",
+                   "Sample-making threads (default 8 on cuda, 2 on host)",
+                   "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,ferry)");
   in->add_option("--host-slots", g->host_slots, "Pinned batches made ahead (default 4)");
   in->add_option("--depth", g->depth, "Device batches copied ahead (default 2)");
-  in->add_option("--levels", g->levels, "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,ferry)");
-  in->add_flag("--no-check", g->no_check, "Skip comparing device checksums with the host's");
   in->add_option("--probed-h2d", g->probed_h2d, "Pinned H2D GB/s to compare with (default: measured first)");
   in->add_option("--pure-copy", g->pure_copy, "Pure-copy mode: move this many batches with no compute");
   in->add_option("--both-ways", g->both_ways,
                  "Ingest and egress pure copies at once for this many milliseconds, against the probed two-way total");
   in->add_option("--egress-workers", g->egress_workers, "With --both-ways: the egress side's checking threads");
-  in->add_flag("--json", g->json, "Print JSON on stdout instead of the table");
   return [f, eg, g, in]() -> int {
     if (eg->parsed()) return run_egress(*f);
     if (in->parsed()) return run_ingest(*g);
