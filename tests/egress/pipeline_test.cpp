@@ -52,26 +52,7 @@ const stage_snapshot* find_stage(const pipeline_stats& s, std::string_view name)
   return nullptr;
 }
 
-// Opens once; consume calls wait on it, holding their slots.
-class gate {
- public:
-  void open() {
-    {
-      const std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  void pass() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+using ferry::testing::gate;
 
 // A device buffer of `bytes` bytes set to `value` on `s`, complete on return: submitted again and again
 // by tests that do not check contents, since it is never written again.

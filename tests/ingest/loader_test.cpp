@@ -23,25 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace ferry::ingest::testing;
 
-class gate {
- public:
-  void open() {
-    {
-      const std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  void pass() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+using ferry::testing::gate;
 
 const stage_snapshot* find_stage(const std::vector<stage_snapshot>& s, std::string_view name) {
   for (const auto& st : s) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -73,6 +75,28 @@ inline std::unique_ptr<device> make_device_under_test(backend b, const host_devi
   if (b == backend::cuda) return make_cuda_device(0);
   return make_host_device(host);
 }
+
+/// A one-way gate: threads that pass() wait until some thread open()s it (e.g. to hold a sink or a fill
+/// inside its callback while a test checks back-pressure).
+class gate {
+ public:
+  void open() {
+    {
+      const std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void pass() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
 
 /// The message of the exception of type E that `f` throws; a test failure when it throws nothing or
 /// something else.
