@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/detail/timeout.hpp"
 #include "ferry/core/error.hpp"
 
 namespace ferry {
@@ -61,7 +62,7 @@ class bounded_queue {
   template <class Rep, class Period>
   [[nodiscard]] bool push_for(T&& item, std::chrono::duration<Rep, Period> timeout) {
     std::unique_lock lock(mutex_);
-    if (!not_full_.wait_for(lock, clamp(timeout),
+    if (!not_full_.wait_for(lock, detail::clamp_timeout(timeout),
                             [&] { return count_ < slots_.size() || closed_ || failure_; })) {
       return false;
     }
@@ -90,7 +91,7 @@ class bounded_queue {
   template <class Rep, class Period>
   [[nodiscard]] std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
     std::unique_lock lock(mutex_);
-    not_empty_.wait_for(lock, clamp(timeout), [&] { return count_ > 0 || closed_ || failure_; });
+    not_empty_.wait_for(lock, detail::clamp_timeout(timeout), [&] { return count_ > 0 || closed_ || failure_; });
     return take(lock);
   }
 
@@ -145,18 +146,6 @@ class bounded_queue {
     return capacity;
   }
 
-  // libstdc++ adds the timeout to now(), which overflows for durations like hours::max(); a century is
-  // "forever" for every caller.
-  template <class Rep, class Period>
-  static std::chrono::nanoseconds clamp(std::chrono::duration<Rep, Period> timeout) {
-    constexpr double forever_s = 100.0 * 365 * 24 * 3600;
-    const double seconds = std::chrono::duration<double>(timeout).count();
-    if (!(seconds > 0.0)) return std::chrono::nanoseconds::zero();
-    if (seconds >= forever_s) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(forever_s));
-    }
-    return std::chrono::ceil<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
-  }
 
   void throw_if_ended() const {
     if (failure_) std::rethrow_exception(failure_);

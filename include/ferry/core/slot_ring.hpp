@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/detail/timeout.hpp"
+
 namespace ferry {
 
 /// Where a slot is in its cycle free -> in_flight -> ready -> in_use -> free.
@@ -71,7 +73,7 @@ class slot_ring {
   /// acquire(), waiting at most `timeout`; std::nullopt on timeout. Throws as acquire().
   template <class Rep, class Period>
   [[nodiscard]] std::optional<std::size_t> acquire_for(std::chrono::duration<Rep, Period> timeout) {
-    return acquire_within(clamp(timeout));
+    return acquire_within(detail::clamp_timeout(timeout));
   }
 
   /// Moves `slot` from in_flight to ready (its data is complete), waking a consumer that can now take
@@ -92,7 +94,7 @@ class slot_ring {
   /// take_ready(), waiting at most `timeout`; std::nullopt on timeout. Throws as take_ready().
   template <class Rep, class Period>
   [[nodiscard]] std::optional<std::size_t> take_ready_for(std::chrono::duration<Rep, Period> timeout) {
-    return take_ready_within(clamp(timeout));
+    return take_ready_within(detail::clamp_timeout(timeout));
   }
 
   /// Moves `slot` from in_use back to free, waking a blocked acquire(). Works after stop()/fail().
@@ -142,7 +144,7 @@ class slot_ring {
   /// wait_all_free(), waiting at most `timeout`; returns whether every slot is free.
   template <class Rep, class Period>
   [[nodiscard]] bool wait_all_free_for(std::chrono::duration<Rep, Period> timeout) {
-    return wait_all_free_within(clamp(timeout));
+    return wait_all_free_within(detail::clamp_timeout(timeout));
   }
 
  private:
@@ -162,17 +164,6 @@ class slot_ring {
     std::size_t count_ = 0;
   };
 
-  template <class Rep, class Period>
-  static std::chrono::nanoseconds clamp(std::chrono::duration<Rep, Period> timeout) {
-    // libstdc++ adds the timeout to now(), which overflows for durations like hours::max().
-    constexpr double forever_s = 100.0 * 365 * 24 * 3600;
-    const double seconds = std::chrono::duration<double>(timeout).count();
-    if (!(seconds > 0.0)) return std::chrono::nanoseconds::zero();
-    if (seconds >= forever_s) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(forever_s));
-    }
-    return std::chrono::ceil<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
-  }
 
   std::optional<std::size_t> acquire_within(std::chrono::nanoseconds timeout);
   std::optional<std::size_t> take_ready_within(std::chrono::nanoseconds timeout);
