@@ -199,6 +199,8 @@ struct ingest_flags : ladder_flags {
   int pure_copy = 0;
   int both_ways = 0;
   std::size_t egress_workers = 0;
+  std::string egress_slot_bytes;
+  std::size_t egress_slots = 0;
 };
 
 nlohmann::json ingest_pure_copy_json(const bench::ingest_pure_copy_result& r) {
@@ -217,10 +219,12 @@ int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config
     out.slot_bytes = 8 * MiB;
     out.slots = 48;
   }
+  if (!f.egress_slot_bytes.empty()) out.slot_bytes = parse_bytes(f.egress_slot_bytes);
+  if (f.egress_slots != 0) out.slots = f.egress_slots;
   // The egress side checks every byte it receives; the ingest side only rewrites labels, so most cores
   // go to the egress checks.
   const unsigned cores = std::thread::hardware_concurrency();
-  out.workers = f.egress_workers != 0 ? f.egress_workers : (cores > 4 ? cores - 4 : 1);
+  out.workers = f.egress_workers != 0 ? f.egress_workers : (cores > 2 ? cores - 2 : 1);
   bench::ingest_config in = cfg;
   if (f.workers == 0) in.workers = 2;
   const bench::both_ways_result r =
@@ -353,6 +357,8 @@ std::function<int()> add_bench_command(CLI::App& app) {
   in->add_option("--both-ways", g->both_ways,
                  "Ingest and egress pure copies at once for this many milliseconds, against the probed two-way total");
   in->add_option("--egress-workers", g->egress_workers, "With --both-ways: the egress side's checking threads");
+  in->add_option("--egress-slot-bytes", g->egress_slot_bytes, "With --both-ways: the egress side's slot size");
+  in->add_option("--egress-slots", g->egress_slots, "With --both-ways: the egress side's slot count");
   return [f, eg, g, in]() -> int {
     if (eg->parsed()) return run_egress(*f);
     if (in->parsed()) return run_ingest(*g);
