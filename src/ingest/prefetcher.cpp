@@ -13,6 +13,8 @@
 // flags, the failure and the closing flag; both condition variables wake on close and on failure.
 #include <fmt/format.h>
 
+#include <utility>
+
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -79,6 +81,9 @@ struct prefetcher::impl {
   std::size_t head_ = 0;
   std::size_t count_ = 0;
   std::vector<bool> busy_;          // per device slot: queued or lent, not yet released
+  std::vector<bool> lent_;          // per device slot: handed out by next(), not yet released
+  // Per device slot: the (epoch, batch) it holds, so a stale release of an earlier occupant is refused.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> occupant_;
   std::vector<std::uint64_t> seq_;  // per device slot: sequence of the batch it holds
   bool ended_ = false;              // the loader has no more batches
   bool closing_ = false;
@@ -116,6 +121,8 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
   held_.resize(source.options().slots);
   queue_.resize(n);
   busy_.assign(n, false);
+  lent_.assign(n, false);
+  occupant_.assign(n, {0, 0});
   seq_.assign(n, 0);
   copy_stream_ = dev_.make_stream();
   thread_ = std::thread([this] { copier(); });
@@ -218,6 +225,7 @@ void prefetcher::impl::copier() noexcept {
         b.slot = d;
         b.fields_ = lent_fields_[d];
         busy_[d] = true;
+        occupant_[d] = {b.epoch, b.batch};
         seq_[d] = k;
         ++count_;
       }
@@ -256,6 +264,7 @@ std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
       if (t0) wait_batch_.record(steady::now() - *t0);
       // Recorded by the copier before it queued the batch, and not again before the slot is released.
       consumer.wait(ready_[b.slot]);
+      lent_[b.slot] = true;
       return b;
     }
     if (ended_) return std::nullopt;
@@ -267,13 +276,16 @@ std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
 void prefetcher::impl::release(const device_batch& b, stream_view consumer) {
   {
     const std::lock_guard lock(mu_);
-    FERRY_EXPECTS(b.slot < opts_.depth && busy_[b.slot] && b.fields_.data() == lent_fields_[b.slot].data(),
+    FERRY_EXPECTS(b.slot < opts_.depth && lent_[b.slot] &&
+                      occupant_[b.slot] == std::make_pair(b.epoch, b.batch) &&
+                      b.fields_.data() == lent_fields_[b.slot].data(),
                   fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
                               "lent out (released twice, or from another prefetcher?)",
                               b.batch, b.epoch, b.slot));
     // The copier waits for busy_ to clear before it reads released_[slot], so recording under mu_
     // orders the record before the copy stream's wait.
     released_[b.slot].record(consumer);
+    lent_[b.slot] = false;
     busy_[b.slot] = false;
   }
   freed_.notify_all();

@@ -116,6 +116,10 @@ std::string message_of(F&& f) {
 
 }  // namespace ferry::testing
 
-/// Expects `message` to contain `text`, printing the message when it does not.
-#define EXPECT_MESSAGE_HAS(message, text) \
-  EXPECT_NE(std::string_view(message).find(text), std::string_view::npos) << "message: " << (message)
+/// Expects `message` to contain `text`, printing the message when it does not. `message` is evaluated once.
+#define EXPECT_MESSAGE_HAS(message, text)                                                              \
+  do {                                                                                                 \
+    const std::string ferry_message_ = (message);                                                      \
+    EXPECT_NE(std::string_view(ferry_message_).find(text), std::string_view::npos)                     \
+        << "message: " << ferry_message_;                                                              \
+  } while (0)
