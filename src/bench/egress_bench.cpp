@@ -200,10 +200,8 @@ egress::options ferry_options(const egress_config& cfg) {
 
 // The pinned D2H bandwidth rows are compared with: given, or measured now on this device.
 double probed_d2h(device& dev, const egress_config& cfg, progress_fn progress) {
-  if (cfg.probed_d2h_gbps > 0) return cfg.probed_d2h_gbps;
-  const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.output_bytes(), 256 * MiB));
-  if (progress != nullptr) progress(fmt::format("probing pinned D2H with {} copies", format_bytes(bytes)));
-  return probe::measure_link(dev, copy_direction::device_to_host, memory_kind::pinned, bytes, 2, 5).median_gbps;
+  return probe::pinned_ceiling(dev, copy_direction::device_to_host, cfg.output_bytes(), cfg.probed_d2h_gbps,
+                               progress);
 }
 
 void run_ideal(const egress_config& cfg, workload& w, egress_row& row) {

@@ -442,13 +442,8 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
   ingest_result result;
   result.device = dev.info();
   result.config = cfg;
-  result.probed_h2d_gbps = cfg.probed_h2d_gbps;
-  if (result.probed_h2d_gbps <= 0) {
-    const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.batch_bytes(), 256 * MiB));
-    say(fmt::format("probing pinned H2D with {} copies", format_bytes(bytes)));
-    result.probed_h2d_gbps =
-        probe::measure_link(dev, copy_direction::host_to_device, memory_kind::pinned, bytes, 2, 5).median_gbps;
-  }
+  result.probed_h2d_gbps =
+      probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(), cfg.probed_h2d_gbps, progress);
   double ideal = 0;
   for (const auto& level : cfg.levels) {
     say(fmt::format("{}: {} warm-up + {} timed steps, {} per batch", level, cfg.warmup, cfg.steps,
@@ -483,13 +478,8 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   r.device = dev.info();
   r.batch_bytes = cfg.batch_bytes();
   r.batches = batches;
-  r.probed_h2d_gbps = cfg.probed_h2d_gbps;
-  if (r.probed_h2d_gbps <= 0) {
-    const std::size_t bytes = static_cast<std::size_t>(std::min<std::uint64_t>(cfg.batch_bytes(), 256 * MiB));
-    if (progress != nullptr) progress(fmt::format("probing pinned H2D with {} copies", format_bytes(bytes)));
-    r.probed_h2d_gbps =
-        probe::measure_link(dev, copy_direction::host_to_device, memory_kind::pinned, bytes, 2, 5).median_gbps;
-  }
+  r.probed_h2d_gbps =
+      probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(), cfg.probed_h2d_gbps, progress);
   const batch_layout l{cfg.image_bytes(), cfg.batch};
   const std::uint64_t slots = cfg.host_slots;
   ingest::loader_options opts;

@@ -254,6 +254,15 @@ link_result measure_link(device& dev, copy_direction dir, memory_kind host_memor
   return l;
 }
 
+double pinned_ceiling(device& dev, copy_direction dir, std::uint64_t bytes, double given,
+                      void (*progress)(const std::string&)) {
+  if (given > 0) return given;
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 256 * MiB));
+  const bool up = dir == copy_direction::host_to_device;
+  if (progress != nullptr) progress(fmt::format("probing pinned {} with {} copies", up ? "H2D" : "D2H", format_bytes(n)));
+  return measure_link(dev, dir, memory_kind::pinned, n, 2, 5).median_gbps;
+}
+
 std::string format_table(const result& r) {
   std::string out;
   out += fmt::format("device   {} ({} backend{}{}), {} of memory, {} copy engine(s)\n", r.device.name,

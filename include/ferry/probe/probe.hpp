@@ -81,6 +81,12 @@ struct result {
 [[nodiscard]] link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes,
                                        int warmup, int iterations);
 
+/// The pinned bandwidth of `dir` a bench compares its rows with: `given` when positive, else measured now
+/// (measure_link with copies of min(bytes, 256 MiB), 2 warm-up and 5 timed, the median). `progress` (may
+/// be null) hears when it measures.
+[[nodiscard]] double pinned_ceiling(device& dev, copy_direction dir, std::uint64_t bytes, double given,
+                                    void (*progress)(const std::string&) = nullptr);
+
 /// The text table `ferry probe` prints.
 [[nodiscard]] std::string format_table(const result& r);
 
