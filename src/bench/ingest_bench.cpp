@@ -162,7 +162,7 @@ class workload {
 class batch_makers {
  public:
   using buffer_source = std::function<std::byte*(int step)>;
-  batch_makers(std::size_t workers, int steps, const batch_layout& l, buffer_source take_buffer,
+  batch_makers(std::size_t workers, int steps, buffer_source take_buffer,
                std::function<void(int step, std::byte* base)> make)
       : steps_(steps) {
     for (std::size_t w = 0; w < workers; ++w) {
@@ -177,7 +177,6 @@ class batch_makers {
         }
       });
     }
-    static_cast<void>(l);
   }
   batch_makers(const batch_makers&) = delete;
   batch_makers& operator=(const batch_makers&) = delete;
@@ -279,7 +278,7 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& 
   if (collate)
     for (std::size_t i = 0; i < cfg.workers; ++i) sample_scratch.push_back(dev.alloc_pageable(cfg.batch_bytes()));
   batch_makers makers(
-      cfg.workers, w.total_steps(), l, [&](int step) { return pool.take(step); },
+      cfg.workers, w.total_steps(), [&](int step) { return pool.take(step); },
       [&](int step, std::byte* base) {
         if (!collate) {
           make_samples(base, l, static_cast<std::uint64_t>(step), 0, l.batch);
