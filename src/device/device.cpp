@@ -417,6 +417,18 @@ void device::profiler_start() { do_profiler_start(); }
 
 void device::profiler_stop() { do_profiler_stop(); }
 
+void device::trace_begin(trace::recorder& r) {
+  FERRY_EXPECTS(!tracing_, "trace_begin: this device is already tracing; call trace_end first");
+  do_trace_begin(r);
+  tracing_ = true;
+}
+
+void device::trace_end() {
+  if (!tracing_) return;
+  tracing_ = false;
+  do_trace_end();
+}
+
 void device::rethrow_callback_error() {
   std::exception_ptr error;
   {

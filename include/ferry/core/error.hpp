@@ -34,6 +34,13 @@ class out_of_memory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Input ferry reads (a trace file, say) is malformed, truncated or too large. The message names the
+/// input, where in it the problem is, and the limit or the form that was expected.
+class input_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// A pipeline or queue was stopped (closed) while a caller waited on it.
 class stopped_error : public std::runtime_error {
  public:

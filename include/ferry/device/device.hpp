@@ -28,6 +28,10 @@
 
 namespace ferry {
 
+namespace trace {
+class recorder;
+}
+
 class device;
 class event;
 
@@ -291,6 +295,15 @@ class device {
   /// Rethrows (and clears) an error captured from a host callback, if any.
   void rethrow_callback_error();
 
+  // Tracing: this device's activity (GPU kernels, copies, memsets, synchronizations and the API calls
+  // that issued them) goes into `r` between trace_begin and trace_end, while r is capturing. The cuda
+  // backend records through CUPTI's activity API (process-wide: one device traces at a time); the host
+  // backend records its emulated streams. trace_end flushes what is still buffered. Throws logic_error
+  // when a trace is already running, cuda_error when CUPTI refuses.
+  void trace_begin(trace::recorder& r);
+  void trace_end();
+  [[nodiscard]] bool tracing() const noexcept { return tracing_; }
+
  protected:
   explicit device(backend kind) noexcept : kind_(kind) {}
 
@@ -326,6 +339,8 @@ class device {
   virtual void do_synchronize() = 0;
   virtual void do_profiler_start() = 0;
   virtual void do_profiler_stop() = 0;
+  virtual void do_trace_begin(trace::recorder& r) = 0;
+  virtual void do_trace_end() = 0;
 
   /// For backends: stores the first exception escaping a host callback.
   void capture_callback_error(std::exception_ptr e) noexcept;
@@ -342,6 +357,7 @@ class device {
   void free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept;
 
   backend kind_;
+  bool tracing_ = false;
   mutable std::mutex mu_;
   std::vector<void*> event_pool_;
   std::exception_ptr callback_error_;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cuda_try.hpp"
+#include "cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
@@ -212,6 +213,14 @@ class cuda_device final : public device {
   void do_profiler_stop() override {
     select();
     FERRY_CUDA_TRY(cudaProfilerStop());
+  }
+  void do_trace_begin(trace::recorder& r) override {
+    select();
+    cupti::begin(r);
+  }
+  void do_trace_end() override {
+    select();
+    cupti::end();
   }
 
  private:

@@ -50,6 +50,7 @@
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
+#include "ferry/trace/timeline.hpp"
 
 namespace ferry {
 namespace {
@@ -516,6 +517,8 @@ class host_device final : public device {
   // The host backend has no profiler to start; the calls are counted so a debugger can see them.
   void do_profiler_start() override { profiler_starts_.fetch_add(1, std::memory_order_relaxed); }
   void do_profiler_stop() override { profiler_stops_.fetch_add(1, std::memory_order_relaxed); }
+  void do_trace_begin(trace::recorder& r) override { tracer_.store(&r, std::memory_order_release); }
+  void do_trace_end() override { tracer_.store(nullptr, std::memory_order_release); }
 
  private:
   void* alloc_device_memory(std::size_t bytes) {
@@ -650,6 +653,7 @@ class host_device final : public device {
 
   std::atomic<std::uint64_t> profiler_starts_{0};
   std::atomic<std::uint64_t> profiler_stops_{0};
+  std::atomic<trace::recorder*> tracer_{nullptr};
 };
 
 }  // namespace

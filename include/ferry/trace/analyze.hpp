@@ -1,0 +1,99 @@
+// The analyzer: turns a timeline (recorded by ferry or imported from a PyTorch profiler trace) into a
+// per-step breakdown of what the GPU did, what the CPU did while the GPU idled, and findings: each names
+// a bottleneck with its evidence (times, counts, bytes) and the fix (a ferry component or ladder level).
+//
+// Host only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ferry/trace/timeline.hpp"
+
+namespace ferry::trace {
+
+struct analyze_options {
+  /// Step spans: ranges or stage spans whose name starts with this prefix, on any CPU thread. Empty:
+  /// "ProfilerStep#" (PyTorch profiler) or else "step" (ferry's benches), whichever the trace has. A
+  /// trace without step spans is analyzed as one step spanning its GPU activity.
+  std::string step_prefix;
+  /// GPU idle above this fraction of a step is a finding.
+  double idle_threshold = 0.10;
+  /// Copies below this fraction of the link are a finding ("far below the probed link").
+  double low_bandwidth_fraction = 0.5;
+  /// Link ceilings in GB/s; 0 takes the trace's own (timeline::link_*), and when that is 0 too the
+  /// bandwidth rule compares pinned copies with nothing and stays quiet.
+  double link_h2d_gbps = 0;
+  double link_d2h_gbps = 0;
+};
+
+/// What one step's GPU time went to. Times in milliseconds; categories are exclusive, taken in the order
+/// compute, comm, d2d, h2d, d2h (so a copy overlapping a kernel counts as compute), and idle is what no
+/// GPU activity covers. overlap: the fraction of copy time that ran while a kernel ran.
+struct step_breakdown {
+  int index = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  double wall_ms = 0;
+  double compute_ms = 0;
+  double h2d_ms = 0;
+  double d2h_ms = 0;
+  double d2d_ms = 0;   // device to device copies and memsets
+  double comm_ms = 0;  // communication kernels (NCCL) and peer copies
+  double idle_ms = 0;
+  double utilization = 0;   // 1 - idle / wall
+  double copy_overlap = 0;  // copy time overlapped by kernels / copy time; 0 when no copies
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+};
+
+/// Where GPU idle time went on the CPU side: the innermost range (NVTX, stage or annotation) or blocking
+/// API call of one thread that covered the idle time.
+struct idle_attribution {
+  std::string thread;    // thread name, or "thread <id>"
+  std::string activity;  // the range or call name
+  double idle_ms = 0;    // idle time it covered, over all analyzed steps
+  double fraction_of_idle = 0;
+};
+
+/// One finding. `rule` is a stable id:
+///   gpu_idle              GPU idle above the threshold (evidence: the CPU activity that covered it)
+///   pageable_async_copy   an asynchronous copy from or to pageable memory (it is staged and blocks)
+///   sync_copy             a blocking copy that keeps the next launch waiting
+///   device_sync           a device-wide synchronize every step
+///   serialized_copy       copies and kernels on one stream, never overlapping
+///   low_copy_bandwidth    copies far below the probed link
+///   compute_bound         no transfer bottleneck: the GPU computes nearly all the time (informational)
+struct finding {
+  std::string rule;
+  std::string title;     // one line: what is wrong
+  std::string evidence;  // times, counts, bytes
+  std::string fix;       // what to change, naming the ferry component or ladder level
+  double cost_ms_per_step = 0;  // estimated GPU time lost per step; findings are sorted by it
+  std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
+};
+
+struct analysis {
+  std::string source;
+  std::string device_name;
+  std::uint64_t dropped = 0;  // the recorder's dropped events: the analysis may miss activity
+  std::string step_prefix;    // what the steps were taken from ("" = whole trace)
+  std::vector<step_breakdown> steps;
+  step_breakdown mean;        // the mean over steps (index -1)
+  std::vector<idle_attribution> idle;  // largest first
+  std::vector<finding> findings;       // costliest first; never empty (compute_bound at least)
+  /// The rule of the first finding: what bounds this workload.
+  [[nodiscard]] const std::string& bottleneck() const { return findings.front().rule; }
+};
+
+/// Analyzes `t`. Throws input_error when the timeline has no GPU activity in any step.
+[[nodiscard]] analysis analyze(const timeline& t, const analyze_options& opts = {});
+
+/// A human-readable report: breakdown table, idle attribution, findings with evidence and fix.
+[[nodiscard]] std::string format_text(const analysis& a);
+/// The analysis as JSON (the same content as the text).
+[[nodiscard]] std::string to_json(const analysis& a);
+
+}  // namespace ferry::trace

@@ -1,0 +1,190 @@
+// The trace model: one timeline of GPU activity (kernels, copies, memsets) and CPU activity (runtime API
+// calls, synchronizations, NVTX ranges, ferry's stage spans), on one clock, whichever source recorded it:
+// ferry's CUPTI recorder (cuda backend), the host backend's emulated streams, or an imported trace (a
+// ferry Chrome trace or a PyTorch profiler / Kineto trace). The analyzer and the exporters read only this.
+//
+// Host only: no CUDA header is reachable from here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry::trace {
+
+/// What an event is.
+enum class activity : std::uint8_t {
+  kernel,   // GPU: a kernel (or the host backend's emulated kernel)
+  memcpy,   // GPU: a copy; see event::copy, src, dst, bytes, async
+  memset,   // GPU: a memset
+  sync,     // CPU thread blocked until GPU work completed; see event::sync
+  api,      // CPU: a runtime API call (cudaLaunchKernel, cudaMemcpyAsync, ...) or a device-interface call
+  range,    // CPU: an NVTX range (push/pop or start/end) in any domain, or a profiler annotation
+  stage,    // CPU: one of ferry's own stage spans (FERRY_RANGE), or a bench's step span
+};
+
+/// A copy's direction.
+enum class copy_kind : std::uint8_t { none, h2d, d2h, d2d, h2h, p2p };
+
+/// The kind of memory at one end of a copy. pageable vs pinned decides whether an async copy is async.
+enum class mem_kind : std::uint8_t { unknown, pageable, pinned, device, managed };
+
+/// What a sync event or a blocking API call waited for.
+enum class sync_kind : std::uint8_t {
+  none,
+  event,        // cudaEventSynchronize / event::synchronize
+  stream,       // cudaStreamSynchronize / stream::synchronize
+  device,       // cudaDeviceSynchronize / device::synchronize
+  stream_wait,  // cudaStreamWaitEvent (a device-side wait; the CPU does not block)
+  copy,         // a blocking copy (cudaMemcpy, device::copy): the CPU waits for the copy it issued
+};
+
+[[nodiscard]] std::string_view to_string(activity a) noexcept;
+[[nodiscard]] std::string_view to_string(copy_kind k) noexcept;
+[[nodiscard]] std::string_view to_string(mem_kind k) noexcept;
+[[nodiscard]] std::string_view to_string(sync_kind k) noexcept;
+/// Inverse of to_string; throws input_error naming the text and the accepted words.
+[[nodiscard]] activity parse_activity(std::string_view text);
+[[nodiscard]] copy_kind parse_copy_kind(std::string_view text);
+[[nodiscard]] mem_kind parse_mem_kind(std::string_view text);
+[[nodiscard]] sync_kind parse_sync_kind(std::string_view text);
+
+/// One event. Times are nanoseconds on the timeline's clock; end_ns >= start_ns (equal for instants).
+/// Names are ids into the timeline's (or recorder's) string table, so recording copies no strings.
+struct event {
+  activity kind = activity::kernel;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::uint32_t name = 0;    // string id: kernel name, API name, range text
+  std::uint32_t domain = 0;  // string id of the NVTX domain (ranges); 0 = none
+  std::int32_t device = -1;  // GPU activity: device ordinal
+  std::uint64_t stream = 0;  // GPU activity (and stream waits): stream id within its device
+  std::uint64_t thread = 0;  // CPU activity: the OS thread id
+  std::uint64_t correlation = 0;  // links an API call with the GPU activity it launched; 0 = none
+  std::uint64_t bytes = 0;        // memcpy, memset
+  copy_kind copy = copy_kind::none;
+  mem_kind src = mem_kind::unknown;
+  mem_kind dst = mem_kind::unknown;
+  sync_kind sync = sync_kind::none;
+  bool async = false;  // memcpy: issued by an asynchronous API call
+
+  [[nodiscard]] bool on_gpu() const noexcept {
+    return kind == activity::kernel || kind == activity::memcpy || kind == activity::memset;
+  }
+  [[nodiscard]] std::int64_t duration_ns() const noexcept { return end_ns - start_ns; }
+};
+
+/// Interned strings: id 0 is the empty string. Not thread-safe; the recorder guards its own.
+class string_table {
+ public:
+  string_table();
+  [[nodiscard]] std::uint32_t intern(std::string_view text);
+  [[nodiscard]] std::string_view operator[](std::uint32_t id) const;
+  [[nodiscard]] std::size_t size() const noexcept { return strings_.size(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+};
+
+/// A recorded or imported timeline.
+struct timeline {
+  std::string source;       // "ferry host", "ferry cuda (CUPTI)", "pytorch profiler", ...
+  std::string device_name;  // the GPU's name, or the emulated device's
+  string_table strings;
+  std::vector<event> events;
+  std::uint64_t dropped = 0;  // events lost because the recorder's buffer was full
+  // Ceilings to compare copies with (GB/s, 0 = unknown): the probed pinned link of the recording machine.
+  double link_h2d_gbps = 0;
+  double link_d2h_gbps = 0;
+  std::map<std::uint64_t, std::string> thread_names;  // OS thread id -> name ("main", "egress sink 0")
+  std::map<std::uint64_t, std::string> stream_names;  // stream id -> name ("compute", "egress copy")
+  std::map<std::string, std::string> metadata;        // free-form: bench level, command line, ...
+
+  [[nodiscard]] std::string_view name_of(const event& e) const { return strings[e.name]; }
+  [[nodiscard]] std::string_view domain_of(const event& e) const { return strings[e.domain]; }
+  /// Sorts events by start time (stable), as the analyzer and exporters expect.
+  void sort();
+};
+
+/// The OS id of the calling thread (gettid on Linux): what CUPTI and profilers call a thread id.
+[[nodiscard]] std::uint64_t this_thread_id() noexcept;
+
+/// Nanoseconds on the clock of every event ferry records on the host (std::chrono::steady_clock, i.e.
+/// CLOCK_MONOTONIC); the CUPTI recorder converts GPU timestamps onto it.
+[[nodiscard]] std::int64_t now_ns() noexcept;
+
+/// A bounded, thread-safe event buffer with a capture switch. Events recorded while not capturing, or
+/// once `capacity` events are held, are not kept; the latter are counted as dropped. The buffer is
+/// reserved up front, so recording allocates nothing (an intern of a new string aside).
+class recorder {
+ public:
+  static constexpr std::size_t default_capacity = std::size_t{1} << 20;
+  /// Throws logic_error when capacity is 0 or above 1<<26 (64 Mi events).
+  explicit recorder(std::size_t capacity = default_capacity);
+  recorder(const recorder&) = delete;
+  recorder& operator=(const recorder&) = delete;
+
+  /// Opens and closes the capture window (e.g. around the timed steps after warm-up).
+  void start() noexcept;
+  void stop() noexcept;
+  [[nodiscard]] bool capturing() const noexcept;
+
+  /// Keeps `e` when capturing and there is room; counts a drop when capturing and full.
+  void record(const event& e) noexcept;
+  /// Keeps `e` whatever the capture switch says (room permitting): for events a source delivers late,
+  /// e.g. CUPTI records of work done inside the window but flushed after it closed.
+  void record_late(const event& e) noexcept;
+  [[nodiscard]] std::uint32_t intern(std::string_view text);
+  void name_thread(std::uint64_t thread, std::string name);
+  void name_stream(std::uint64_t stream, std::string name);
+  void set_metadata(std::string key, std::string value);
+
+  [[nodiscard]] std::size_t size() const;
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// Unique per recorder made in this process (never reused, unlike an address).
+  [[nodiscard]] std::uint64_t serial() const noexcept { return serial_; }
+  /// The string id of the "ferry" NVTX domain, which ferry's stage spans carry.
+  [[nodiscard]] std::uint32_t ferry_domain() const noexcept { return ferry_domain_; }
+  [[nodiscard]] std::uint64_t dropped() const;
+
+  /// Moves everything recorded so far into a timeline (sorted) and empties the buffer.
+  [[nodiscard]] timeline take(std::string source, std::string device_name);
+
+ private:
+  void keep(const event& e) noexcept;
+  const std::size_t capacity_;
+  const std::uint64_t serial_;
+  std::uint32_t ferry_domain_ = 0;
+  mutable std::mutex mu_;
+  bool capturing_ = false;
+  std::vector<event> events_;
+  std::uint64_t dropped_ = 0;
+  timeline meta_;  // strings, names and metadata
+};
+
+/// The recorder that ferry's stage spans (FERRY_RANGE) and the host backend's streams record into, or
+/// nullptr. Set by a recording_scope; reading it costs one atomic load.
+[[nodiscard]] recorder* current_recorder() noexcept;
+
+/// Makes `r` the current recorder for the scope's lifetime (scopes nest; the previous one is restored).
+class recording_scope {
+ public:
+  explicit recording_scope(recorder& r) noexcept;
+  recording_scope(const recording_scope&) = delete;
+  recording_scope& operator=(const recording_scope&) = delete;
+  ~recording_scope();
+
+ private:
+  recorder* previous_;
+};
+
+/// Records a stage span [start_ns, now) on the calling thread into the current recorder, if capturing.
+void record_stage(const char* name, std::int64_t start_ns) noexcept;
+
+}  // namespace ferry::trace
