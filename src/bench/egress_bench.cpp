@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -61,8 +62,12 @@ class processor {
 // writes step i into out[i % 2]), timing events around each step's compute, and the timed window.
 class workload {
  public:
-  workload(device& dev, const egress_config& cfg)
-      : dev_(dev), cfg_(cfg), compute_(dev.make_stream()), input_(dev.alloc_device(cfg.input_bytes())) {
+  workload(device& dev, const egress_config& cfg, const std::string& level)
+      : dev_(dev),
+        cfg_(cfg),
+        tracer_(dev, cfg.trace, "egress", level),
+        compute_(dev.make_stream()),
+        input_(dev.alloc_device(cfg.input_bytes())) {
     for (auto& o : out_) o = dev.alloc_device(cfg.output_bytes());
     for (auto& f : out_free_) f = dev.make_event();
     const int total = cfg.warmup + cfg.steps;
@@ -99,6 +104,7 @@ class workload {
 
   void begin_timing() {
     dev_.synchronize();
+    tracer_.begin();
     t0_ = clock_type::now();
   }
 
@@ -106,6 +112,7 @@ class workload {
   void end_timing(egress_row& row) {
     dev_.synchronize();
     row.seconds = seconds_since(t0_);
+    tracer_.end();
     row.steps = cfg_.steps;
     row.steps_per_s = row.seconds > 0 ? cfg_.steps / row.seconds : 0;
     double busy_ms = 0;
@@ -114,10 +121,12 @@ class workload {
   }
 
   [[nodiscard]] bool timed(int step) const { return step >= cfg_.warmup; }
+  [[nodiscard]] level_tracer& tracer() noexcept { return tracer_; }
 
  private:
   device& dev_;
   const egress_config& cfg_;
+  level_tracer tracer_;
   stream compute_;
   buffer input_;
   buffer out_[2];
@@ -138,12 +147,13 @@ struct work_item {
 // warm-up and the timed steps. A worker's exception fails the queue and is rethrown by push and drain.
 class worker_stage {
  public:
-  worker_stage(std::size_t workers, std::size_t capacity, std::function<void(work_item&)> fn)
+  worker_stage(const char* name, std::size_t workers, std::size_t capacity, std::function<void(work_item&)> fn)
       : queue_(capacity),
         fn_(std::move(fn)),
         pool_(
             workers,
-            [this](std::stop_token, std::size_t) {
+            [this, name](std::stop_token, std::size_t) {
+              trace::name_this_thread(name);
               while (auto item = queue_.pop()) {
                 fn_(*item);
                 std::lock_guard lock(mu_);
@@ -207,6 +217,7 @@ double probed_d2h(device& dev, const egress_config& cfg, progress_fn progress) {
 void run_ideal(const egress_config& cfg, workload& w, egress_row& row) {
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step);
   }
   w.end_timing(row);
@@ -217,6 +228,7 @@ void run_l0(device& dev, const egress_config& cfg, workload& w, egress_row& row,
   const std::uint64_t n = cfg.output_bytes();
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step);
     w.compute_stream().synchronize();
     buffer fresh = dev.alloc_pageable(n);
@@ -229,7 +241,7 @@ void run_l0(device& dev, const egress_config& cfg, workload& w, egress_row& row,
 // L1: as L0, but N workers process (and free) the fresh buffers while the main thread goes on.
 void run_l1(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc) {
   const std::uint64_t n = cfg.output_bytes();
-  worker_stage workers(cfg.workers, cfg.workers, [&](work_item& item) {
+  worker_stage workers("bench-worker", cfg.workers, cfg.workers, [&](work_item& item) {
     proc.process({item.fresh.host_bytes(), n}, seed_of(item.step), 0);
     item.fresh = buffer{};
   });
@@ -238,6 +250,7 @@ void run_l1(device& dev, const egress_config& cfg, workload& w, egress_row& row,
       workers.drain();
       w.begin_timing();
     }
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step);
     w.compute_stream().synchronize();
     work_item item{step, 0, dev.alloc_pageable(n), {}};
@@ -268,11 +281,11 @@ void run_pool(device& dev, const egress_config& cfg, workload& w, egress_row& ro
   bounded_queue<std::size_t> free_list(cfg.pool_buffers);
   for (std::size_t i = 0; i < cfg.pool_buffers; ++i) free_list.push(i);
 
-  worker_stage workers(cfg.workers, cfg.pool_buffers, [&](work_item& item) {
+  worker_stage workers("bench-worker", cfg.workers, cfg.pool_buffers, [&](work_item& item) {
     proc.process({pool[item.pool_index].host_bytes(), n}, seed_of(item.step), 0);
     free_list.push(item.pool_index);
   });
-  worker_stage monitor(1, cfg.pool_buffers, [&](work_item& item) {
+  worker_stage monitor("bench-monitor", 1, cfg.pool_buffers, [&](work_item& item) {
     item.copied.synchronize();
     workers.push(std::move(item));
   });
@@ -285,8 +298,12 @@ void run_pool(device& dev, const egress_config& cfg, workload& w, egress_row& ro
       workers.drain();
       w.begin_timing();
     }
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step);
-    const std::size_t idx = *free_list.pop();
+    const std::size_t idx = [&] {
+      FERRY_RANGE("wait for a free buffer", trace::color::red);
+      return *free_list.pop();
+    }();
     switch (level) {
       case pool_level::l2:
         w.compute_stream().synchronize();
@@ -329,6 +346,7 @@ void run_ferry(device& dev, const egress_config& cfg, workload& w, egress_row& r
       out.flush();
       w.begin_timing();
     }
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step);
     w.output_copied(step, out.submit(w.output(step), w.compute_stream(), static_cast<std::uint64_t>(step)));
   }
@@ -357,23 +375,31 @@ egress_config default_egress_config(backend b) {
 
 const std::vector<level_info>& egress_levels() {
   static const std::vector<level_info> levels{
-      {"ideal", "compute only: the same model steps with no output transfer", "the ceiling"},
+      {"ideal", "compute only: the same model steps with no output transfer", "the ceiling",
+       "compute_bound"},
       {"L0", "compute; blocking copy into a fresh pageable buffer; process inline",
-       "the GPU idles while the CPU allocates, copies from pageable memory and processes"},
+       "the GPU idles while the CPU allocates, copies from pageable memory and processes",
+       "gpu_idle"},
       {"L1", "as L0, processing on N worker threads",
-       "each step still allocates a fresh buffer (page faults) and copies it with a blocking pageable copy"},
+       "each step still allocates a fresh buffer (page faults) and copies it with a blocking pageable copy",
+       "sync_copy"},
       {"L2", "pool of reusable host buffers behind a free list; blocking copy",
-       "the copy is pageable and blocking, so copy and compute run one after the other"},
+       "the copy is pageable and blocking, so copy and compute run one after the other",
+       "sync_copy"},
       {"L3", "asynchronous copy on the compute stream + event + monitor thread, pool not really pinned",
        "the pool lost its pinning (as the reference's share_memory_()), so each copy is a blocking pageable "
-       "copy serialized with compute"},
+       "copy serialized with compute",
+       "pageable_async_copy"},
       {"L4", "copy on an egress stream that waits on the compute stream, pool not really pinned",
-       "still pageable: the host blocks in every copy, so step N+1 is queued only after copy N"},
+       "still pageable: the host blocks in every copy, so step N+1 is queued only after copy N",
+       "pageable_async_copy"},
       {"L4-pinned", "L4 with the pool really pinned (the reference's fix)",
        "whole-output buffers: one worker processes each whole output only after all of it arrived, and "
-       "the pool pins several whole outputs up front"},
+       "the pool pins several whole outputs up front",
+       "gpu_idle"},
       {"ferry", "ferry::egress: slot-sized chunks on an egress stream into a pinned slot ring, N sink workers",
-       "the compute time itself when the sink keeps up; else the sink"},
+       "the compute time itself when the sink keeps up; else the sink",
+       "compute_bound"},
   };
   return levels;
 }
@@ -414,8 +440,9 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
     egress_row row;
     row.level = level;
     processor proc(cfg.check);
+    std::optional<level_trace> traced;
     {
-      workload w(dev, cfg);
+      workload w(dev, cfg, level);
       if (level == "ideal") run_ideal(cfg, w, row);
       else if (level == "L0") run_l0(dev, cfg, w, row, proc);
       else if (level == "L1") run_l1(dev, cfg, w, row, proc);
@@ -424,6 +451,16 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
       else if (level == "L4") run_pool(dev, cfg, w, row, proc, pool_level::l4, false);
       else if (level == "L4-pinned") run_pool(dev, cfg, w, row, proc, pool_level::l4, true);
       else run_ferry(dev, cfg, w, row, proc);
+      traced = w.tracer().finish(0, result.probed_d2h_gbps);
+    }
+    if (traced) {
+      if (traced->analysis) {
+        row.bottleneck = traced->analysis->bottleneck();
+        row.finding = traced->analysis->findings.front().title;
+      } else {
+        row.finding = traced->analysis_error;
+      }
+      result.traces.push_back(std::move(*traced));
     }
     const bool moves = level != "ideal";
     row.bytes = moves ? cfg.output_bytes() * static_cast<std::uint64_t>(cfg.steps) : 0;
@@ -517,6 +554,11 @@ std::string format_table(const egress_result& r) {
       if (l.name == row.level) out += fmt::format("{:<10} {}; bound: {}\n", l.name, l.what, l.bottleneck);
     }
   }
+  out += format_findings(r.traces, [](const std::string& level) {
+    for (const auto& l : egress_levels())
+      if (l.name == level) return l.expected_finding;
+    return std::string{};
+  });
   return out;
 }
 

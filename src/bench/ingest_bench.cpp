@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <exception>
 
@@ -77,9 +78,10 @@ std::pair<std::uint64_t, std::uint64_t> expected_checksums(const batch_layout& l
 // (images and labels) written to device memory, timing events around each step's compute.
 class workload {
  public:
-  workload(device& dev, const ingest_config& cfg)
+  workload(device& dev, const ingest_config& cfg, const std::string& level)
       : dev_(dev),
         cfg_(cfg),
+        tracer_(dev, cfg.trace, "ingest", level),
         layout_{cfg.image_bytes(), cfg.batch},
         compute_(dev.make_stream()),
         sums_(dev.alloc_device(16 * static_cast<std::size_t>(cfg.warmup + cfg.steps))) {
@@ -91,6 +93,7 @@ class workload {
 
   [[nodiscard]] stream_view compute_stream() const { return compute_.view(); }
   [[nodiscard]] int total_steps() const { return cfg_.warmup + cfg_.steps; }
+  [[nodiscard]] level_tracer& tracer() noexcept { return tracer_; }
   [[nodiscard]] const batch_layout& layout() const { return layout_; }
 
   /// Queues training step `step` on the compute stream over the device batch (images, labels).
@@ -106,6 +109,7 @@ class workload {
 
   void begin_timing() {
     dev_.synchronize();
+    tracer_.begin();
     t0_ = clock_type::now();
     cpu0_ = process_cpu_seconds();
   }
@@ -113,6 +117,7 @@ class workload {
   void end_timing(ingest_row& row) {
     dev_.synchronize();
     row.seconds = seconds_since(t0_);
+    tracer_.end();
     row.cpu_ms_per_batch = (process_cpu_seconds() - cpu0_) * 1e3 / cfg_.steps;
     row.steps = cfg_.steps;
     row.steps_per_s = row.seconds > 0 ? cfg_.steps / row.seconds : 0;
@@ -149,6 +154,7 @@ class workload {
  private:
   device& dev_;
   const ingest_config& cfg_;
+  level_tracer tracer_;
   batch_layout layout_;
   stream compute_;
   buffer sums_;
@@ -167,6 +173,7 @@ class batch_makers {
       : steps_(steps) {
     for (std::size_t w = 0; w < workers; ++w) {
       threads_.emplace_back([=, this](std::stop_token stop) {
+        trace::name_this_thread("bench-maker");
         for (int step = static_cast<int>(w); step < steps_ && !stop.stop_requested(); step += static_cast<int>(workers)) {
           std::byte* base = take_buffer(step);
           if (base == nullptr) return;
@@ -183,6 +190,7 @@ class batch_makers {
 
   /// The buffer of batch `step`, once made.
   std::byte* take(int step) {
+    FERRY_RANGE("wait for batch", trace::color::red);
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return ready_.count(step) != 0; });
     std::byte* b = ready_[step];
@@ -239,6 +247,7 @@ void run_ideal(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   dev.copy(on_device, host, w.compute_stream());
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step, on_device.view(0, l.images()), on_device.view(l.images(), l.labels()));
   }
   w.end_timing(row);
@@ -251,6 +260,7 @@ void run_l0(device& dev, const ingest_config& cfg, workload& w, ingest_row& row)
   buffer on_device = dev.alloc_device(cfg.batch_bytes());
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
+    FERRY_RANGE("step", trace::color::gray);
     buffer fresh = dev.alloc_pageable(cfg.batch_bytes());
     make_samples(fresh.host_bytes(), l, static_cast<std::uint64_t>(step), 0, l.batch);
     dev.copy(on_device, fresh, w.compute_stream());
@@ -319,6 +329,7 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& 
       give_back_copied(all);
       w.begin_timing();
     }
+    FERRY_RANGE("step", trace::color::gray);
     give_back_copied(step - slots);
     static_cast<void>(makers.take(step));
     const std::size_t slot = static_cast<std::size_t>(step) % device_slots;
@@ -373,6 +384,7 @@ void run_ferry(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   int step = 0;
   for (ingest::device_batch& b : gpu.batches(w.compute_stream())) {
     if (step == cfg.warmup) w.begin_timing();
+    FERRY_RANGE("step", trace::color::gray);
     w.compute(step, b.field(0), b.field(1));
     ++step;
   }
@@ -399,19 +411,26 @@ ingest_config default_ingest_config(backend b) {
 
 const std::vector<level_info>& ingest_levels() {
   static const std::vector<level_info> levels{
-      {"ideal", "compute only: the same steps over a batch already on the device", "the ceiling"},
+      {"ideal", "compute only: the same steps over a batch already on the device", "the ceiling",
+       "compute_bound"},
       {"L0", "one thread makes each batch in fresh pageable memory, blocking copy, then compute",
-       "the GPU idles while the CPU makes the batch and while the pageable copy runs"},
+       "the GPU idles while the CPU makes the batch and while the pageable copy runs",
+       "gpu_idle"},
       {"L1", "N workers make batches ahead (pageable pool); blocking pageable copy",
-       "the blocking copy from pageable memory (staged by the driver) still stalls the GPU every step"},
+       "the blocking copy from pageable memory (staged by the driver) still stalls the GPU every step",
+       "sync_copy"},
       {"L2", "pinned pool + non-blocking copy on the compute stream",
-       "copy and kernels run one after the other on the one stream"},
+       "copy and kernels run one after the other on the one stream",
+       "serialized_copy"},
       {"L3", "copy stream: batch N+1 copied while batch N computes; compute waits on an event",
-       "little: copies hide behind compute; the loop itself drives the copies"},
+       "little: copies hide behind compute; the loop itself drives the copies",
+       "compute_bound"},
       {"L4", "L3 inside a prefetching iterator fed by a framework-style loader (per-sample memory + collate copy)",
-       "the extra collate copy costs CPU time per batch"},
+       "the extra collate copy costs CPU time per batch",
+       "compute_bound"},
       {"ferry", "ferry::ingest: workers write samples straight into pinned slots; prefetcher on its own stream",
-       "the compute, when the workers keep up"},
+       "the compute, when the workers keep up",
+       "compute_bound"},
   };
   return levels;
 }
@@ -450,8 +469,9 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
     FERRY_RANGE("bench level", trace::color::blue);
     ingest_row row;
     row.level = level;
+    std::optional<level_trace> traced;
     {
-      workload w(dev, cfg);
+      workload w(dev, cfg, level);
       if (level == "ideal") run_ideal(dev, cfg, w, row);
       else if (level == "L0") run_l0(dev, cfg, w, row);
       else if (level == "L1") run_pooled(dev, cfg, w, row, copy_mode::blocking_pageable, false);
@@ -459,6 +479,16 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
       else if (level == "L3") run_pooled(dev, cfg, w, row, copy_mode::copy_stream, false);
       else if (level == "L4") run_pooled(dev, cfg, w, row, copy_mode::copy_stream, true);
       else run_ferry(dev, cfg, w, row);
+      traced = w.tracer().finish(result.probed_h2d_gbps, 0);
+    }
+    if (traced) {
+      if (traced->analysis) {
+        row.bottleneck = traced->analysis->bottleneck();
+        row.finding = traced->analysis->findings.front().title;
+      } else {
+        row.finding = traced->analysis_error;
+      }
+      result.traces.push_back(std::move(*traced));
     }
     row.bytes = level == "ideal" ? 0 : cfg.batch_bytes() * static_cast<std::uint64_t>(cfg.steps);
     row.h2d_gbps = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
@@ -604,6 +634,11 @@ std::string format_table(const ingest_result& r) {
   for (const auto& row : r.rows)
     for (const auto& l : ingest_levels())
       if (l.name == row.level) out += fmt::format("{:<7} {}; bound: {}\n", l.name, l.what, l.bottleneck);
+  out += format_findings(r.traces, [](const std::string& level) {
+    for (const auto& l : ingest_levels())
+      if (l.name == level) return l.expected_finding;
+    return std::string{};
+  });
   return out;
 }
 

@@ -33,6 +33,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/core/worker_pool.hpp"
+#include "ferry/trace/timeline.hpp"
 
 namespace ferry::egress {
 namespace {
@@ -437,6 +438,7 @@ void pipeline::impl::queue_chunk(std::size_t slot, const mem_view& data, std::ui
 }
 
 void pipeline::impl::completion_loop(std::stop_token stop) {
+  trace::name_this_thread("egress-complete");
   // close() stops this thread once every slot is free, so the queue is empty by then.
   const std::stop_callback on_stop(stop, [this] {
     {
@@ -479,6 +481,7 @@ void pipeline::impl::completion_loop(std::stop_token stop) {
 }
 
 void pipeline::impl::sink_loop(std::stop_token stop) {
+  trace::name_this_thread("egress-sink");
   current_sink_worker = this;
   // close() stops the ring once every slot is free; take_ready then throws stopped_error.
   const std::stop_callback on_stop(stop, [this] { ring_.stop(); });

@@ -24,6 +24,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/ingest/ingest.hpp"
+#include "ferry/trace/timeline.hpp"
 #include "layout.hpp"
 
 namespace ferry::ingest {
@@ -179,6 +180,7 @@ host_batch loader::impl::batch_of(std::uint64_t g) const {
 }
 
 void loader::impl::work(std::size_t worker) noexcept {
+  trace::name_this_thread(fmt::format("ingest-load-{}", worker));
   current_worker_of = this;
   const std::size_t bs = opts_.sampling.batch_size;
   const std::size_t nfields = opts_.fields.size();

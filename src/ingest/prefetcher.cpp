@@ -23,6 +23,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/ingest/ingest.hpp"
+#include "ferry/trace/timeline.hpp"
 #include "layout.hpp"
 
 namespace ferry::ingest {
@@ -168,6 +169,7 @@ void prefetcher::impl::harvest_all() noexcept {
 }
 
 void prefetcher::impl::copier() noexcept {
+  trace::name_this_thread("ingest-copier");
   const std::size_t nfields = layout_.offset.size();
   std::uint64_t k = 0;
   std::optional<host_batch> hb;

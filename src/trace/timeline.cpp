@@ -1,6 +1,7 @@
 #include "ferry/trace/timeline.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <utility>
 
 #include "ferry/core/error.hpp"
@@ -71,6 +73,12 @@ void timeline::sort() {
 std::uint64_t this_thread_id() noexcept {
   thread_local const auto id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
   return id;
+}
+
+void name_this_thread(std::string_view name) noexcept {
+  char buf[16] = {};
+  name.copy(buf, sizeof buf - 1);
+  static_cast<void>(::pthread_setname_np(::pthread_self(), buf));
 }
 
 std::int64_t now_ns() noexcept {
@@ -162,6 +170,13 @@ timeline recorder::take(std::string source, std::string device_name) {
   }
   t.source = std::move(source);
   t.device_name = std::move(device_name);
+  // Threads nobody named keep their OS name (pthread_setname_np), while they still run.
+  for (const event& e : t.events) {
+    if (e.thread == 0 || t.thread_names.contains(e.thread)) continue;
+    std::ifstream comm(fmt::format("/proc/self/task/{}/comm", e.thread));
+    std::string name;
+    if (comm && std::getline(comm, name) && !name.empty()) t.thread_names[e.thread] = name;
+  }
   t.sort();
   return t;
 }

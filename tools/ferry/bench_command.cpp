@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -13,6 +14,8 @@
 #include "ferry/bench/ingest_bench.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
+#include "ferry/trace/report_html.hpp"
+#include "ferry/trace/trace_io.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -28,7 +31,48 @@ struct ladder_flags {
   std::string levels;
   bool no_check = false;
   bool json = false;
+  std::string trace;             // per-level trace files: <stem>.<level><ext> (+ .html reports)
+  std::size_t trace_events = 0;  // recorder capacity per level
 };
+
+// "out/run.json" + "L0" -> "out/run.L0.json"
+std::filesystem::path level_path(const std::filesystem::path& base, const std::string& level,
+                                 const std::string& ext) {
+  std::filesystem::path p = base;
+  p.replace_filename(base.stem().string() + "." + level + ext);
+  return p;
+}
+
+// Writes each traced level's Chrome trace and HTML report next to `base`; returns their JSON summary.
+nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces, const std::string& base,
+                                  const std::vector<bench::level_info>& levels, bool quiet) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::filesystem::path b(base);
+  const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
+  for (const auto& t : traces) {
+    const auto trace_file = level_path(b, t.level, ext);
+    trace::write_chrome_trace(t.timeline, trace_file);
+    nlohmann::json j{{"level", t.level}, {"trace_file", trace_file.string()}, {"events", t.timeline.events.size()},
+                     {"dropped", t.timeline.dropped}};
+    std::string expected;
+    for (const auto& l : levels)
+      if (l.name == t.level) expected = l.expected_finding;
+    j["expected_finding"] = expected;
+    if (t.analysis) {
+      const auto html_file = level_path(b, t.level, ".html");
+      trace::write_html_report(t.timeline, *t.analysis, html_file);
+      j["html_file"] = html_file.string();
+      j["bottleneck"] = t.analysis->bottleneck();
+      j["analysis"] = nlohmann::json::parse(trace::to_json(*t.analysis));
+      if (!quiet) fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, trace_file.string(), html_file.string());
+    } else {
+      j["analysis_error"] = t.analysis_error;
+      if (!quiet) fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level, trace_file.string(), t.analysis_error);
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
 
 struct egress_flags : ladder_flags {
   std::size_t pool_buffers = 0;
@@ -98,6 +142,10 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg, SetShape set_shape) 
     while (std::getline(in, level, ',')) cfg.levels.push_back(level);
   }
   cfg.check = !f.no_check;
+  if (!f.trace.empty()) {
+    cfg.trace.enabled = true;
+    if (f.trace_events != 0) cfg.trace.capacity = f.trace_events;
+  }
 }
 
 // Adds the flags every ladder shares to its subcommand.
@@ -112,6 +160,10 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const std::string& shape_h
   app.add_option("--levels", f.levels, levels_help);
   app.add_flag("--no-check", f.no_check, "Skip checking the delivered bytes (egress checksums them instead)");
   app.add_flag("--json", f.json, "Print JSON on stdout instead of the table");
+  app.add_option("--trace", f.trace,
+                 "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
+                 "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
+  app.add_option("--trace-events", f.trace_events, "Events the recorder keeps per level (default 1048576)");
 }
 
 int run_egress(const egress_flags& f) {
@@ -128,6 +180,8 @@ int run_egress(const egress_flags& f) {
   if (f.slots != 0) cfg.slots = f.slots;
   cfg.probed_d2h_gbps = f.probed_d2h;
 
+  FERRY_EXPECTS(f.trace.empty() || f.pure_copy == 0,
+                "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
   if (f.pure_copy > 0) {
     // Pure copy is bound by how fast the host checks what arrives: small slots keep each chunk in the
     // CPU's last-level cache between the copy that writes it and the check that reads it, and every core
@@ -178,16 +232,20 @@ int run_egress(const egress_flags& f) {
                       {"gpu_idle", row.gpu_idle},
                       {"checked_bytes", row.checked_bytes},
                       {"mismatches", row.mismatches},
-                      {"pin_seconds", row.pin_seconds}});
+                      {"pin_seconds", row.pin_seconds},
+                      {"bottleneck", row.bottleneck},
+                      {"finding", row.finding}});
     }
     nlohmann::json j{{"tool", "ferry bench egress"},
                      {"device", device_json(r.device)},
                      {"config", config_json(cfg)},
                      {"probed_d2h_gbps", r.probed_d2h_gbps},
                      {"rows", rows}};
+    if (!f.trace.empty()) j["traces"] = write_level_traces(r.traces, f.trace, bench::egress_levels(), true);
     std::cout << j.dump(2) << '\n';
   } else {
     std::cout << bench::format_table(r);
+    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, bench::egress_levels(), false));
   }
   return mismatches == 0 ? 0 : 2;
 }
@@ -266,6 +324,8 @@ int run_ingest(const ingest_flags& f) {
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;
   cfg.probed_h2d_gbps = f.probed_h2d;
+  FERRY_EXPECTS(f.trace.empty() || (f.pure_copy == 0 && f.both_ways == 0),
+                "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
   if (f.both_ways > 0) return run_both_ways(f, *dev, cfg);
   if (f.pure_copy > 0) {
     const bench::ingest_pure_copy_result r = bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_line);
@@ -300,7 +360,9 @@ int run_ingest(const ingest_flags& f) {
                       {"worker_threads", row.worker_threads},
                       {"cpu_ms_per_batch", row.cpu_ms_per_batch},
                       {"checked_batches", row.checked_batches},
-                      {"mismatches", row.mismatches}});
+                      {"mismatches", row.mismatches},
+                      {"bottleneck", row.bottleneck},
+                      {"finding", row.finding}});
     }
     nlohmann::json j{{"tool", "ferry bench ingest"},
                      {"device", device_json(r.device)},
@@ -319,9 +381,11 @@ int run_ingest(const ingest_flags& f) {
                        {"check", cfg.check}}},
                      {"probed_h2d_gbps", r.probed_h2d_gbps},
                      {"rows", rows}};
+    if (!f.trace.empty()) j["traces"] = write_level_traces(r.traces, f.trace, bench::ingest_levels(), true);
     std::cout << j.dump(2) << '\n';
   } else {
     std::cout << bench::format_table(r);
+    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, bench::ingest_levels(), false));
   }
   return mismatches == 0 ? 0 : 2;
 }

@@ -26,6 +26,9 @@ void add_device_options(CLI::App& app, device_options& opts);
 /// Registers `ferry bench` and its ladders; the returned function runs the one parsed.
 [[nodiscard]] std::function<int()> add_bench_command(CLI::App& app);
 
+/// Registers `ferry analyze`; the returned function runs it after parsing.
+[[nodiscard]] std::function<int()> add_analyze_command(CLI::App& app);
+
 /// Registers `ferry probe`; the returned function runs it after parsing.
 [[nodiscard]] std::function<int()> add_probe_command(CLI::App& app);
 

@@ -1,4 +1,5 @@
-// ferry: keeps GPUs fed and drained. Subcommands: probe (what the link can do), bench (the ladders).
+// ferry: keeps GPUs fed and drained. Subcommands: probe (what the link can do), bench (the ladders),
+// analyze (what a trace says bounds a workload).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> run_probe = ferry::cli::add_probe_command(app);
   std::function<int()> run_bench = ferry::cli::add_bench_command(app);
+  std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("probe")) return run_probe();
     if (app.got_subcommand("bench")) return run_bench();
+    if (app.got_subcommand("analyze")) return run_analyze();
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
     return 1;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/bench/bench_trace.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
@@ -35,6 +36,7 @@ struct egress_config {
   bool check = true;                       // verify every delivered byte (else checksum them)
   std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "L4-pinned", "ferry"};
   double probed_d2h_gbps = 0;              // 0: measure pinned D2H first
+  trace_options trace;                     // record and analyze each level's timed steps
 
   [[nodiscard]] std::uint64_t output_bytes() const noexcept {
     return std::uint64_t{batch} * classes * height * width * sizeof(float);
@@ -52,6 +54,8 @@ struct level_info {
   std::string name;
   std::string what;
   std::string bottleneck;
+  /// The analyzer's rule for what bounds this level: the bottleneck the next level removes.
+  std::string expected_finding;
 };
 [[nodiscard]] const std::vector<level_info>& egress_levels();
 
@@ -69,6 +73,8 @@ struct egress_row {
   std::uint64_t checked_bytes = 0;  // bytes compared against the pattern (or checksummed)
   std::uint64_t mismatches = 0;  // outputs (chunks for ferry) with a wrong byte
   double pin_seconds = 0;        // pinning done by the level before timing
+  std::string bottleneck;        // with tracing: the analyzer's first finding (its rule id)
+  std::string finding;           // and its title
 };
 
 /// A full ladder run.
@@ -77,6 +83,7 @@ struct egress_result {
   egress_config config;
   double probed_d2h_gbps = 0;
   std::vector<egress_row> rows;
+  std::vector<level_trace> traces;  // with tracing: one per level, in order
   [[nodiscard]] const egress_row* find(const std::string& level) const noexcept;
 };
 

@@ -34,6 +34,7 @@ struct ingest_config {
   bool check = true;              // compare every batch's device checksum with the host's
   std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "ferry"};
   double probed_h2d_gbps = 0;     // 0: measure pinned H2D first
+  trace_options trace;            // record and analyze each level's timed steps
 
   [[nodiscard]] std::uint64_t image_bytes() const noexcept {
     return std::uint64_t{channels} * height * width * sizeof(float);
@@ -63,6 +64,8 @@ struct ingest_row {
   double cpu_ms_per_batch = 0;      // process CPU time over the timed steps / steps
   std::uint64_t checked_batches = 0;
   std::uint64_t mismatches = 0;     // batches whose device checksum differs from the host's
+  std::string bottleneck;           // with tracing: the analyzer's first finding (its rule id)
+  std::string finding;              // and its title
 };
 
 /// A full ladder run.
@@ -71,6 +74,7 @@ struct ingest_result {
   ingest_config config;
   double probed_h2d_gbps = 0;
   std::vector<ingest_row> rows;
+  std::vector<level_trace> traces;  // with tracing: one per level, in order
   [[nodiscard]] const ingest_row* find(const std::string& level) const noexcept;
 };
 

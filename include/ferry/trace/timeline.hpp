@@ -115,6 +115,9 @@ struct timeline {
 /// The OS id of the calling thread (gettid on Linux): what CUPTI and profilers call a thread id.
 [[nodiscard]] std::uint64_t this_thread_id() noexcept;
 
+/// Names the calling thread (the OS name, cut to 15 characters), so traces and debuggers show it.
+void name_this_thread(std::string_view name) noexcept;
+
 /// Nanoseconds on the clock of every event ferry records on the host (std::chrono::steady_clock, i.e.
 /// CLOCK_MONOTONIC); the CUPTI recorder converts GPU timestamps onto it.
 [[nodiscard]] std::int64_t now_ns() noexcept;

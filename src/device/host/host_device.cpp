@@ -15,6 +15,11 @@
 //   each have one copy engine shared by every stream (same-direction copies take turns, as on a GPU), and
 //   while both engines are busy each runs at min(its bandwidth, duplex_gbps / 2).
 //
+// - Tracing (trace_begin): every operation a stream runs is a GPU event of the timeline (kernels for
+//   spin, fill pattern and checksum; copies with their direction and memory kinds; memsets), and every
+//   interface call is an API event on the calling thread, the blocking ones with their sync kind, as the
+//   cuda backend's CUPTI recorder reports them.
+//
 // Lifetimes: streams, events and buffers must be destroyed before their device. The destructor drains and
 // joins the threads of streams still alive and reports what was leaked, but frees nothing a user owns.
 #include <fmt/format.h>
@@ -38,6 +43,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <shared_mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -170,6 +176,8 @@ class host_stream {
   host_stream(const host_stream&) = delete;
   host_stream& operator=(const host_stream&) = delete;
   ~host_stream() { stop(); }
+
+  [[nodiscard]] std::uint64_t number() const noexcept { return number_; }
 
   /// Queues `op`; returns its ticket, which wait_done takes.
   std::uint64_t enqueue(operation op) {
@@ -367,9 +375,13 @@ class host_device final : public device {
     owned->stop();
   }
 
-  void do_stream_synchronize(void* s) override { stream_of(s).synchronize(); }
+  void do_stream_synchronize(void* s) override {
+    const api_span span(*this, &trace_names::stream_synchronize, trace::sync_kind::stream, s);
+    stream_of(s).synchronize();
+  }
 
   void do_stream_wait(void* s, void* e) override {
+    const api_span span(*this, &trace_names::stream_wait, trace::sync_kind::stream_wait, s);
     auto ev = event_of(e).shared_from_this();
     const std::uint64_t generation = ev->recorded();
     stream_of(s).enqueue([ev = std::move(ev), generation] { ev->wait_for(generation); });
@@ -405,12 +417,14 @@ class host_device final : public device {
   }
 
   void do_event_record(void* e, void* s) override {
+    const api_span span(*this, &trace_names::event_record, trace::sync_kind::none, s);
     auto ev = event_of(e).shared_from_this();
     const std::uint64_t generation = ev->next_generation();
     stream_of(s).enqueue([ev = std::move(ev), generation] { ev->complete(generation); });
   }
 
   void do_event_synchronize(void* e) override {
+    const api_span span(*this, &trace_names::event_synchronize, trace::sync_kind::event, nullptr);
     host_event& ev = event_of(e);
     ev.wait_for(ev.recorded());
   }
@@ -473,38 +487,62 @@ class host_device final : public device {
   void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir, memory_kind src_kind,
                      memory_kind dst_kind, void* s) override {
     const bool pageable = src_kind == memory_kind::pageable || dst_kind == memory_kind::pageable;
+    // A copy that waits for pageable memory to be consumed is a blocking copy, whatever its API says.
+    api_span span(*this, &trace_names::copy_async, pageable ? trace::sync_kind::copy : trace::sync_kind::none, s);
     const double gbps = bandwidth(dir, pageable);
     host_stream& st = stream_of(s);
-    const std::uint64_t ticket =
-        st.enqueue([this, dst, src, bytes, dir, gbps] { run_copy(dst, src, bytes, dir, gbps); });
+    trace::event e = gpu_event(trace::activity::memcpy, st);
+    e.copy = to_copy_kind(dir);
+    e.src = to_mem_kind(src_kind);
+    e.dst = to_mem_kind(dst_kind);
+    e.bytes = bytes;
+    e.async = true;
+    const std::uint64_t ticket = st.enqueue(
+        traced(e, &trace_names::memcpy, [this, dst, src, bytes, dir, gbps] { run_copy(dst, src, bytes, dir, gbps); }));
     // As with CUDA, a copy involving pageable memory returns only once that memory has been consumed or
     // filled, so the caller may reuse or read it at once; it still waits its turn in the stream.
     if (pageable) st.wait_done(ticket);
   }
 
   void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind /*kind*/, void* s) override {
-    stream_of(s).enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+    const api_span span(*this, &trace_names::memset_async, trace::sync_kind::none, s);
+    host_stream& st = stream_of(s);
+    trace::event e = gpu_event(trace::activity::memset, st);
+    e.bytes = bytes;
+    st.enqueue(traced(e, &trace_names::memset, [dst, value, bytes] { std::memset(dst, value, bytes); }));
   }
 
   void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind /*kind*/,
                              void* s) override {
-    stream_of(s).enqueue([dst, bytes, seed] { fill_pattern({static_cast<std::byte*>(dst), bytes}, seed); });
+    const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
+    host_stream& st = stream_of(s);
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::fill_pattern,
+                      [dst, bytes, seed] { fill_pattern({static_cast<std::byte*>(dst), bytes}, seed); }));
   }
 
   void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
-    stream_of(s).enqueue([src, bytes, result] {
+    const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
+    host_stream& st = stream_of(s);
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::checksum, [src, bytes, result] {
       const std::uint64_t sum = checksum64({static_cast<const std::byte*>(src), bytes});
       std::memcpy(result, &sum, sizeof sum);
-    });
+    }));
   }
 
-  void do_launch_host_func(void* s, std::function<void()> fn) override { stream_of(s).enqueue(std::move(fn)); }
+  void do_launch_host_func(void* s, std::function<void()> fn) override {
+    const api_span span(*this, &trace_names::launch_host_func, trace::sync_kind::none, s);
+    stream_of(s).enqueue(std::move(fn));
+  }
 
   void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
-    stream_of(s).enqueue([duration] { std::this_thread::sleep_for(duration); });
+    const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
+    host_stream& st = stream_of(s);
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::spin,
+                      [duration] { std::this_thread::sleep_for(duration); }));
   }
 
   void do_synchronize() override {
+    const api_span span(*this, &trace_names::device_synchronize, trace::sync_kind::device, nullptr);
     std::vector<std::shared_ptr<host_stream>> all;
     {
       const std::lock_guard lock(streams_mu_);
@@ -517,10 +555,124 @@ class host_device final : public device {
   // The host backend has no profiler to start; the calls are counted so a debugger can see them.
   void do_profiler_start() override { profiler_starts_.fetch_add(1, std::memory_order_relaxed); }
   void do_profiler_stop() override { profiler_stops_.fetch_add(1, std::memory_order_relaxed); }
-  void do_trace_begin(trace::recorder& r) override { tracer_.store(&r, std::memory_order_release); }
-  void do_trace_end() override { tracer_.store(nullptr, std::memory_order_release); }
+  void do_trace_begin(trace::recorder& r) override {
+    const std::unique_lock lock(trace_mu_);
+    names_ = trace_names{
+        .memcpy = r.intern("memcpy"),
+        .memset = r.intern("memset"),
+        .spin = r.intern("spin"),
+        .fill_pattern = r.intern("fill pattern"),
+        .checksum = r.intern("checksum"),
+        .copy_async = r.intern("copy_async"),
+        .memset_async = r.intern("memset_async"),
+        .launch = r.intern("launch kernel"),
+        .launch_host_func = r.intern("launch_host_func"),
+        .event_record = r.intern("event record"),
+        .stream_wait = r.intern("stream wait"),
+        .stream_synchronize = r.intern("stream synchronize"),
+        .event_synchronize = r.intern("event synchronize"),
+        .device_synchronize = r.intern("device synchronize"),
+    };
+    tracer_.store(&r, std::memory_order_release);
+  }
+  // Waits for recordings in progress, so the recorder may be destroyed once this returns.
+  void do_trace_end() override {
+    const std::unique_lock lock(trace_mu_);
+    tracer_.store(nullptr, std::memory_order_release);
+  }
 
  private:
+  // The string ids of the names this backend records, interned once per trace.
+  struct trace_names {
+    std::uint32_t memcpy, memset, spin, fill_pattern, checksum;
+    std::uint32_t copy_async, memset_async, launch, launch_host_func, event_record, stream_wait;
+    std::uint32_t stream_synchronize, event_synchronize, device_synchronize;
+  };
+
+  /// Calls fn(recorder, names) while a trace is on, holding it open against trace_end.
+  template <class F>
+  void with_tracer(F&& fn) noexcept {
+    if (tracer_.load(std::memory_order_acquire) == nullptr) return;
+    const std::shared_lock lock(trace_mu_);
+    trace::recorder* r = tracer_.load(std::memory_order_acquire);
+    if (r != nullptr) fn(*r, names_);
+  }
+
+  /// An API event on the calling thread from construction to destruction.
+  class api_span {
+   public:
+    api_span(host_device& dev, std::uint32_t trace_names::*name, trace::sync_kind sync, void* s) noexcept
+        : dev_(dev), name_(name), sync_(sync), stream_(s == nullptr ? 0 : stream_of(s).number()) {
+      if (dev_.tracer_.load(std::memory_order_relaxed) != nullptr) start_ns_ = trace::now_ns();
+    }
+    api_span(const api_span&) = delete;
+    api_span& operator=(const api_span&) = delete;
+    ~api_span() {
+      if (start_ns_ == 0) return;
+      dev_.with_tracer([&](trace::recorder& r, const trace_names& names) {
+        trace::event e;
+        e.kind = trace::activity::api;
+        e.start_ns = start_ns_;
+        e.end_ns = trace::now_ns();
+        e.name = names.*name_;
+        e.thread = trace::this_thread_id();
+        e.stream = stream_;
+        e.device = 0;
+        e.sync = sync_;
+        r.record(e);
+      });
+    }
+
+   private:
+    host_device& dev_;
+    std::uint32_t trace_names::*name_;
+    trace::sync_kind sync_;
+    std::uint64_t stream_;
+    std::int64_t start_ns_ = 0;
+  };
+
+  static trace::event gpu_event(trace::activity kind, const host_stream& st) noexcept {
+    trace::event e;
+    e.kind = kind;
+    e.device = 0;
+    e.stream = st.number();
+    return e;
+  }
+
+  /// `op`, recorded as event `e` (named by `name`) when it runs while a trace is on.
+  host_stream::operation traced(trace::event e, std::uint32_t trace_names::*name, host_stream::operation op) {
+    if (tracer_.load(std::memory_order_relaxed) == nullptr) return op;
+    return [this, e, name, op = std::move(op)]() mutable {
+      const std::int64_t start = trace::now_ns();
+      op();
+      with_tracer([&](trace::recorder& r, const trace_names& names) {
+        e.start_ns = start;
+        e.end_ns = trace::now_ns();
+        e.name = names.*name;
+        r.record(e);
+      });
+    };
+  }
+
+  static trace::copy_kind to_copy_kind(copy_direction dir) noexcept {
+    switch (dir) {
+      case copy_direction::host_to_device: return trace::copy_kind::h2d;
+      case copy_direction::device_to_host: return trace::copy_kind::d2h;
+      case copy_direction::device_to_device: return trace::copy_kind::d2d;
+      case copy_direction::host_to_host: return trace::copy_kind::h2h;
+    }
+    return trace::copy_kind::none;
+  }
+
+  static trace::mem_kind to_mem_kind(memory_kind k) noexcept {
+    switch (k) {
+      case memory_kind::device: return trace::mem_kind::device;
+      case memory_kind::pinned: return trace::mem_kind::pinned;
+      case memory_kind::pageable: return trace::mem_kind::pageable;
+    }
+    return trace::mem_kind::unknown;
+  }
+
   void* alloc_device_memory(std::size_t bytes) {
     {
       const std::lock_guard lock(memory_mu_);
@@ -653,7 +805,9 @@ class host_device final : public device {
 
   std::atomic<std::uint64_t> profiler_starts_{0};
   std::atomic<std::uint64_t> profiler_stops_{0};
-  std::atomic<trace::recorder*> tracer_{nullptr};
+  std::atomic<trace::recorder*> tracer_{nullptr};  // set between trace_begin and trace_end
+  std::shared_mutex trace_mu_;  // held shared while recording, exclusively to attach or detach
+  trace_names names_{};         // guarded by trace_mu_
 };
 
 }  // namespace
