@@ -1,0 +1,100 @@
+// `ferry bench ... --trace` on the host backend: every level of both ladders is recorded, and the
+// analyzer names the bottleneck that the next level removes (level_info::expected_finding), both on the
+// recorded timeline and on the Chrome trace written to disk and read back (what `ferry analyze` does).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "ferry/bench/egress_bench.hpp"
+#include "ferry/bench/ingest_bench.hpp"
+#include "ferry/trace/analyze.hpp"
+#include "ferry/trace/trace_io.hpp"
+
+namespace {
+
+using namespace ferry;
+
+std::string expected_for(const std::vector<bench::level_info>& levels, const std::string& level) {
+  for (const auto& l : levels)
+    if (l.name == level) return l.expected_finding;
+  return {};
+}
+
+// Checks one level's trace: it holds the timed steps, and live and read back it names the expected rule.
+void check_level(const bench::level_trace& t, const std::string& expected, int steps, const std::string& bench) {
+  SCOPED_TRACE(bench + " " + t.level);
+  ASSERT_TRUE(t.analysis.has_value()) << t.analysis_error;
+  EXPECT_EQ(t.timeline.dropped, 0u);
+  EXPECT_EQ(t.analysis->steps.size(), static_cast<std::size_t>(steps));
+  EXPECT_EQ(t.analysis->bottleneck(), expected) << trace::format_text(*t.analysis);
+
+  const auto path = std::filesystem::path(::testing::TempDir()) / (bench + "." + t.level + ".json");
+  trace::write_chrome_trace(t.timeline, path);
+  const trace::timeline back = trace::read_trace(path);
+  EXPECT_EQ(back.events.size(), t.timeline.events.size());
+  const trace::analysis again = trace::analyze(back);
+  EXPECT_EQ(again.bottleneck(), expected) << trace::format_text(again);
+  std::filesystem::remove(path);
+}
+
+TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes) {
+  auto dev = make_host_device();
+  bench::egress_config cfg = bench::default_egress_config(backend::host);
+  cfg.probed_d2h_gbps = 54.8;  // the host backend's modelled pinned D2H: skip the probe
+  cfg.steps = 6;
+  cfg.trace.enabled = true;
+  const auto r = bench::run_egress(*dev, cfg);
+  ASSERT_EQ(r.traces.size(), cfg.levels.size());
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(r.rows[i].mismatches, 0u);
+    EXPECT_EQ(r.traces[i].level, r.rows[i].level);
+    check_level(r.traces[i], expected_for(bench::egress_levels(), r.rows[i].level), cfg.steps, "egress");
+    EXPECT_EQ(r.rows[i].bottleneck, expected_for(bench::egress_levels(), r.rows[i].level));
+  }
+  const std::string table = bench::format_table(r);
+  EXPECT_NE(table.find("trace analysis"), std::string::npos) << table;
+  EXPECT_EQ(table.find("ladder expects"), std::string::npos) << table;
+}
+
+TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes) {
+  auto dev = make_host_device();
+  bench::ingest_config cfg = bench::default_ingest_config(backend::host);
+  cfg.probed_h2d_gbps = 53.6;
+  cfg.steps = 6;
+  cfg.trace.enabled = true;
+  const auto r = bench::run_ingest(*dev, cfg);
+  ASSERT_EQ(r.traces.size(), cfg.levels.size());
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(r.rows[i].mismatches, 0u);
+    check_level(r.traces[i], expected_for(bench::ingest_levels(), r.rows[i].level), cfg.steps, "ingest");
+  }
+}
+
+TEST(bench_trace, a_ladder_without_tracing_records_nothing) {
+  auto dev = make_host_device();
+  bench::egress_config cfg = bench::default_egress_config(backend::host);
+  cfg.probed_d2h_gbps = 54.8;
+  cfg.levels = {"ideal", "ferry"};
+  cfg.steps = 2;
+  const auto r = bench::run_egress(*dev, cfg);
+  EXPECT_TRUE(r.traces.empty());
+  for (const auto& row : r.rows) EXPECT_TRUE(row.bottleneck.empty());
+}
+
+TEST(bench_trace, a_full_recorder_reports_its_drops) {
+  auto dev = make_host_device();
+  bench::ingest_config cfg = bench::default_ingest_config(backend::host);
+  cfg.probed_h2d_gbps = 53.6;
+  cfg.levels = {"L2"};
+  cfg.steps = 4;
+  cfg.trace.enabled = true;
+  cfg.trace.capacity = 10;
+  const auto r = bench::run_ingest(*dev, cfg);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(r.traces[0].timeline.events.size(), 10u);
+  EXPECT_GT(r.traces[0].timeline.dropped, 0u);
+  if (r.traces[0].analysis) EXPECT_EQ(r.traces[0].analysis->dropped, r.traces[0].timeline.dropped);
+}
+
+}  // namespace
