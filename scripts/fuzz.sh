@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the trace import fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++)
+# straight from the sources it needs into build/fuzz/, and runs it over the seed corpus.
+#
+#   scripts/fuzz.sh [SECONDS] [libFuzzer flags...]     SECONDS defaults to 60
+#
+# Needs clang++ and libFuzzer (Debian: clang, libclang-rt-14-dev). New inputs go to build/fuzz/corpus;
+# crashing inputs to build/fuzz/crashes/ (copy them into tests/fuzz/corpus/trace_import/ once fixed, so
+# the GoogleTest replay keeps them fixed). Exits nonzero on any finding. FUZZ_JOBS=N runs N workers.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-60}
+[ $# -gt 0 ] && shift
+out=$root/build/fuzz
+seeds=$root/tests/fuzz/corpus/trace_import
+cxx=${FUZZ_CXX:-clang++}
+jobs=${FUZZ_JOBS:-1}
+
+command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
+mkdir -p "$out/corpus" "$out/crashes"
+
+sources=(
+  "$root/tests/fuzz/trace_import_fuzz.cpp"
+  "$root/src/trace/trace_io.cpp"
+  "$root/src/trace/timeline.cpp"
+  "$root/src/core/error.cpp"
+)
+binary=$out/trace_import_fuzz
+rebuild=0
+[ -x "$binary" ] || rebuild=1
+for f in "${sources[@]}" "$root"/include/ferry/trace/*.hpp "$root/include/ferry/core/error.hpp" \
+         "$root/tests/trace/timeline_compare.hpp" "$root/tests/fuzz/source_location_shim.hpp" "$0"; do
+  [ "$f" -nt "$binary" ] && rebuild=1
+done
+if [ $rebuild -eq 1 ]; then
+  echo "fuzz: building $binary"
+  "$cxx" -std=c++20 -g -O1 -fno-omit-frame-pointer \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -DFMT_HEADER_ONLY -I"$root/include" -I"$root/tests" -include "$root/tests/fuzz/source_location_shim.hpp" \
+    "${sources[@]}" -o "$binary.tmp"
+  mv "$binary.tmp" "$binary"
+fi
+
+args=(-max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+      -dict="$root/tests/fuzz/trace_import.dict" -artifact_prefix="$out/crashes/")
+[ "$jobs" -gt 1 ] && args+=(-fork="$jobs" -ignore_crashes=0)
+echo "fuzz: running for ${seconds}s over $seeds"
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+  "$binary" "${args[@]}" "$@" "$out/corpus" "$seeds"
