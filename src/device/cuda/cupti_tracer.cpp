@@ -1,11 +1,587 @@
-// Placeholder until the CUPTI recorder lands.
+// The CUPTI recorder: CUPTI's activity API delivers records in buffers ferry hands it; each completed
+// buffer is converted into trace::events and recorded (late) into the recorder of the running trace.
+//
+// Clock: ferry registers cuptiActivityRegisterTimestampCallback returning trace::now_ns() (steady_clock,
+// i.e. CLOCK_MONOTONIC), so CUPTI stamps CPU records with ferry's clock and interpolates GPU timestamps
+// onto it. begin() checks that the callback took effect (cuptiGetTimestamp() agrees with now_ns()); when
+// it did not, it measures the offset between CUPTI's clock and now_ns() once and adds it to every record.
+//
+// NVTX: CUPTI sees NVTX ranges only as the process' NVTX injection library. begin() sets
+// NVTX_INJECTION64_PATH to the libcupti that is loaded (found with dladdr) when it is unset. NVTX reads
+// the variable once, at the process' first NVTX call: ranges are captured only when that first call comes
+// after the first begin() (or when the variable was set before the process started).
+//
+// Threads: records name OS thread ids (gettid, as trace::this_thread_id), set with cuptiSetThreadIdType.
+// CUPTI calls the buffer callbacks on its own threads (and on the thread of end(), which
+// flushes); one mutex guards the session.
 #include "cupti_tracer.hpp"
 
+#include <cuda.h>
+#include <cupti.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "ferry/core/error.hpp"
+#include "ferry/trace/timeline.hpp"
 
 namespace ferry::cupti {
+namespace {
 
-void begin(trace::recorder&) { throw logic_error("the CUPTI recorder is not built yet"); }
-void end() {}
+using trace::activity;
+using trace::copy_kind;
+using trace::mem_kind;
+using trace::sync_kind;
+
+constexpr std::size_t buffer_bytes = std::size_t{8} << 20;
+constexpr std::size_t buffer_align = ACTIVITY_RECORD_ALIGNMENT;
+constexpr std::size_t pool_buffers = 4;  // allocated at begin(); the pool grows only if CUPTI wants more
+
+[[noreturn]] void throw_cupti_error(CUptiResult status, const char* call) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(status, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown CUPTI result";
+  std::string hint;
+  if (status == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || status == CUPTI_ERROR_NOT_COMPATIBLE)
+    hint = "; another profiler (Nsight Systems, the PyTorch profiler) may hold CUPTI in this process";
+  else if (status == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
+    hint = "; the driver restricts profiling to admin users (NVreg_RestrictProfilingToAdminUsers)";
+  throw cuda_error(static_cast<int>(status),
+                   fmt::format("{} failed: {} (CUPTI result {}){}", call, text, static_cast<int>(status), hint));
+}
+
+#define FERRY_CUPTI_TRY(call)                                                  \
+  do {                                                                         \
+    const CUptiResult ferry_cupti_status_ = (call);                            \
+    if (ferry_cupti_status_ != CUPTI_SUCCESS) [[unlikely]]                     \
+      throw_cupti_error(ferry_cupti_status_, #call);                           \
+  } while (0)
+
+std::uint64_t CUPTIAPI ferry_timestamp() { return static_cast<std::uint64_t>(trace::now_ns()); }
+
+copy_kind to_copy_kind(std::uint8_t k) noexcept {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return copy_kind::h2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return copy_kind::d2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: return copy_kind::d2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return copy_kind::h2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return copy_kind::p2p;
+    default: return copy_kind::none;
+  }
+}
+
+mem_kind to_mem_kind(unsigned k) noexcept {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return mem_kind::pageable;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return mem_kind::pinned;
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC:
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return mem_kind::device;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return mem_kind::managed;
+    default: return mem_kind::unknown;
+  }
+}
+
+sync_kind to_sync_kind(CUpti_ActivitySynchronizationType t) noexcept {
+  switch (t) {
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return sync_kind::event;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return sync_kind::stream_wait;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return sync_kind::stream;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return sync_kind::device;
+    default: return sync_kind::none;
+  }
+}
+
+std::string_view sync_api_name(sync_kind k) noexcept {
+  switch (k) {
+    case sync_kind::event: return "cudaEventSynchronize";
+    case sync_kind::stream: return "cudaStreamSynchronize";
+    case sync_kind::device: return "cudaDeviceSynchronize";
+    case sync_kind::stream_wait: return "cudaStreamWaitEvent";
+    default: return "cuda synchronization";
+  }
+}
+
+// "cudaStreamSynchronize_ptsz_v7000" -> "cudaStreamSynchronize": the version and per-thread-stream
+// suffixes of CUPTI's callback names.
+std::string_view api_base_name(std::string_view name) noexcept {
+  const std::size_t v = name.rfind("_v");
+  if (v != std::string_view::npos && v + 2 < name.size() &&
+      std::all_of(name.begin() + static_cast<std::ptrdiff_t>(v) + 2, name.end(),
+                  [](char c) { return c >= '0' && c <= '9'; }))
+    name = name.substr(0, v);
+  for (std::string_view suffix : {"_ptsz", "_ptds"}) {
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix)
+      name = name.substr(0, name.size() - suffix.size());
+  }
+  return name;
+}
+
+// What a runtime API call waited for, by its name.
+sync_kind api_sync_kind(std::string_view name) noexcept {
+  if (name == "cudaStreamSynchronize") return sync_kind::stream;
+  if (name == "cudaDeviceSynchronize" || name == "cudaThreadSynchronize") return sync_kind::device;
+  if (name == "cudaEventSynchronize") return sync_kind::event;
+  if (name == "cudaStreamWaitEvent") return sync_kind::stream_wait;
+  // cudaMemcpy, cudaMemcpy2D, cudaMemcpyPeer, cudaMemcpyToSymbol...: the blocking copies.
+  if (name.starts_with("cudaMemcpy") && name.find("Async") == std::string_view::npos) return sync_kind::copy;
+  return sync_kind::none;
+}
+
+// A demangled kernel name without its parameter list: "ferry::cuda_kernels::fill_pattern(...)" reads as
+// "ferry::cuda_kernels::fill_pattern".
+std::string kernel_display_name(const char* mangled) {
+  if (mangled == nullptr) return "kernel";
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                        &std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  if (!name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (std::size_t i = name.size(); i-- > 0;) {
+      if (name[i] == ')') ++depth;
+      if (name[i] == '(' && --depth == 0) {
+        if (i > 0) name.resize(i);
+        break;
+      }
+    }
+  }
+  return name;
+}
+
+// The buffers CUPTI fills. They outlive sessions: CUPTI may hand one back after end() (it should not,
+// after a forced flush), and then it is freed rather than pooled.
+class buffer_pool {
+ public:
+  void fill(std::size_t count) {
+    const std::lock_guard lock(mu_);
+    while (free_.size() < count) {
+      void* p = std::aligned_alloc(buffer_align, buffer_bytes);
+      if (p == nullptr)
+        throw out_of_memory(fmt::format("CUPTI activity buffer of {} MiB cannot be allocated", buffer_bytes >> 20));
+      free_.push_back(static_cast<std::uint8_t*>(p));
+    }
+    open_ = true;
+  }
+  // The pool's free buffers are released; buffers CUPTI still holds are freed when they come back.
+  void drain() noexcept {
+    const std::lock_guard lock(mu_);
+    open_ = false;
+    for (std::uint8_t* p : free_) std::free(p);
+    free_.clear();
+  }
+  std::uint8_t* take() noexcept {
+    {
+      const std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        std::uint8_t* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+      ++grown_;
+    }
+    return static_cast<std::uint8_t*>(std::aligned_alloc(buffer_align, buffer_bytes));
+  }
+  void give_back(std::uint8_t* p) noexcept {
+    if (p == nullptr) return;
+    {
+      const std::lock_guard lock(mu_);
+      if (open_ && free_.size() < 64) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    std::free(p);
+  }
+  [[nodiscard]] std::uint64_t grown() const noexcept {
+    const std::lock_guard lock(mu_);
+    return grown_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::uint8_t*> free_;
+  bool open_ = false;
+  std::uint64_t grown_ = 0;
+};
+
+struct open_marker {
+  std::int64_t start_ns = 0;
+  std::uint32_t name = 0;
+  std::uint32_t domain = 0;
+  std::uint64_t thread = 0;
+  bool skip = false;  // in the "ferry" domain, or started before begin()
+};
+
+struct api_info {
+  std::uint32_t name = 0;
+  sync_kind sync = sync_kind::none;
+};
+
+struct sync_caller {
+  std::uint64_t thread = 0;
+  std::uint32_t name = 0;
+};
+
+// One trace, from begin() to end(). Guarded by g_mu.
+struct session {
+  trace::recorder* rec = nullptr;
+  std::int64_t begin_ns = 0;
+  std::int64_t offset_ns = 0;  // added to CUPTI timestamps; 0 when the timestamp callback is in effect
+  std::uint64_t dropped = 0;   // CUPTI's own dropped records
+  std::uint64_t lost = 0;      // records ferry could not convert (out of memory while interning)
+  std::uint64_t unclosed = 0;  // NVTX ranges still open at end()
+  std::unordered_map<std::uint32_t, api_info> apis;             // runtime cbid -> name, sync kind
+  std::unordered_map<std::string, std::uint32_t> kernels;       // mangled name -> display name id
+  std::unordered_map<std::string, std::uint32_t> domains;       // NVTX domain -> id
+  std::unordered_map<std::uint32_t, sync_caller> sync_callers;  // correlation -> thread of a sync API call
+  std::vector<trace::event> pending_syncs;                      // sync records, threads resolved at end()
+  std::unordered_map<std::uint32_t, open_marker> markers;       // NVTX range id -> its start
+};
+
+std::mutex g_begin_end_mu;  // serializes begin() and end()
+std::mutex g_mu;            // guards g_session and its contents
+session* g_session = nullptr;
+bool g_callbacks_registered = false;  // guarded by g_begin_end_mu
+buffer_pool g_pool;
+
+constexpr CUpti_ActivityKind enabled_kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER,
+};
+
+std::int64_t to_ns(const session& s, std::uint64_t cupti_ts) noexcept {
+  return static_cast<std::int64_t>(cupti_ts) + s.offset_ns;
+}
+
+// Fills the times of `e` from a record; false when the record has no timestamps or started before begin().
+bool set_times(const session& s, trace::event& e, std::uint64_t start, std::uint64_t end) noexcept {
+  if (start == 0 && end == 0) return false;
+  e.start_ns = to_ns(s, start);
+  e.end_ns = std::max(e.start_ns, to_ns(s, end));
+  return e.start_ns >= s.begin_ns;
+}
+
+const api_info& api_of(session& s, std::uint32_t cbid) {
+  auto it = s.apis.find(cbid);
+  if (it != s.apis.end()) return it->second;
+  const char* raw = nullptr;
+  if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
+    raw = "cuda runtime call";
+  const std::string_view name = api_base_name(raw);
+  api_info info{s.rec->intern(name), api_sync_kind(name)};
+  return s.apis.emplace(cbid, info).first->second;
+}
+
+std::uint32_t domain_of(session& s, const char* domain) {
+  if (domain == nullptr || *domain == '\0') return 0;
+  auto it = s.domains.find(domain);
+  if (it != s.domains.end()) return it->second;
+  const std::uint32_t id = s.rec->intern(domain);
+  s.domains.emplace(domain, id);
+  return id;
+}
+
+void convert_kernel(session& s, const CUpti_ActivityKernel10& k) {
+  trace::event e;
+  e.kind = activity::kernel;
+  if (!set_times(s, e, k.start, k.end)) return;
+  const std::string mangled = k.name != nullptr ? k.name : "";
+  auto it = s.kernels.find(mangled);
+  if (it == s.kernels.end()) it = s.kernels.emplace(mangled, s.rec->intern(kernel_display_name(k.name))).first;
+  e.name = it->second;
+  e.device = static_cast<std::int32_t>(k.deviceId);
+  e.stream = k.streamId;
+  e.correlation = k.correlationId;
+  s.rec->record_late(e);
+}
+
+void convert_memcpy(session& s, const CUpti_ActivityMemcpy6& m) {
+  trace::event e;
+  e.kind = activity::memcpy;
+  if (!set_times(s, e, m.start, m.end)) return;
+  e.device = static_cast<std::int32_t>(m.deviceId);
+  e.stream = m.streamId;
+  e.correlation = m.runtimeCorrelationId != 0 ? m.runtimeCorrelationId : m.correlationId;
+  e.bytes = m.bytes;
+  e.copy = to_copy_kind(m.copyKind);
+  e.src = to_mem_kind(m.srcKind);
+  e.dst = to_mem_kind(m.dstKind);
+  e.async = (m.flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) != 0;
+  s.rec->record_late(e);
+}
+
+void convert_memset(session& s, const CUpti_ActivityMemset4& m) {
+  trace::event e;
+  e.kind = activity::memset;
+  if (!set_times(s, e, m.start, m.end)) return;
+  e.device = static_cast<std::int32_t>(m.deviceId);
+  e.stream = m.streamId;
+  e.correlation = m.correlationId;
+  e.bytes = m.bytes;
+  e.dst = to_mem_kind(m.memoryKind);
+  s.rec->record_late(e);
+}
+
+void convert_api(session& s, const CUpti_ActivityAPI& a) {
+  const api_info& info = api_of(s, a.cbid);
+  // Sync records name only the call's correlation: remember which thread made each sync call.
+  if (info.sync != sync_kind::none && info.sync != sync_kind::copy)
+    s.sync_callers[a.correlationId] = sync_caller{a.threadId, info.name};
+  trace::event e;
+  e.kind = activity::api;
+  if (!set_times(s, e, a.start, a.end)) return;
+  e.name = info.name;
+  e.thread = a.threadId;
+  e.correlation = a.correlationId;
+  e.sync = info.sync;
+  s.rec->record_late(e);
+}
+
+void convert_sync(session& s, const CUpti_ActivitySynchronization2& y) {
+  trace::event e;
+  e.kind = activity::sync;
+  if (!set_times(s, e, y.start, y.end)) return;
+  e.sync = to_sync_kind(y.type);
+  e.correlation = y.correlationId;
+  if (y.streamId != CUPTI_INVALID_STREAM_ID) e.stream = y.streamId;
+  s.pending_syncs.push_back(e);  // thread and name from the API record, at end()
+}
+
+void convert_marker(session& s, const CUpti_ActivityMarker2& m) {
+  const std::int64_t t = to_ns(s, m.timestamp);
+  const std::uint64_t thread = m.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m.objectId.pt.threadId : 0;
+  const bool instant = (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS) != 0;
+  const bool start = (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START) != 0;
+  const bool end = (m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END) != 0;
+  if (instant || start) {
+    open_marker o;
+    o.start_ns = t;
+    o.thread = thread;
+    // ferry's stage spans are recorded directly (FERRY_RANGE); their NVTX twins would be duplicates.
+    o.skip = t < s.begin_ns || (m.domain != nullptr && std::string_view(m.domain) == "ferry");
+    if (!o.skip) {
+      o.name = m.name != nullptr ? s.rec->intern(m.name) : 0;
+      o.domain = domain_of(s, m.domain);
+    }
+    if (start) {
+      s.markers[m.id] = o;
+      return;
+    }
+    if (o.skip) return;
+    trace::event e;
+    e.kind = activity::range;
+    e.start_ns = e.end_ns = t;
+    e.name = o.name;
+    e.domain = o.domain;
+    e.thread = o.thread;
+    s.rec->record_late(e);
+    return;
+  }
+  if (!end) return;
+  auto it = s.markers.find(m.id);
+  if (it == s.markers.end()) return;  // opened before begin()
+  const open_marker o = it->second;
+  s.markers.erase(it);
+  if (o.skip) return;
+  trace::event e;
+  e.kind = activity::range;
+  e.start_ns = o.start_ns;
+  e.end_ns = std::max(o.start_ns, t);
+  e.name = o.name;
+  e.domain = o.domain;
+  e.thread = o.thread != 0 ? o.thread : thread;
+  s.rec->record_late(e);
+}
+
+void convert(session& s, const CUpti_Activity* record) {
+  switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+      convert_kernel(s, *reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY: convert_memcpy(s, *reinterpret_cast<const CUpti_ActivityMemcpy6*>(record)); break;
+    case CUPTI_ACTIVITY_KIND_MEMSET: convert_memset(s, *reinterpret_cast<const CUpti_ActivityMemset4*>(record)); break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME: convert_api(s, *reinterpret_cast<const CUpti_ActivityAPI*>(record)); break;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      convert_sync(s, *reinterpret_cast<const CUpti_ActivitySynchronization2*>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MARKER: convert_marker(s, *reinterpret_cast<const CUpti_ActivityMarker2*>(record)); break;
+    default: break;
+  }
+}
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
+  *buffer = g_pool.take();
+  *size = *buffer != nullptr ? buffer_bytes : 0;  // no buffer: CUPTI drops records and counts them
+  *max_records = 0;                                // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer, std::size_t /*size*/,
+                               std::size_t valid_size) {
+  {
+    const std::lock_guard lock(g_mu);
+    if (g_session != nullptr && buffer != nullptr) {
+      session& s = *g_session;
+      CUpti_Activity* record = nullptr;
+      while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+        try {
+          convert(s, record);
+        } catch (...) {
+          ++s.lost;  // out of memory while interning a name: this record is lost, the trace goes on
+        }
+      }
+      std::size_t dropped = 0;
+      if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) s.dropped += dropped;
+    }
+  }
+  g_pool.give_back(buffer);
+}
+
+// The path of the libcupti this process loaded, for NVTX_INJECTION64_PATH.
+std::string loaded_cupti_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cuptiActivityEnable), &info) == 0 || info.dli_fname == nullptr) return {};
+  return info.dli_fname;
+}
+
+void enable_nvtx_injection() {
+  if (std::getenv("NVTX_INJECTION64_PATH") != nullptr) return;
+  const std::string path = loaded_cupti_path();
+  if (!path.empty()) ::setenv("NVTX_INJECTION64_PATH", path.c_str(), 0);
+}
+
+}  // namespace
+
+void begin(trace::recorder& r) {
+  const std::lock_guard begin_end(g_begin_end_mu);
+  {
+    const std::lock_guard lock(g_mu);
+    FERRY_EXPECTS(g_session == nullptr,
+                  "CUPTI trace: a trace is already running in this process (CUPTI traces one at a time); "
+                  "call trace_end first");
+  }
+  std::uint32_t version = 0;
+  FERRY_CUPTI_TRY(cuptiGetVersion(&version));
+  if (version < CUPTI_API_VERSION)
+    throw cuda_error(static_cast<int>(CUPTI_ERROR_NOT_COMPATIBLE),
+                     fmt::format("CUPTI trace: the loaded libcupti ({}) has API version {}, older than the {} "
+                                 "ferry was built with; put the toolkit's libcupti first on the library path",
+                                 loaded_cupti_path(), version, CUPTI_API_VERSION));
+  enable_nvtx_injection();
+  g_pool.fill(pool_buffers);
+
+  auto s = std::make_unique<session>();
+  s->rec = &r;
+  // Thread ids as gettid() returns them (trace::this_thread_id), not CUPTI's default (pthread_self()
+  // cut to 32 bits). Before the kinds are enabled; an earlier CUPTI user may have set it already.
+  FERRY_CUPTI_TRY(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+  if (!g_callbacks_registered) {
+    FERRY_CUPTI_TRY(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    // Before any kind is enabled, as CUPTI asks; kept for the process' lifetime (it is the same clock).
+    const CUptiResult ts = cuptiActivityRegisterTimestampCallback(ferry_timestamp);
+    static_cast<void>(ts);  // checked below by comparing clocks, whatever it returned
+    g_callbacks_registered = true;
+  }
+  // When the timestamp callback is in effect CUPTI's clock is now_ns(); else measure the offset once.
+  std::uint64_t cupti_now = 0;
+  FERRY_CUPTI_TRY(cuptiGetTimestamp(&cupti_now));
+  const std::int64_t offset = trace::now_ns() - static_cast<std::int64_t>(cupti_now);
+  constexpr std::int64_t same_clock_ns = 1'000'000;
+  s->offset_ns = offset > -same_clock_ns && offset < same_clock_ns ? 0 : offset;
+  r.set_metadata("cupti_clock", s->offset_ns == 0 ? "timestamp callback (steady_clock)"
+                                                  : fmt::format("offset {} ns from cuptiGetTimestamp", offset));
+  s->begin_ns = trace::now_ns();
+  {
+    const std::lock_guard lock(g_mu);
+    g_session = s.release();
+  }
+
+  std::size_t enabled = 0;
+  try {
+    for (CUpti_ActivityKind kind : enabled_kinds) {
+      const CUptiResult status = cuptiActivityEnable(kind);
+      if (status != CUPTI_SUCCESS)
+        throw_cupti_error(status, fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
+      ++enabled;
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < enabled; ++i) static_cast<void>(cuptiActivityDisable(enabled_kinds[i]));
+    static_cast<void>(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    const std::lock_guard lock(g_mu);
+    delete g_session;
+    g_session = nullptr;
+    throw;
+  }
+}
+
+void end() {
+  const std::lock_guard begin_end(g_begin_end_mu);
+  {
+    const std::lock_guard lock(g_mu);
+    if (g_session == nullptr) return;
+  }
+  // Flushing runs buffer_completed, which takes g_mu: not held here.
+  const CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  CUptiResult disabled = CUPTI_SUCCESS;
+  for (CUpti_ActivityKind kind : enabled_kinds) {
+    const CUptiResult status = cuptiActivityDisable(kind);
+    if (status != CUPTI_SUCCESS && disabled == CUPTI_SUCCESS) disabled = status;
+  }
+  // Records completed between the first flush and the disables.
+  static_cast<void>(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+
+  std::unique_ptr<session> s;
+  {
+    const std::lock_guard lock(g_mu);
+    s.reset(std::exchange(g_session, nullptr));
+  }
+  std::size_t global_dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &global_dropped) == CUPTI_SUCCESS) s->dropped += global_dropped;
+  trace::recorder& r = *s->rec;
+  try {
+    for (trace::event e : s->pending_syncs) {
+      auto it = s->sync_callers.find(static_cast<std::uint32_t>(e.correlation));
+      if (it != s->sync_callers.end()) {
+        e.thread = it->second.thread;
+        e.name = it->second.name;
+      } else {
+        e.name = r.intern(sync_api_name(e.sync));
+      }
+      r.record_late(e);
+    }
+    s->unclosed = s->markers.size();
+    for (const auto& [id, o] : s->markers) {
+      if (o.skip) --s->unclosed;
+    }
+    r.set_metadata("cupti_dropped", std::to_string(s->dropped));
+    if (s->lost > 0) r.set_metadata("cupti_lost", std::to_string(s->lost));
+    if (s->unclosed > 0) r.set_metadata("cupti_unclosed_ranges", std::to_string(s->unclosed));
+    if (g_pool.grown() > 0) r.set_metadata("cupti_buffers_grown", std::to_string(g_pool.grown()));
+  } catch (...) {
+    g_pool.drain();
+    throw;
+  }
+  g_pool.drain();
+  if (flushed != CUPTI_SUCCESS) throw_cupti_error(flushed, "cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)");
+  if (disabled != CUPTI_SUCCESS) throw_cupti_error(disabled, "cuptiActivityDisable");
+}
 
 }  // namespace ferry::cupti
