@@ -56,6 +56,9 @@ struct idle_attribution {
   std::string activity;  // the range or call name
   double idle_ms = 0;    // idle time it covered, over all analyzed steps
   double fraction_of_idle = 0;
+  std::uint64_t thread_id = 0;
+  bool blocking = false;      // a call that waited for the GPU (a sync event or a blocking API call)
+  bool main_thread = false;   // the thread holding the step spans (or issuing most API calls)
 };
 
 /// One finding. `rule` is a stable id:
@@ -80,6 +83,7 @@ struct analysis {
   std::string device_name;
   std::uint64_t dropped = 0;  // the recorder's dropped events: the analysis may miss activity
   std::string step_prefix;    // what the steps were taken from ("" = whole trace)
+  std::string main_thread;    // the thread holding the step spans (or issuing most API calls); "" = none
   std::vector<step_breakdown> steps;
   step_breakdown mean;        // the mean over steps (index -1)
   std::vector<idle_attribution> idle;  // largest first

@@ -1,0 +1,505 @@
+// The analyzer on hand-built timelines (times in microseconds below, so the expected numbers can be
+// checked by hand), and on the two PyTorch profiler fixtures recorded on an H200.
+#include "ferry/trace/analyze.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ferry/core/error.hpp"
+#include "ferry/trace/trace_io.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace ferry::trace;
+
+constexpr std::int64_t us = 1000;
+constexpr std::uint64_t main_tid = 100;
+constexpr std::uint64_t worker_tid = 200;
+
+// Builds timelines event by event; times in microseconds.
+struct builder {
+  timeline t;
+  builder() {
+    t.source = "test";
+    t.device_name = "test gpu";
+    t.thread_names[main_tid] = "main";
+  }
+  event& add(activity kind, std::string_view name, double start_us, double end_us) {
+    event e;
+    e.kind = kind;
+    e.name = t.strings.intern(name);
+    e.start_ns = static_cast<std::int64_t>(start_us * us);
+    e.end_ns = static_cast<std::int64_t>(end_us * us);
+    t.events.push_back(e);
+    return t.events.back();
+  }
+  event& kernel(double s, double e, std::uint64_t stream = 7, std::string_view name = "gemm") {
+    event& k = add(activity::kernel, name, s, e);
+    k.device = 0;
+    k.stream = stream;
+    return k;
+  }
+  event& copy(copy_kind dir, double s, double e, std::uint64_t bytes, mem_kind host, bool async,
+              std::uint64_t stream = 7) {
+    event& c = add(activity::memcpy, "memcpy", s, e);
+    c.device = 0;
+    c.stream = stream;
+    c.copy = dir;
+    c.bytes = bytes;
+    c.async = async;
+    c.src = dir == copy_kind::h2d ? host : mem_kind::device;
+    c.dst = dir == copy_kind::d2h ? host : mem_kind::device;
+    return c;
+  }
+  event& range(std::string_view name, double s, double e, std::uint64_t thread = main_tid) {
+    event& r = add(activity::range, name, s, e);
+    r.thread = thread;
+    return r;
+  }
+  event& api(std::string_view name, double s, double e, sync_kind sync = sync_kind::none,
+             std::uint64_t thread = main_tid) {
+    event& a = add(activity::api, name, s, e);
+    a.thread = thread;
+    a.sync = sync;
+    return a;
+  }
+  // `n` steps of `period` us named `name` on the main thread, starting at 0.
+  void steps(int n, double period, std::string_view name = "ProfilerStep#") {
+    for (int i = 0; i < n; ++i)
+      range(name == "ProfilerStep#" ? fmt::format("ProfilerStep#{}", i) : std::string(name), i * period,
+            (i + 1) * period);
+  }
+  analysis run(const analyze_options& o = {}) {
+    t.sort();
+    return analyze(t, o);
+  }
+};
+
+const finding* find_rule(const analysis& a, std::string_view rule) {
+  for (const finding& f : a.findings)
+    if (f.rule == rule) return &f;
+  return nullptr;
+}
+
+// A compute-bound base: 4 steps of 1000 us with 950 us of kernels each.
+builder busy_steps(int n = 4) {
+  builder b;
+  b.steps(n, 1000);
+  for (int i = 0; i < n; ++i) b.kernel(i * 1000 + 25, i * 1000 + 975);
+  return b;
+}
+
+// ---- steps ----
+
+TEST(analyze_steps, profiler_steps_win_over_ferry_steps_and_gpu_track_copies_are_ignored) {
+  builder b;
+  b.steps(3, 100);
+  b.range("step", 0, 300);  // ferry's name, ignored while ProfilerStep# spans exist
+  event& gpu_dup = b.range("ProfilerStep#9", 0, 50, 0);
+  gpu_dup.device = 0;  // a GPU-track annotation: device, no thread
+  b.kernel(10, 90);
+  const analysis a = b.run();
+  EXPECT_EQ(a.step_prefix, "ProfilerStep#");
+  ASSERT_EQ(a.steps.size(), 3u);
+  EXPECT_DOUBLE_EQ(a.steps[0].wall_ms, 0.1);
+  EXPECT_EQ(a.main_thread, "main");
+}
+
+TEST(analyze_steps, ferry_default_takes_step_and_step_n_but_not_step_underscore) {
+  builder b;
+  b.range("step", 0, 100);
+  b.range("step 2", 100, 200);
+  b.range("step_x", 200, 300);
+  b.range("train step", 200, 300);
+  b.kernel(10, 290);
+  const analysis a = b.run();
+  EXPECT_EQ(a.step_prefix, "step");
+  ASSERT_EQ(a.steps.size(), 2u);
+  // The last step extends to the end of the GPU work queued in the trace.
+  EXPECT_DOUBLE_EQ(a.steps[1].wall_ms, 0.19);
+}
+
+TEST(analyze_steps, an_explicit_prefix_is_used) {
+  builder b;
+  b.range("iter 0", 0, 100);
+  b.range("iter 1", 100, 200);
+  b.range("step", 0, 200);
+  b.kernel(10, 190);
+  analyze_options o;
+  o.step_prefix = "iter";
+  const analysis a = b.run(o);
+  EXPECT_EQ(a.step_prefix, "iter");
+  EXPECT_EQ(a.steps.size(), 2u);
+}
+
+TEST(analyze_steps, without_steps_the_gpu_span_is_one_step) {
+  builder b;
+  b.kernel(100, 200);
+  b.kernel(300, 400);
+  b.api("cudaLaunchKernel", 90, 95);
+  const analysis a = b.run();
+  EXPECT_EQ(a.step_prefix, "");
+  ASSERT_EQ(a.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(a.steps[0].wall_ms, 0.3);
+  EXPECT_DOUBLE_EQ(a.steps[0].idle_ms, 0.1);
+  EXPECT_EQ(a.main_thread, "main");  // the thread issuing the API calls
+}
+
+TEST(analyze_steps, a_timeline_without_gpu_activity_is_refused_naming_what_it_holds) {
+  builder b;
+  b.range("step", 0, 100);
+  b.api("cudaStreamSynchronize", 10, 20, sync_kind::stream);
+  const std::string msg = ferry::testing::message_of<ferry::input_error>([&] { (void)b.run(); });
+  EXPECT_MESSAGE_HAS(msg, "no GPU activity");
+  EXPECT_MESSAGE_HAS(msg, "2 events (1 API calls, 0 syncs, 1 ranges");
+  const timeline empty;
+  EXPECT_MESSAGE_HAS(ferry::testing::message_of<ferry::input_error>([&] { (void)analyze(empty); }),
+                     "holds 0 events");
+}
+
+TEST(analyze_steps, bad_options_are_refused) {
+  builder b = busy_steps();
+  analyze_options o;
+  o.idle_threshold = 1.5;
+  EXPECT_THROW((void)b.run(o), ferry::logic_error);
+}
+
+// ---- breakdown ----
+
+TEST(analyze_breakdown, categories_are_exclusive_in_priority_order) {
+  builder b;
+  b.range("ProfilerStep#0", 0, 100);
+  b.kernel(10, 50);                                                       // compute 40
+  b.copy(copy_kind::h2d, 40, 60, 1000, mem_kind::pinned, true, 8);       // 10 under the kernel, 10 alone
+  b.copy(copy_kind::d2h, 70, 80, 500, mem_kind::pinned, true, 8);        // d2h 10
+  event& ms = b.add(activity::memset, "memset", 80, 85);                  // d2d 5
+  ms.device = 0;
+  b.kernel(85, 90, 9, "ncclDevKernel_AllReduce");                        // comm 5
+  b.copy(copy_kind::h2d, 88, 92, 0, mem_kind::pinned, true, 8);          // 2 under comm, 2 alone
+  const analysis a = b.run();
+  ASSERT_EQ(a.steps.size(), 1u);
+  const step_breakdown& s = a.steps[0];
+  EXPECT_DOUBLE_EQ(s.wall_ms, 0.100);
+  EXPECT_DOUBLE_EQ(s.compute_ms, 0.040);
+  EXPECT_DOUBLE_EQ(s.comm_ms, 0.005);
+  EXPECT_DOUBLE_EQ(s.d2d_ms, 0.005);
+  EXPECT_DOUBLE_EQ(s.h2d_ms, 0.012);
+  EXPECT_DOUBLE_EQ(s.d2h_ms, 0.010);
+  EXPECT_DOUBLE_EQ(s.idle_ms, 0.028);
+  EXPECT_DOUBLE_EQ(s.utilization, 0.72);
+  // Copies ran 34 us, 12 of them while a kernel ran.
+  EXPECT_DOUBLE_EQ(s.copy_overlap, 12.0 / 34.0);
+  EXPECT_EQ(s.h2d_bytes, 1000u);
+  EXPECT_EQ(s.d2h_bytes, 500u);
+  EXPECT_EQ(a.mean.index, -1);
+  EXPECT_DOUBLE_EQ(a.mean.idle_ms, 0.028);
+}
+
+TEST(analyze_breakdown, events_are_clipped_to_steps_and_averaged) {
+  builder b;
+  b.steps(2, 100);
+  b.kernel(50, 150);  // half in each step
+  const analysis a = b.run();
+  ASSERT_EQ(a.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(a.steps[0].compute_ms, 0.05);
+  EXPECT_DOUBLE_EQ(a.steps[1].compute_ms, 0.05);
+  EXPECT_DOUBLE_EQ(a.mean.idle_ms, 0.05);
+  EXPECT_DOUBLE_EQ(a.mean.utilization, 0.5);
+}
+
+// ---- idle attribution ----
+
+TEST(analyze_idle, attribution_takes_the_innermost_activity_of_each_thread) {
+  builder b;
+  b.steps(1, 1000);
+  b.kernel(900, 1000);
+  b.range("prepare", 0, 800);
+  b.range("decode", 100, 300);                                    // inside "prepare"
+  b.api("cudaStreamSynchronize", 850, 880, sync_kind::stream);    // blocking, idle 850..880
+  b.range("pytorch op", 0, 900).domain = b.t.strings.intern("pytorch.op");  // operators are skipped
+  b.range("bench level", 0, 1000);                                // covers everything: skipped
+  b.range("worker job", 0, 400, worker_tid);
+  const analysis a = b.run();
+  ASSERT_GE(a.idle.size(), 4u);
+  EXPECT_DOUBLE_EQ(a.mean.idle_ms, 0.9);
+  EXPECT_EQ(a.idle[0].activity, "prepare");  // 0..100 and 300..800
+  EXPECT_DOUBLE_EQ(a.idle[0].idle_ms, 0.6);
+  EXPECT_TRUE(a.idle[0].main_thread);
+  EXPECT_DOUBLE_EQ(a.idle[0].fraction_of_idle, 0.6 / 0.9);
+  EXPECT_EQ(a.idle[1].activity, "worker job");
+  EXPECT_EQ(a.idle[1].thread, fmt::format("thread {}", worker_tid));
+  EXPECT_FALSE(a.idle[1].main_thread);
+  EXPECT_EQ(a.idle[2].activity, "decode");
+  EXPECT_DOUBLE_EQ(a.idle[2].idle_ms, 0.2);
+  EXPECT_EQ(a.idle[3].activity, "cudaStreamSynchronize");
+  EXPECT_TRUE(a.idle[3].blocking);
+  EXPECT_DOUBLE_EQ(a.idle[3].idle_ms, 0.03);
+  for (const idle_attribution& x : a.idle) {
+    EXPECT_NE(x.activity, "bench level");
+    EXPECT_NE(x.activity, "pytorch op");
+    EXPECT_NE(x.activity, "ProfilerStep#0");
+  }
+}
+
+// ---- rules ----
+
+// Naive ingest: the main thread makes each batch (600 us) while the GPU idles, then a pageable async copy
+// (100 us) + stream sync, then 250 us of kernels.
+builder naive_ingest(std::string_view cpu_work = "make batch") {
+  builder b;
+  b.steps(4, 1000);
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    b.range(cpu_work, t0, t0 + 600);
+    b.api("cudaMemcpyAsync", t0 + 600, t0 + 700);
+    b.copy(copy_kind::h2d, t0 + 600, t0 + 700, 4'000'000, mem_kind::pageable, true);
+    b.api("cudaStreamSynchronize", t0 + 700, t0 + 710, sync_kind::stream);
+    b.kernel(t0 + 720, t0 + 970);
+  }
+  return b;
+}
+
+TEST(analyze_rules, gpu_idle_names_the_main_threads_activity_and_its_fix) {
+  const analysis a = naive_ingest().run();
+  EXPECT_EQ(a.bottleneck(), "gpu_idle");
+  const finding& f = a.findings.front();
+  EXPECT_DOUBLE_EQ(f.cost_ms_per_step, 0.65);  // 0..600, 700..720, 970..1000
+  EXPECT_DOUBLE_EQ(f.numbers.at("idle_fraction"), 0.65);
+  EXPECT_DOUBLE_EQ(f.numbers.at("attributed_ms_per_step"), 0.6);
+  EXPECT_EQ(f.title, "GPU idle 65% of each step while the main thread is in 'make batch'");
+  EXPECT_NE(f.fix.find("ferry::ingest::loader"), std::string::npos) << f.fix;
+  EXPECT_NE(find_rule(a, "pageable_async_copy"), nullptr);
+
+  const analysis out = naive_ingest("process output").run();
+  EXPECT_NE(out.findings.front().fix.find("ferry::egress::pipeline's sinks"), std::string::npos);
+}
+
+TEST(analyze_rules, gpu_idle_stays_quiet_at_the_threshold) {
+  builder b = busy_steps();  // 50 of 1000 us idle: 5%
+  EXPECT_EQ(find_rule(b.run(), "gpu_idle"), nullptr);
+  analyze_options o;
+  o.idle_threshold = 0.04;
+  EXPECT_NE(find_rule(b.run(o), "gpu_idle"), nullptr);
+}
+
+TEST(analyze_rules, pageable_async_copy_counts_bytes_and_cost_against_the_link) {
+  builder b = naive_ingest();
+  b.t.link_h2d_gbps = 50;  // 4 MB at 50 GB/s: 80 us; the copies took 100 us
+  const analysis a = b.run();
+  const finding* f = find_rule(a, "pageable_async_copy");
+  ASSERT_NE(f, nullptr);
+  EXPECT_DOUBLE_EQ(f->numbers.at("count_per_step"), 1);
+  EXPECT_DOUBLE_EQ(f->numbers.at("h2d_bytes_per_step"), 4e6);
+  EXPECT_DOUBLE_EQ(f->numbers.at("h2d_gbps"), 40);
+  EXPECT_NEAR(f->cost_ms_per_step, 0.02, 1e-12);
+  EXPECT_NE(f->evidence.find("40.0 GB/s"), std::string::npos) << f->evidence;
+  // Without a link: 3/4 of the copy time.
+  EXPECT_NEAR(find_rule(naive_ingest().run(), "pageable_async_copy")->cost_ms_per_step, 0.075, 1e-12);
+}
+
+TEST(analyze_rules, pinned_async_copies_are_not_pageable) {
+  builder b = busy_steps();
+  b.copy(copy_kind::h2d, 0, 25, 1 << 20, mem_kind::pinned, true, 8);
+  EXPECT_EQ(find_rule(b.run(), "pageable_async_copy"), nullptr);
+}
+
+// Blocking pageable copies (no CPU work to speak of): 300 us copy, then 650 us of kernels.
+builder blocking_copies(bool async_and_sync) {
+  builder b;
+  b.steps(4, 1000);
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    if (async_and_sync) {
+      b.copy(copy_kind::h2d, t0 + 10, t0 + 310, 1'000'000, mem_kind::pinned, true);
+      b.api("cudaStreamSynchronize", t0 + 5, t0 + 330, sync_kind::stream);  // 20 us after the copy
+    } else {
+      b.copy(copy_kind::h2d, t0 + 10, t0 + 310, 1'000'000, mem_kind::pageable, false);
+      b.api("cudaMemcpy", t0 + 5, t0 + 330, sync_kind::copy);
+    }
+    b.kernel(t0 + 340, t0 + 990);
+  }
+  return b;
+}
+
+TEST(analyze_rules, sync_copy_leads_for_blocking_copies) {
+  for (bool async_and_sync : {false, true}) {
+    SCOPED_TRACE(async_and_sync);
+    const analysis a = blocking_copies(async_and_sync).run();
+    EXPECT_EQ(a.bottleneck(), "sync_copy") << format_text(a);
+    const finding& f = a.findings.front();
+    // 300 us of copy no kernel overlapped + 20 us the GPU idled while the CPU still waited.
+    EXPECT_DOUBLE_EQ(f.cost_ms_per_step, 0.32);
+    EXPECT_DOUBLE_EQ(f.numbers.at("count_per_step"), 1);
+    EXPECT_DOUBLE_EQ(f.numbers.at("blocked_ms_per_step"), 0.325);
+    EXPECT_DOUBLE_EQ(f.numbers.at("h2d_bytes_per_step"), 1e6);
+  }
+}
+
+TEST(analyze_rules, sync_copy_needs_the_wait_to_hold_back_the_launch) {
+  builder late = blocking_copies(true);  // the wait ends 20 us after the copy; move it 100 us later
+  for (event& e : late.t.events)
+    if (e.kind == activity::api) e.end_ns += 80 * us;
+  EXPECT_EQ(find_rule(late.run(), "sync_copy"), nullptr);
+  builder overlapped = blocking_copies(true);  // the next kernel starts before the wait returns
+  for (event& e : overlapped.t.events)
+    if (e.kind == activity::kernel) e.start_ns -= 30 * us;
+  EXPECT_EQ(find_rule(overlapped.run(), "sync_copy"), nullptr);
+}
+
+TEST(analyze_rules, device_sync_in_half_the_steps) {
+  builder b = busy_steps();
+  b.api("cudaDeviceSynchronize", 960, 1000, sync_kind::device);   // idle 975..1000: 25 us
+  b.api("cudaDeviceSynchronize", 2960, 3000, sync_kind::device);
+  const analysis a = b.run();
+  const finding* f = find_rule(a, "device_sync");
+  ASSERT_NE(f, nullptr);
+  EXPECT_DOUBLE_EQ(f->numbers.at("steps_with_sync"), 2);
+  EXPECT_DOUBLE_EQ(f->numbers.at("count_per_step"), 0.5);
+  EXPECT_DOUBLE_EQ(f->cost_ms_per_step, 0.0125);
+  EXPECT_EQ(a.bottleneck(), "compute_bound");  // 12.5 us of a 1 ms step is not what bounds it
+}
+
+TEST(analyze_rules, device_sync_in_one_of_four_steps_is_quiet) {
+  builder b = busy_steps();
+  b.api("cudaDeviceSynchronize", 960, 1000, sync_kind::device);
+  EXPECT_EQ(find_rule(b.run(), "device_sync"), nullptr);
+}
+
+// Pinned async copy on the compute stream, then the kernels: 200 us of copy per 1000 us step.
+builder serialized(std::uint64_t copy_stream) {
+  builder b;
+  b.steps(4, 1000);
+  b.t.stream_names[7] = "compute";
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    b.copy(copy_kind::h2d, t0 + 10, t0 + 210, 8'000'000, mem_kind::pinned, true, copy_stream);
+    b.kernel(t0 + 210, t0 + 990);
+  }
+  return b;
+}
+
+TEST(analyze_rules, serialized_copy_leads_for_copies_on_the_compute_stream) {
+  const analysis a = serialized(7).run();
+  EXPECT_EQ(a.bottleneck(), "serialized_copy") << format_text(a);
+  const finding& f = a.findings.front();
+  EXPECT_DOUBLE_EQ(f.cost_ms_per_step, 0.2);
+  EXPECT_DOUBLE_EQ(f.numbers.at("stream"), 7);
+  EXPECT_DOUBLE_EQ(f.numbers.at("copy_overlap"), 0);
+  EXPECT_NE(f.evidence.find("stream 7 ('compute')"), std::string::npos) << f.evidence;
+}
+
+TEST(analyze_rules, serialized_copy_is_quiet_when_copies_overlap_or_have_their_own_stream) {
+  EXPECT_EQ(find_rule(serialized(8).run(), "serialized_copy"), nullptr);
+  builder b = serialized(7);
+  b.kernel(0, 40, 9);  // a kernel on another stream covers 30 of the 200 us copy: 15% overlap
+  b.kernel(1000, 1040, 9);
+  b.kernel(2000, 2040, 9);
+  b.kernel(3000, 3040, 9);
+  EXPECT_EQ(find_rule(b.run(), "serialized_copy"), nullptr);
+}
+
+TEST(analyze_rules, low_copy_bandwidth_against_the_link) {
+  builder b = serialized(8);
+  analyze_options o;
+  o.link_h2d_gbps = 100;  // 8 MB in 200 us is 40 GB/s: below half of 100
+  const analysis a = b.run(o);
+  const finding* f = find_rule(a, "low_copy_bandwidth");
+  ASSERT_NE(f, nullptr);
+  EXPECT_DOUBLE_EQ(f->numbers.at("achieved_gbps"), 40);
+  EXPECT_DOUBLE_EQ(f->numbers.at("link_gbps"), 100);
+  EXPECT_DOUBLE_EQ(f->cost_ms_per_step, 0.12);  // 200 us - 8 MB / 100 GB/s
+  EXPECT_NE(f->evidence.find("pinned -> device x4"), std::string::npos) << f->evidence;
+  o.link_h2d_gbps = 79;  // 40 is above half of 79
+  EXPECT_EQ(find_rule(b.run(o), "low_copy_bandwidth"), nullptr);
+  EXPECT_EQ(find_rule(b.run(), "low_copy_bandwidth"), nullptr);  // no link known
+}
+
+TEST(analyze_rules, pageable_async_copy_leads_when_the_issuing_call_blocks) {
+  // Egress L3/L4 with a pool that is not pinned: the async copy blocks in its own call; no later wait.
+  builder b;
+  b.steps(4, 1000);
+  b.t.link_d2h_gbps = 50;
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    b.kernel(t0 + 5, t0 + 700);
+    b.api("cudaMemcpyAsync", t0 + 10, t0 + 990, sync_kind::copy);
+    b.copy(copy_kind::d2h, t0 + 700, t0 + 985, 4'000'000, mem_kind::pageable, true, 8);
+  }
+  const analysis a = b.run();
+  EXPECT_EQ(a.bottleneck(), "pageable_async_copy") << format_text(a);
+  EXPECT_EQ(find_rule(a, "sync_copy"), nullptr);
+  EXPECT_DOUBLE_EQ(a.findings.front().cost_ms_per_step, 0.205);  // 285 us - 80 us at the link
+}
+
+TEST(analyze_rules, compute_bound_leads_when_nothing_costs_five_percent) {
+  builder b = busy_steps();
+  b.copy(copy_kind::h2d, 100, 400, 8'000'000, mem_kind::pinned, true, 8);  // hidden under kernels
+  const analysis a = b.run();
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.bottleneck(), "compute_bound");
+  EXPECT_EQ(a.findings.front().title, "the GPU computes 95% of each step; transfers are hidden");
+  EXPECT_DOUBLE_EQ(a.findings.front().numbers.at("copy_overlap"), 1);
+  // A material finding removes it.
+  EXPECT_EQ(find_rule(serialized(7).run(), "compute_bound"), nullptr);
+}
+
+// ---- output ----
+
+TEST(analyze_output, json_and_text_carry_the_analysis) {
+  builder b = naive_ingest();
+  b.t.dropped = 3;
+  const analysis a = b.run();
+  const auto j = nlohmann::json::parse(to_json(a));
+  EXPECT_EQ(j.at("source"), "test");
+  EXPECT_EQ(j.at("dropped"), 3);
+  EXPECT_EQ(j.at("bottleneck"), "gpu_idle");
+  EXPECT_EQ(j.at("steps").size(), 4u);
+  EXPECT_DOUBLE_EQ(j.at("mean").at("idle_ms").get<double>(), 0.65);
+  EXPECT_EQ(j.at("idle").at(0).at("activity"), "make batch");
+  EXPECT_EQ(j.at("findings").at(0).at("rule"), "gpu_idle");
+  EXPECT_TRUE(j.at("findings").at(0).at("numbers").contains("idle_fraction"));
+  const std::string text = format_text(a);
+  EXPECT_NE(text.find("dropped 3 events"), std::string::npos) << text;
+  EXPECT_NE(text.find("1. [gpu_idle]"), std::string::npos) << text;
+  EXPECT_NE(text.find("'make batch'"), std::string::npos) << text;
+}
+
+TEST(analyze_output, long_traces_show_ten_steps) {
+  builder b;
+  b.steps(12, 100);
+  for (int i = 0; i < 12; ++i) b.kernel(i * 100 + 1, i * 100 + 99);
+  EXPECT_NE(format_text(b.run()).find("... 2 more steps"), std::string::npos);
+}
+
+// ---- PyTorch profiler fixtures ----
+
+std::filesystem::path fixture(const char* name) {
+  return std::filesystem::path(__FILE__).parent_path() / "data" / name;
+}
+
+TEST(analyze_kineto, naive_ingest_idles_in_make_batch) {
+  const analysis a = analyze(read_trace(fixture("kineto_naive.json")));
+  EXPECT_EQ(a.step_prefix, "ProfilerStep#");
+  EXPECT_EQ(a.steps.size(), 5u);
+  ASSERT_EQ(a.bottleneck(), "gpu_idle") << format_text(a);
+  EXPECT_NE(a.findings.front().title.find("'make batch'"), std::string::npos) << a.findings.front().title;
+  EXPECT_GT(a.findings.front().numbers.at("idle_fraction"), 0.6);
+  EXPECT_NE(find_rule(a, "pageable_async_copy"), nullptr);
+  EXPECT_EQ(a.mean.h2d_bytes, 25165824u + 256u);
+}
+
+TEST(analyze_kineto, prefetch_hides_its_copies) {
+  const analysis a = analyze(read_trace(fixture("kineto_prefetch.json")));
+  EXPECT_EQ(a.steps.size(), 5u);
+  EXPECT_EQ(a.bottleneck(), "compute_bound") << format_text(a);
+  EXPECT_EQ(find_rule(a, "gpu_idle"), nullptr);
+  EXPECT_EQ(find_rule(a, "pageable_async_copy"), nullptr);
+  EXPECT_GT(a.mean.copy_overlap, 0.9);
+}
+
+}  // namespace
