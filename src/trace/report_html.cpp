@@ -248,9 +248,13 @@ track_set tracks_of(const timeline& t, const window& w) {
     tr.id = key.second;
     tr.total_events = n;
     const auto name = t.stream_names.find(key.second);
-    tr.label = name != t.stream_names.end() && !name->second.empty()
-                   ? fmt::format("GPU {} {} (stream {})", key.first, name->second, key.second)
-                   : fmt::format("GPU {} stream {}", key.first, key.second);
+    const std::string plain = fmt::format("stream {}", key.second);
+    if (name == t.stream_names.end() || name->second.empty() || name->second == plain)
+      tr.label = fmt::format("GPU {} {}", key.first, plain);
+    else if (name->second.find(plain) != std::string::npos)  // an importer's "stream 7 (compute)"
+      tr.label = fmt::format("GPU {} {}", key.first, name->second);
+    else
+      tr.label = fmt::format("GPU {} {} ({})", key.first, name->second, plain);
     gpu_ids.emplace(key, ts.tracks.size());
     ts.tracks.push_back(std::move(tr));
   }
@@ -259,9 +263,12 @@ track_set tracks_of(const timeline& t, const window& w) {
     tr.id = thread;
     tr.total_events = n;
     const auto name = t.thread_names.find(thread);
-    tr.label = name != t.thread_names.end() && !name->second.empty()
-                   ? fmt::format("{} (thread {})", name->second, thread)
-                   : fmt::format("thread {}", thread);
+    if (name == t.thread_names.end() || name->second.empty())
+      tr.label = fmt::format("thread {}", thread);
+    else if (name->second.find(std::to_string(thread)) != std::string::npos)  // "thread 412 (python3)"
+      tr.label = name->second;
+    else
+      tr.label = fmt::format("{} (thread {})", name->second, thread);
     cpu_ids.emplace(thread, ts.tracks.size());
     ts.tracks.push_back(std::move(tr));
   }
@@ -460,6 +467,8 @@ void html_writer::head() {
       "svg .axis{stroke:#888;stroke-width:1}svg .grid{stroke:#eee;stroke-width:1}\n"
       "svg .step{stroke:#222;stroke-width:1;stroke-dasharray:4 3}svg .sep{stroke:#e4e4e4}\n"
       "svg rect.idle{fill:#d0d0d0;fill-opacity:.45}\n"
+      // Adjacent CPU spans of one colour stay apart.
+      "svg rect[data-kind=range],svg rect[data-kind=stage],svg rect[data-kind=api]{stroke:#fff;stroke-width:.6}\n"
       ".legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:6px 0}\n"
       ".legend span i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px}\n"
       ".note{color:#666;font-size:12px}\n"

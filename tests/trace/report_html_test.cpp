@@ -213,6 +213,17 @@ TEST(ReportHtml, TrackPerStreamAndThreadWithNestedRows) {
   EXPECT_NE(html.find("Memcpy HtoD \xC2\xB7 memcpy host to device \xC2\xB7 2.00 ms \xC2\xB7 64.0 MiB"), std::string::npos);
 }
 
+TEST(ReportHtml, TrackLabelsDoNotRepeatTheId) {
+  fixture f = make_fixture();
+  f.t.stream_names[13] = "stream 13";            // as the Kineto importer names streams
+  f.t.thread_names[200] = "thread 200 (python3)";  // and threads
+  f.t.stream_names[7] = "stream 7 (compute)";
+  const std::string html = to_html(f.t, f.a);
+  EXPECT_NE(html.find(">GPU 0 stream 13<"), std::string::npos);
+  EXPECT_NE(html.find(">thread 200 (python3)<"), std::string::npos);
+  EXPECT_NE(html.find(">GPU 0 stream 7 (compute)<"), std::string::npos);
+}
+
 TEST(ReportHtml, TablesListMeanStepsAndIdle) {
   const fixture f = make_fixture();
   const std::string html = to_html(f.t, f.a);
@@ -405,7 +416,11 @@ TEST(ReportHtml, WriteHtmlReportThrowsNamingThePath) {
 
 // ---- headless Chromium ------------------------------------------------------------------------------------
 
-constexpr const char* chromium_path = "/usr/bin/chromium";
+// Debian's package; FERRY_CHROMIUM names another binary.
+std::string chromium_path() {
+  const char* v = std::getenv("FERRY_CHROMIUM");
+  return v != nullptr && *v != '\0' ? v : "/usr/bin/chromium";
+}
 
 struct browser_run {
   int status = -1;
@@ -420,7 +435,7 @@ browser_run run_chromium(const fs::path& work, const std::string& mode_args, con
   fs::create_directories(profile);
   const fs::path out = work / "stdout.txt";
   const fs::path err = work / "stderr.txt";
-  const std::string cmd = std::string("timeout 60 ") + chromium_path +
+  const std::string cmd = "timeout 60 '" + chromium_path() + "'" +
                           " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
                           " --disable-background-networking --disable-component-update --disable-sync"
                           " --user-data-dir='" + profile.string() + "' --virtual-time-budget=5000 " + mode_args +
@@ -493,16 +508,16 @@ bool browser_wanted() {
 
 TEST(ReportHtmlBrowser, RendersInHeadlessChromium) {
   if (!browser_wanted()) GTEST_SKIP() << "FERRY_TEST_BROWSER=off: the headless-browser check is turned off";
-  ASSERT_TRUE(fs::exists(chromium_path))
-      << chromium_path << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
+  ASSERT_TRUE(fs::exists(chromium_path()))
+      << chromium_path() << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
       << "(it installs Debian's chromium), or set FERRY_TEST_BROWSER=off to skip this test";
   check_renders(make_fixture(), "small", /*screenshot=*/true);
 }
 
 TEST(ReportHtmlBrowser, RendersTheCappedMillionEventReport) {
   if (!browser_wanted()) GTEST_SKIP() << "FERRY_TEST_BROWSER=off: the headless-browser check is turned off";
-  ASSERT_TRUE(fs::exists(chromium_path))
-      << chromium_path << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
+  ASSERT_TRUE(fs::exists(chromium_path()))
+      << chromium_path() << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
       << "(it installs Debian's chromium), or set FERRY_TEST_BROWSER=off to skip this test";
   check_renders(make_huge(/*overlapping_ranges=*/true), "huge", /*screenshot=*/true);
 }
