@@ -1,7 +1,13 @@
-// The HTML report: structure and escaping on hand-built analyses (so it does not depend on the analyzer),
-// the rect cap on a trace of a million events, and the rendering in headless Chromium: the page's own
-// script measures what was drawn and the test compares it with what the generator emitted.
+// The HTML report: structure and escaping on hand-built analyses (names that try to break out of the
+// markup), merging and the rect cap on traces of a million events, a recorded Kineto trace through the
+// real importer and analyzer, and the rendering in headless Chromium: the page's own script measures
+// what was drawn and the test compares it with what the generator emitted.
+//
+// FERRY_TEST_BROWSER=off skips the browser tests (sanitizer runs); FERRY_CHROMIUM names another browser
+// binary; FERRY_TEST_KEEP_REPORTS=1 keeps the rendered pages and screenshots under the temp directory.
 #include "ferry/trace/report_html.hpp"
+
+#include "ferry/trace/trace_io.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -414,6 +420,28 @@ TEST(ReportHtml, WriteHtmlReportThrowsNamingThePath) {
   }
 }
 
+// The real pipeline on a recorded PyTorch profiler trace: import, analyze, report.
+const fs::path data_dir = fs::path(__FILE__).parent_path() / "data";
+
+fixture kineto_fixture() {
+  fixture f;
+  f.t = read_trace(data_dir / "kineto_naive.json");
+  f.a = analyze(f.t);
+  return f;
+}
+
+TEST(ReportHtml, ReportsAnAnalyzedKinetoTrace) {
+  const fixture f = kineto_fixture();
+  const std::string html = to_html(f.t, f.a);
+  EXPECT_EQ(count(html, "<g class=\"bar\""), f.a.steps.size() + 1);
+  EXPECT_EQ(count(html, "<section class=\"finding\""), f.a.findings.size());
+  EXPECT_NE(html.find("id=\"bottleneck\" data-rule=\"" + f.a.bottleneck() + "\""), std::string::npos);
+  EXPECT_GT(count(html, "<rect data-kind=\"kernel\""), 0u);
+  EXPECT_GT(count(html, "<rect data-kind=\"h2d\""), 0u);
+  EXPECT_GT(count(html, "<line class=\"step\" data-step="), 0u);
+  EXPECT_EQ(html.find("http"), std::string::npos);
+}
+
 // ---- headless Chromium ------------------------------------------------------------------------------------
 
 // Debian's package; FERRY_CHROMIUM names another binary.
@@ -512,6 +540,14 @@ TEST(ReportHtmlBrowser, RendersInHeadlessChromium) {
       << chromium_path() << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
       << "(it installs Debian's chromium), or set FERRY_TEST_BROWSER=off to skip this test";
   check_renders(make_fixture(), "small", /*screenshot=*/true);
+}
+
+TEST(ReportHtmlBrowser, RendersAnAnalyzedKinetoTrace) {
+  if (!browser_wanted()) GTEST_SKIP() << "FERRY_TEST_BROWSER=off: the headless-browser check is turned off";
+  ASSERT_TRUE(fs::exists(chromium_path()))
+      << chromium_path() << " not found: the HTML report is checked in headless Chromium; run scripts/setup.sh "
+      << "(it installs Debian's chromium), or set FERRY_TEST_BROWSER=off to skip this test";
+  check_renders(kineto_fixture(), "kineto", /*screenshot=*/false);
 }
 
 TEST(ReportHtmlBrowser, RendersTheCappedMillionEventReport) {
