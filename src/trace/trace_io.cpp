@@ -144,24 +144,24 @@ std::string display_name(const event& e) {
   }
 }
 
-// Colours from the Chrome trace viewer's reserved colour names (trace-viewer's color_scheme), so copies,
-// kernels and waits stand apart in chrome://tracing (Perfetto colours by name and ignores cname).
+// Colours from the Chrome trace viewer's reserved colour names (trace-viewer's color_scheme), so kernels,
+// each copy direction and CPU waits stand apart in chrome://tracing (Perfetto colours by name instead).
 std::string_view colour(const event& e) {
   switch (e.kind) {
     case activity::kernel: return "thread_state_running";  // green
     case activity::memcpy:
       switch (e.copy) {
-        case copy_kind::h2d: return "rail_load";        // blue
-        case copy_kind::d2h: return "rail_response";    // purple-blue
-        case copy_kind::d2d: return "rail_animation";   // pink
-        case copy_kind::p2p: return "cq_build_failed";  // magenta-ish
-        case copy_kind::h2h: return "rail_idle";
+        case copy_kind::h2d: return "rail_response";                   // blue
+        case copy_kind::d2h: return "rail_animation";                  // red
+        case copy_kind::d2d: return "heap_dump_child_node_arrow";      // tawny
+        case copy_kind::p2p: return "cq_build_failed";                 // pink
+        case copy_kind::h2h: return "rail_idle";                       // orange-yellow
         case copy_kind::none: break;
       }
       return "generic_work";
-    case activity::memset: return "thread_state_runnable";
-    case activity::sync: return "thread_state_iowait";  // orange: the CPU is blocked
-    case activity::api: return "thread_state_sleeping";
+    case activity::memset: return "generic_work";        // grey
+    case activity::sync: return "bad";                   // orange: the CPU is blocked
+    case activity::api: return "thread_state_sleeping";  // pale
     case activity::range: return "yellow";
     case activity::stage: return "olive";
   }
@@ -274,15 +274,19 @@ void append_string_map(std::string& out, const Map& m, Key&& key_text) {
 // Reading: the SAX pass
 
 // One JSON scalar as the SAX pass saw it. Strings are ids into the reader's scratch string table.
+// 16 bytes: a trace holds millions of events, each buffered with its fields until the input ends.
 struct scalar {
   enum class type : std::uint8_t { absent, integer, big_unsigned, floating, string, boolean, null, container };
   type t = type::absent;
-  std::int64_t i = 0;   // integer
-  std::uint64_t u = 0;  // big_unsigned (above INT64_MAX)
-  double d = 0;         // floating
-  bool b = false;       // boolean
-  std::uint32_t s = 0;  // string
+  union {
+    std::int64_t i = 0;  // integer
+    std::uint64_t u;     // big_unsigned (above INT64_MAX)
+    double d;            // floating
+    bool b;              // boolean
+    std::uint32_t s;     // string (0 when the reader does not keep the text)
+  };
 };
+static_assert(sizeof(scalar) == 16);
 
 // The fields of an event ferry reads; everything else is skipped as it streams by.
 enum slot : std::uint8_t {
@@ -362,8 +366,7 @@ struct frame {
   ctx c = ctx::skip;
   bool array = false;
   std::size_t count = 0;  // arrays: elements seen so far
-  std::string key;        // objects: the key whose value comes next
-  std::string label;      // how this container is reached from its parent (".key" or "[i]")
+  std::string key;        // objects: the key whose value comes next (or of the open child)
 };
 
 // Parses a JSON number's text (microseconds) into nanoseconds exactly (round half away from zero), so
@@ -481,7 +484,7 @@ class reader {
   bool string(json::string_t& s) {
     scalar v;
     v.t = scalar::type::string;
-    v.s = scratch_.intern(s);
+    v.s = keeps_text() ? scratch_.intern(s) : 0;
     return value(v, {});
   }
   bool binary(json::binary_t& /*unused*/) { fail("binary values are not JSON"); }
@@ -514,8 +517,10 @@ class reader {
  private:
   // Where the reader is, as "traceEvents[3].args.x"; `next` is appended (the child about to open).
   [[nodiscard]] std::string path(std::string_view next = {}) const {
+    // While a child is open, its parent's key (or element count) still names it.
     std::string p;
-    for (std::size_t k = 1; k < stack_.size(); ++k) p += stack_[k].label;
+    for (std::size_t k = 0; k + 1 < stack_.size(); ++k)
+      p += stack_[k].array ? fmt::format("[{}]", stack_[k].count) : "." + stack_[k].key;
     p += next;
     if (!p.empty() && p.front() == '.') p.erase(0, 1);
     // Deep or long-keyed paths are shortened: their head and tail say where.
@@ -523,6 +528,22 @@ class reader {
     return p.empty() ? "the top level" : p;
   }
   [[nodiscard]] std::string event_label(const raw_event& e) const { return fmt::format("traceEvents[{}]", e.index); }
+
+  // Whether a string arriving now is one ferry reads (the rest are not even copied).
+  [[nodiscard]] bool keeps_text() const {
+    if (stack_.empty()) return false;
+    const frame& top = stack_.back();
+    switch (top.c) {
+      case ctx::event: return event_slot(top.key).has_value();
+      case ctx::args: return args_slot(top.key).has_value();
+      case ctx::root:
+      case ctx::skip:
+      case ctx::device_props:
+      case ctx::events: return false;
+      case ctx::device_prop0: return top.key == "name";
+      default: return true;
+    }
+  }
 
   // Where the next value goes: the label it is reached by, and the context it opens if a container.
   std::string child_label() {
@@ -545,7 +566,6 @@ class reader {
       stack_.push_back(std::move(f));
       return true;
     }
-    f.label = child_label();
     f.c = child_context(array);
     stack_.push_back(std::move(f));
     return true;
@@ -739,7 +759,7 @@ class reader {
   }
 
   void time_field(std::string_view k, const scalar& v, std::string_view number_text) {
-    const std::string field = fmt::format("{}.{}", event_label(current_), k);
+    auto field = [&] { return fmt::format("{}.{}", event_label(current_), k); };
     std::optional<std::int64_t> ns;
     switch (v.t) {
       case scalar::type::integer:
@@ -747,20 +767,20 @@ class reader {
         break;
       case scalar::type::big_unsigned: break;
       case scalar::type::floating: ns = us_text_to_ns(number_text, v.d); break;
-      default: fail("{}: expected a number of microseconds, found {}", field, type_name(v.t));
+      default: fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
     }
     if (!ns) {
       const std::string shown = v.t == scalar::type::floating ? std::string(number_text.substr(0, 40))
                                 : v.t == scalar::type::integer ? std::to_string(v.i)
                                                                : std::to_string(v.u);
-      fail("{} = {} us is out of range: expected at most {:g} us in magnitude (int64 nanoseconds)", field, shown,
+      fail("{} = {} us is out of range: expected at most {:g} us in magnitude (int64 nanoseconds)", field(), shown,
            max_abs_ts_us);
     }
     if (k == "ts") {
       current_.has_ts = true;
       current_.ts_ns = *ns;
     } else {
-      if (*ns < 0) fail("{} = {} us is negative: expected a duration >= 0", field, static_cast<double>(*ns) / 1000.0);
+      if (*ns < 0) fail("{} = {} us is negative: expected a duration >= 0", field(), static_cast<double>(*ns) / 1000.0);
       current_.has_dur = true;
       current_.dur_ns = *ns;
     }

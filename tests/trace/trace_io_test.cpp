@@ -231,8 +231,8 @@ TEST(TraceIo, chrome_json_has_tracks_categories_and_colours) {
   for (const auto& e : doc.at("traceEvents"))
     if (e.at("ph") == "X" && e.at("cat") == "memcpy") copy_colour[e.at("name")] = e.at("cname");
   ASSERT_TRUE(copy_colour.count("Memcpy HtoD (Pinned -> Device)"));
-  EXPECT_EQ(copy_colour["Memcpy HtoD (Pinned -> Device)"], "rail_load");
-  EXPECT_EQ(copy_colour["ferry egress copy"], "rail_response");
+  EXPECT_EQ(copy_colour["Memcpy HtoD (Pinned -> Device)"], "rail_response");
+  EXPECT_EQ(copy_colour["ferry egress copy"], "rail_animation");
   EXPECT_EQ(cname_of_cat["kernel"], "thread_state_running");
   EXPECT_NE(cname_of_cat["kernel"], copy_colour["Memcpy HtoD (Pinned -> Device)"]);
 }
