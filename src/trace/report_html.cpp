@@ -879,8 +879,11 @@ void html_writer::idle_table() {
   for (const idle_attribution& i : a_.idle) {
     out("<tr><td>");
     text(i.thread);
+    if (i.main_thread) out(" <small>(main)</small>");
     out("</td><td>");
     text(i.activity);
+    // A call that waited for the GPU covers idle the GPU caused itself; a range covers CPU work.
+    if (i.blocking) out(" <small>(waits for the GPU)</small>");
     out("</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", fmt_ms(i.idle_ms), fmt_pct(i.fraction_of_idle));
   }
   out("</table>\n");

@@ -119,8 +119,19 @@ fixture make_fixture(std::uint64_t dropped = 0) {
   a.mean = make_step(-1, 0, 10 * ms);
   a.mean.compute_ms = 5.5;
   a.mean.idle_ms = 10 - 5.5 - 2 - 0.5 - 0.25;
-  a.idle.push_back({std::string("main ") + evil, evil, 3.5, 0.7});
-  a.idle.push_back({"thread 200", "egress sink", 1.5, 0.3});
+  idle_attribution main_range;
+  main_range.thread = std::string("main ") + evil;
+  main_range.activity = evil;
+  main_range.idle_ms = 3.5;
+  main_range.fraction_of_idle = 0.7;
+  main_range.main_thread = true;
+  idle_attribution sink_wait;
+  sink_wait.thread = "thread 200";
+  sink_wait.activity = "cudaStreamSynchronize";
+  sink_wait.idle_ms = 1.5;
+  sink_wait.fraction_of_idle = 0.3;
+  sink_wait.blocking = true;
+  a.idle = {main_range, sink_wait};
   finding f1;
   f1.rule = "gpu_idle";
   f1.title = std::string("GPU idle 35% of each step in ") + evil;
@@ -239,6 +250,8 @@ TEST(ReportHtml, TablesListMeanStepsAndIdle) {
   const auto idle = html.find("<table id=\"idle\">");
   ASSERT_NE(idle, std::string::npos);
   EXPECT_NE(html.find("<td class=\"n\">70.0%</td>", idle), std::string::npos);
+  EXPECT_NE(html.find("cudaStreamSynchronize <small>(waits for the GPU)</small>", idle), std::string::npos);
+  EXPECT_NE(html.find("&lt;/script&gt;&#39; <small>(main)</small>", idle), std::string::npos);
 }
 
 TEST(ReportHtml, FetchesNothing) {
