@@ -9,8 +9,6 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -21,6 +19,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -74,9 +73,12 @@ void append_json_string(std::string& out, std::string_view s) {
     // A multi-byte sequence: copy it when well-formed (no overlongs, no surrogates, <= U+10FFFF).
     std::size_t len = 0;
     std::uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1Fu;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0Fu;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07u;
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1Fu;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0Fu;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07u;
     bool ok = len != 0 && i + len <= n;
     for (std::size_t k = 1; ok && k < len; ++k) {
       if ((p[i + k] & 0xC0u) != 0x80u) ok = false;
@@ -99,7 +101,8 @@ void append_json_string(std::string& out, std::string_view s) {
 void append_us(std::string& out, std::int64_t ns) {
   const bool negative = ns < 0;
   // Through unsigned so that INT64_MIN has a magnitude.
-  const std::uint64_t mag = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+  const std::uint64_t mag =
+      negative ? std::uint64_t{0} - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
   fmt::format_to(std::back_inserter(out), "{}{}.{:03}", negative ? "-" : "", mag / 1000, mag % 1000);
 }
 
@@ -151,11 +154,11 @@ std::string_view colour(const event& e) {
     case activity::kernel: return "thread_state_running";  // green
     case activity::memcpy:
       switch (e.copy) {
-        case copy_kind::h2d: return "rail_response";                   // blue
-        case copy_kind::d2h: return "rail_animation";                  // red
-        case copy_kind::d2d: return "heap_dump_child_node_arrow";      // tawny
-        case copy_kind::p2p: return "cq_build_failed";                 // pink
-        case copy_kind::h2h: return "rail_idle";                       // orange-yellow
+        case copy_kind::h2d: return "rail_response";               // blue
+        case copy_kind::d2h: return "rail_animation";              // red
+        case copy_kind::d2d: return "heap_dump_child_node_arrow";  // tawny
+        case copy_kind::p2p: return "cq_build_failed";             // pink
+        case copy_kind::h2h: return "rail_idle";                   // orange-yellow
         case copy_kind::none: break;
       }
       return "generic_work";
@@ -314,10 +317,16 @@ enum slot : std::uint8_t {
   slot_count,
 };
 
-constexpr std::array<std::string_view, slot_count> slot_names{
-    "ph",         "cat",        "name",    "pid",        "tid",    "args.kind",   "args.copy",
-    "args.src",   "args.dst",   "args.sync", "args.domain", "args.bytes", "args.async", "args.correlation",
-    "args.device", "args.stream", "args.thread", "args.anonymous", "args.name", "args.labels"};
+constexpr std::array<std::string_view, slot_count> slot_names{"ph",          "cat",
+                                                              "name",        "pid",
+                                                              "tid",         "args.kind",
+                                                              "args.copy",   "args.src",
+                                                              "args.dst",    "args.sync",
+                                                              "args.domain", "args.bytes",
+                                                              "args.async",  "args.correlation",
+                                                              "args.device", "args.stream",
+                                                              "args.thread", "args.anonymous",
+                                                              "args.name",   "args.labels"};
 
 std::optional<slot> event_slot(std::string_view key) {
   if (key == "ph") return s_ph;
@@ -329,12 +338,21 @@ std::optional<slot> event_slot(std::string_view key) {
 }
 
 std::optional<slot> args_slot(std::string_view key) {
-  static const std::unordered_map<std::string_view, slot> slots{
-      {"kind", a_kind},       {"copy", a_copy},     {"src", a_src},
-      {"dst", a_dst},         {"sync", a_sync},     {"domain", a_domain},
-      {"bytes", a_bytes},     {"async", a_async},   {"correlation", a_correlation},
-      {"device", a_device},   {"stream", a_stream}, {"thread", a_thread},
-      {"anonymous", a_anonymous}, {"name", a_name}, {"labels", a_labels}};
+  static const std::unordered_map<std::string_view, slot> slots{{"kind", a_kind},
+                                                                {"copy", a_copy},
+                                                                {"src", a_src},
+                                                                {"dst", a_dst},
+                                                                {"sync", a_sync},
+                                                                {"domain", a_domain},
+                                                                {"bytes", a_bytes},
+                                                                {"async", a_async},
+                                                                {"correlation", a_correlation},
+                                                                {"device", a_device},
+                                                                {"stream", a_stream},
+                                                                {"thread", a_thread},
+                                                                {"anonymous", a_anonymous},
+                                                                {"name", a_name},
+                                                                {"labels", a_labels}};
   if (const auto it = slots.find(key); it != slots.end()) return it->second;
   return std::nullopt;
 }
@@ -612,7 +630,9 @@ class reader {
       case ctx::event:
         if (k == "args" && !array) return ctx::args;
         if (const auto s = event_slot(k)) current_.f[*s].t = scalar::type::container;
-        if (k == "ts" || k == "dur") fail("{}.{}: expected a number of microseconds, found an {}", event_label(current_), k, array ? "array" : "object");
+        if (k == "ts" || k == "dur")
+          fail("{}.{}: expected a number of microseconds, found an {}", event_label(current_), k,
+               array ? "array" : "object");
         return ctx::skip;
       case ctx::args:
         if (const auto s = args_slot(k)) current_.f[*s].t = scalar::type::container;
@@ -620,22 +640,22 @@ class reader {
       case ctx::ferry:
         if (k == "metadata" || k == "thread_names" || k == "stream_names") {
           if (array) fail("ferry.{}: expected an object, found an array", k);
-          return k == "metadata" ? ctx::ferry_metadata : k == "thread_names" ? ctx::ferry_thread_names : ctx::ferry_stream_names;
+          return k == "metadata"       ? ctx::ferry_metadata
+                 : k == "thread_names" ? ctx::ferry_thread_names
+                                       : ctx::ferry_stream_names;
         }
         if (k == "source" || k == "device_name" || k == "dropped" || k == "format" || k == "link_h2d_gbps" ||
             k == "link_d2h_gbps")
-          fail("ferry.{}: expected a {}, found an {}", k,
-               (k == "source" || k == "device_name") ? "string" : "number", array ? "array" : "object");
+          fail("ferry.{}: expected a {}, found an {}", k, (k == "source" || k == "device_name") ? "string" : "number",
+               array ? "array" : "object");
         return ctx::skip;
       case ctx::ferry_metadata:
       case ctx::ferry_thread_names:
       case ctx::ferry_stream_names:
         fail("{}.{}: expected a string, found an {}", path(), k, array ? "array" : "object");
-      case ctx::device_props:
-        return (!array && top.count == 0) ? ctx::device_prop0 : ctx::skip;
+      case ctx::device_props: return (!array && top.count == 0) ? ctx::device_prop0 : ctx::skip;
       case ctx::device_prop0:
-      case ctx::skip:
-        return ctx::skip;
+      case ctx::skip: return ctx::skip;
     }
     return ctx::skip;
   }
@@ -656,7 +676,8 @@ class reader {
     // counters are dropped here so they cost no memory.
     const scalar& ph = current_.f[s_ph];
     if (ph.t != scalar::type::string) {
-      if (ph.t != scalar::type::absent) fail("{}.ph: expected a string, found {}", event_label(current_), type_name(ph.t));
+      if (ph.t != scalar::type::absent)
+        fail("{}.ph: expected a string, found {}", event_label(current_), type_name(ph.t));
       return;
     }
     const std::string_view p = scratch_[ph.s];
@@ -683,8 +704,7 @@ class reader {
         if (k == "ferry") fail("ferry: expected an object, found {}", type_name(v.t));
         if (k == "schemaVersion" || k == "baseTimeNanoseconds") kineto_ = true;
         break;
-      case ctx::events:
-        fail("{}[{}]: expected an event object, found {}", events_label(), top.count, type_name(v.t));
+      case ctx::events: fail("{}[{}]: expected an event object, found {}", events_label(), top.count, type_name(v.t));
       case ctx::event:
         if (k == "ts" || k == "dur") {
           time_field(k, v, number_text);
@@ -770,7 +790,7 @@ class reader {
       default: fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
     }
     if (!ns) {
-      const std::string shown = v.t == scalar::type::floating ? std::string(number_text.substr(0, 40))
+      const std::string shown = v.t == scalar::type::floating  ? std::string(number_text.substr(0, 40))
                                 : v.t == scalar::type::integer ? std::to_string(v.i)
                                                                : std::to_string(v.u);
       fail("{} = {} us is out of range: expected at most {:g} us in magnitude (int64 nanoseconds)", field(), shown,
@@ -790,7 +810,8 @@ class reader {
   std::optional<std::string_view> get_string(const raw_event& e, slot s) {
     const scalar& v = e.f[s];
     if (v.t == scalar::type::absent) return std::nullopt;
-    if (v.t != scalar::type::string) fail("{}.{}: expected a string, found {}", event_label(e), slot_names[s], type_name(v.t));
+    if (v.t != scalar::type::string)
+      fail("{}.{}: expected a string, found {}", event_label(e), slot_names[s], type_name(v.t));
     return scratch_[v.s];
   }
   std::optional<std::uint64_t> get_u64(const raw_event& e, slot s) {
@@ -813,13 +834,15 @@ class reader {
   std::optional<bool> get_bool(const raw_event& e, slot s) {
     const scalar& v = e.f[s];
     if (v.t == scalar::type::absent) return std::nullopt;
-    if (v.t != scalar::type::boolean) fail("{}.{}: expected true or false, found {}", event_label(e), slot_names[s], type_name(v.t));
+    if (v.t != scalar::type::boolean)
+      fail("{}.{}: expected true or false, found {}", event_label(e), slot_names[s], type_name(v.t));
     return v.b;
   }
   // An id that may be written as a number or, in some traces, as text ("7", "stream 7"); nullopt for
   // named tracks such as Kineto's "Spans".
   std::optional<std::uint64_t> numeric_id(const scalar& v) {
-    if (v.t == scalar::type::integer) return v.i >= 0 ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(v.i)) : std::nullopt;
+    if (v.t == scalar::type::integer)
+      return v.i >= 0 ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(v.i)) : std::nullopt;
     if (v.t == scalar::type::big_unsigned) return v.u;
     if (v.t != scalar::type::string) return std::nullopt;
     std::string_view text = scratch_[v.s];
@@ -895,7 +918,8 @@ void reader::convert_ferry(timeline& t) {
     event e;
     const auto kind_text = get_string(r, a_kind);
     const auto cat_text = get_string(r, s_cat);
-    if (!kind_text && !cat_text) fail("{}: no args.kind and no cat: expected one of ferry's activities", event_label(r));
+    if (!kind_text && !cat_text)
+      fail("{}: no args.kind and no cat: expected one of ferry's activities", event_label(r));
     e.kind = get_word(r, kind_text ? a_kind : s_cat, activity::kernel, parse_activity);
     e.start_ns = r.ts_ns;
     e.end_ns = r.ts_ns + r.dur_ns;  // checked for overflow when read
@@ -931,11 +955,16 @@ void parse_kineto_copy(std::string_view name, event& e) {
   if (!name.starts_with("Memcpy ")) return;
   name.remove_prefix(7);
   const std::string_view dir = name.substr(0, name.find(' '));
-  if (dir == "HtoD" || dir == "HtoA") e.copy = copy_kind::h2d;
-  else if (dir == "DtoH" || dir == "AtoH") e.copy = copy_kind::d2h;
-  else if (dir == "DtoD" || dir == "DtoA" || dir == "AtoD" || dir == "AtoA") e.copy = copy_kind::d2d;
-  else if (dir == "HtoH") e.copy = copy_kind::h2h;
-  else if (dir == "PtoP") e.copy = copy_kind::p2p;
+  if (dir == "HtoD" || dir == "HtoA")
+    e.copy = copy_kind::h2d;
+  else if (dir == "DtoH" || dir == "AtoH")
+    e.copy = copy_kind::d2h;
+  else if (dir == "DtoD" || dir == "DtoA" || dir == "AtoD" || dir == "AtoA")
+    e.copy = copy_kind::d2d;
+  else if (dir == "HtoH")
+    e.copy = copy_kind::h2h;
+  else if (dir == "PtoP")
+    e.copy = copy_kind::p2p;
   const auto open = name.find('(');
   const auto arrow = name.find(" -> ");
   const auto close = name.find(')');
@@ -987,7 +1016,8 @@ void reader::convert_kineto(timeline& t) {
   auto pid_of = [&](const raw_event& r) -> std::optional<std::int64_t> {
     const scalar& v = r.f[s_pid];
     if (v.t == scalar::type::integer) return v.i;
-    if (const auto id = numeric_id(v); id && *id <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    if (const auto id = numeric_id(v);
+        id && *id <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       return static_cast<std::int64_t>(*id);
     return std::nullopt;
   };
@@ -1075,7 +1105,8 @@ void reader::convert_kineto(timeline& t) {
       std::optional<std::uint64_t> thread = numeric_id(r.f[s_tid]);
       // CUPTI's sync records sit on the GPU's tracks; the thread that waited made the matching call.
       if (e.kind == activity::sync)
-        if (const auto it = launches.find(e.correlation); e.correlation != 0 && it != launches.end() && it->second.thread)
+        if (const auto it = launches.find(e.correlation);
+            e.correlation != 0 && it != launches.end() && it->second.thread)
           thread = it->second.thread;
       if (!thread) continue;  // a named track such as "Spans"
       e.thread = *thread;
@@ -1120,7 +1151,8 @@ std::string to_chrome_json(const timeline& t) {
 void write_chrome_trace(const timeline& t, const std::filesystem::path& path) {
   const std::string text = to_chrome_json(t);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::system_error(errno, std::generic_category(), fmt::format("cannot open {} for writing", path.string()));
+  if (!out)
+    throw std::system_error(errno, std::generic_category(), fmt::format("cannot open {} for writing", path.string()));
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.close();
   if (!out) throw std::system_error(errno, std::generic_category(), fmt::format("cannot write {}", path.string()));

@@ -10,7 +10,8 @@
 
 namespace std {  // NOLINT(cert-dcl58-cpp): stands in for the missing standard type, nothing else
 struct source_location {
-  static constexpr source_location current(const char* file = __builtin_FILE(), const char* function = __builtin_FUNCTION(),
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           const char* function = __builtin_FUNCTION(),
                                            std::uint_least32_t line = __builtin_LINE(),
                                            std::uint_least32_t column = __builtin_COLUMN()) noexcept {
     source_location s;

@@ -16,8 +16,10 @@ inline std::string timeline_difference(const trace::timeline& a, const trace::ti
   if (a.source != b.source) return fmt::format("source \"{}\" vs \"{}\"", a.source, b.source);
   if (a.device_name != b.device_name) return fmt::format("device_name \"{}\" vs \"{}\"", a.device_name, b.device_name);
   if (a.dropped != b.dropped) return fmt::format("dropped {} vs {}", a.dropped, b.dropped);
-  if (a.link_h2d_gbps != b.link_h2d_gbps) return fmt::format("link_h2d_gbps {} vs {}", a.link_h2d_gbps, b.link_h2d_gbps);
-  if (a.link_d2h_gbps != b.link_d2h_gbps) return fmt::format("link_d2h_gbps {} vs {}", a.link_d2h_gbps, b.link_d2h_gbps);
+  if (a.link_h2d_gbps != b.link_h2d_gbps)
+    return fmt::format("link_h2d_gbps {} vs {}", a.link_h2d_gbps, b.link_h2d_gbps);
+  if (a.link_d2h_gbps != b.link_d2h_gbps)
+    return fmt::format("link_d2h_gbps {} vs {}", a.link_d2h_gbps, b.link_d2h_gbps);
   if (a.thread_names != b.thread_names) return "thread_names differ";
   if (a.stream_names != b.stream_names) return "stream_names differ";
   if (a.metadata != b.metadata) return "metadata differs";

@@ -344,8 +344,8 @@ TEST(TraceIo, kineto_naive_imports_kernels_copies_and_steps) {
   EXPECT_EQ(sync_of.at("cudaLaunchKernel"), sync_kind::none);
 
   // The exact timestamp of the first kernel: 4510777093564.041 us.
-  const auto first_kernel = std::find_if(t.events.begin(), t.events.end(),
-                                         [](const event& e) { return e.kind == activity::kernel; });
+  const auto first_kernel =
+      std::find_if(t.events.begin(), t.events.end(), [](const event& e) { return e.kind == activity::kernel; });
   ASSERT_NE(first_kernel, t.events.end());
   EXPECT_EQ(first_kernel->start_ns, 4'510'777'093'564'041);
 
@@ -443,9 +443,8 @@ TEST(TraceIo, a_chrome_trace_without_ferry_or_kineto_marks_is_read_as_chrome) {
 
 TEST(TraceIo, exact_microsecond_text_to_nanoseconds) {
   auto start = [](const std::string& ts) {
-    const timeline t =
-        parse_trace(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":1,"ts":)" + ts + R"(,"dur":0}]})",
-                    "ts");
+    const timeline t = parse_trace(
+        R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":1,"ts":)" + ts + R"(,"dur":0}]})", "ts");
     return t.events.at(0).start_ns;
   };
   EXPECT_EQ(start("4510785932383.927"), 4'510'785'932'383'927);
@@ -464,7 +463,8 @@ TEST(TraceIo, exact_microsecond_text_to_nanoseconds) {
 // --- errors --------------------------------------------------------------------------------------
 
 void expect_contains(const std::string& message, std::initializer_list<std::string_view> parts) {
-  for (const std::string_view p : parts) EXPECT_NE(message.find(p), std::string::npos) << "\"" << p << "\" not in: " << message;
+  for (const std::string_view p : parts)
+    EXPECT_NE(message.find(p), std::string::npos) << "\"" << p << "\" not in: " << message;
 }
 
 TEST(TraceIo, empty_input_is_refused) {
@@ -569,7 +569,8 @@ TEST(TraceIo, ferry_fields_of_the_wrong_form_are_named) {
   expect_contains(parse_error(R"({"ferry":{"format":2},"traceEvents":[]})"), {"ferry.format", "version 2 is newer"});
   expect_contains(parse_error(R"({"ferry":{"thread_names":{"main":"x"}},"traceEvents":[]})"),
                   {"ferry.thread_names", "\"main\" is not an id"});
-  expect_contains(parse_error(R"({"ferry":{"metadata":{"a":1}},"traceEvents":[]})"), {"ferry.metadata.a", "expected a string"});
+  expect_contains(parse_error(R"({"ferry":{"metadata":{"a":1}},"traceEvents":[]})"),
+                  {"ferry.metadata.a", "expected a string"});
   expect_contains(parse_error(R"({"ferry":[],"traceEvents":[]})"), {"ferry: expected an object"});
 }
 

@@ -20,7 +20,7 @@ namespace ferry::trace {
 /// Limits on what a reader accepts; inputs beyond them are refused with input_error, never read in part.
 struct read_limits {
   std::uint64_t max_bytes = std::uint64_t{2} << 30;  // file size
-  std::uint64_t max_events = std::uint64_t{1} << 24;  // trace events kept
+  std::uint64_t max_events = std::uint64_t{1} << 24;  // entries of traceEvents (flows, metadata included)
   std::size_t max_depth = 64;                         // JSON nesting
 };
 
