@@ -6,8 +6,10 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/probe/probe.hpp"
+#include "ferry/probe/topology.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -21,6 +23,8 @@ struct probe_flags {
   bool json = false;
   bool no_check = false;
   bool no_pin_cost = false;
+  bool topology = false;
+  bool no_p2p = false;
 };
 
 nlohmann::json to_json(const probe::result& r) {
@@ -70,6 +74,30 @@ nlohmann::json to_json(const probe::result& r) {
 
 void progress_line(const std::string& line) { fmt::print(stderr, "probe: {}\n", line); }
 
+// `ferry probe --topology`: every GPU of the machine (not only --gpu), so no device is opened; the
+// backend option only decides whether GPUs are looked for.
+int run_topology(const probe_flags& flags, int iterations, int warmup) {
+  backend b = backend::host;
+  if (flags.dev.backend == "cuda") {
+    FERRY_EXPECTS(cuda_available(), fmt::format("--backend cuda: {}", cuda_unavailable_reason()));
+    b = backend::cuda;
+  } else if (flags.dev.backend != "host") {
+    b = backend::cuda;  // auto: the GPU part says why it finds none (no GPU, or a build without CUDA)
+  }
+  probe::topology_options opts;
+  opts.measure_p2p = !flags.no_p2p;
+  if (!flags.bytes.empty()) opts.p2p_bytes = parse_bytes(flags.bytes);
+  if (iterations > 0) opts.p2p_iterations = iterations;
+  if (warmup >= 0) opts.p2p_warmup = warmup;
+  const probe::topology t = probe::discover_topology(b, opts, progress_line);
+  if (flags.json) {
+    std::cout << probe::to_json(t) << '\n';
+  } else {
+    std::cout << probe::format_table(t);
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::function<int()> add_probe_command(CLI::App& app) {
@@ -84,7 +112,15 @@ std::function<int()> add_probe_command(CLI::App& app) {
   sub->add_flag("--no-pin-cost", flags->no_pin_cost, "Skip timing the cost of pinning");
   sub->add_flag("--no-check", flags->no_check, "Skip verifying the copied bytes");
   sub->add_flag("--json", flags->json, "Print JSON on stdout instead of the table");
+  sub->add_flag("--topology", flags->topology,
+                "Print how CPUs, NUMA nodes and GPUs connect (like nvidia-smi topo -m), each GPU's PCIe link "
+                "and the GPU-to-GPU bandwidth, instead of the link probe; --bytes, --iterations and --warmup "
+                "then size the P2P copies (default 256MiB, 5, 1)");
+  sub->add_flag("--no-p2p", flags->no_p2p, "With --topology: skip measuring GPU-to-GPU bandwidth");
   return [flags, iterations, warmup] {
+    if (flags->topology)
+      return run_topology(*flags, iterations->count() > 0 ? flags->iterations : 0,
+                          warmup->count() > 0 ? flags->warmup : -1);
     auto dev = open_device(flags->dev);
     probe::options opts = probe::default_options(dev->kind());
     if (!flags->bytes.empty()) opts.copy_bytes = parse_bytes(flags->bytes);
