@@ -231,6 +231,8 @@ TEST(topology, formats_one_gpu_and_no_gpu) {
   const std::string text = format_table(one);
   EXPECT_NE(text.find("GPU0     X      0-3,8-11"), std::string::npos) << text;
   EXPECT_NE(text.find("NVML not available"), std::string::npos) << text;
+  // One GPU: the P2P matrix is just X.
+  EXPECT_NE(text.find("one GPU, no pair to measure\n        GPU0      \nGPU0     X"), std::string::npos) << text;
 
   topology none;
   none.gpu_note = "the host backend has no GPUs";
