@@ -35,6 +35,11 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+std::chrono::nanoseconds decode_per_sample(const ingest_config& cfg) {
+  return std::chrono::nanoseconds(
+      static_cast<std::int64_t>(cfg.make_ms_per_mib * 1e6 * static_cast<double>(cfg.image_bytes()) / (1 << 20)));
+}
+
 // Sample j of batch `step` (every level makes the same samples): its image is the pattern of this seed,
 // its label the dataset index.
 std::uint64_t sample_seed(std::uint64_t step, std::size_t j, std::size_t batch) {
@@ -45,12 +50,14 @@ std::uint64_t sample_seed(std::uint64_t step, std::size_t j, std::size_t batch) 
 struct batch_layout {
   std::uint64_t image_bytes;
   std::size_t batch;
+  std::chrono::nanoseconds decode{0};  // modelled decode time per sample (ingest_config::make_ms_per_mib)
   [[nodiscard]] std::uint64_t images() const noexcept { return image_bytes * batch; }
   [[nodiscard]] std::uint64_t labels() const noexcept { return sizeof(std::int64_t) * batch; }
 };
 
 void make_sample(std::span<std::byte> image, std::span<std::byte> label, std::uint64_t step, std::size_t j,
-                 std::size_t batch) {
+                 std::size_t batch, std::chrono::nanoseconds decode) {
+  if (decode.count() > 0) std::this_thread::sleep_for(decode);
   fill_pattern(image, sample_seed(step, j, batch));
   const std::int64_t index = static_cast<std::int64_t>(step * batch + j);
   std::memcpy(label.data(), &index, sizeof index);
@@ -60,7 +67,7 @@ void make_sample(std::span<std::byte> image, std::span<std::byte> label, std::ui
 void make_samples(std::byte* base, const batch_layout& l, std::uint64_t step, std::size_t from, std::size_t to) {
   FERRY_RANGE("make samples", trace::color::yellow);
   for (std::size_t j = from; j < to; ++j) {
-    make_sample({base + j * l.image_bytes, l.image_bytes}, {base + l.images() + j * 8, 8}, step, j, l.batch);
+    make_sample({base + j * l.image_bytes, l.image_bytes}, {base + l.images() + j * 8, 8}, step, j, l.batch, l.decode);
   }
 }
 
@@ -82,7 +89,7 @@ class workload {
       : dev_(dev),
         cfg_(cfg),
         tracer_(dev, cfg.trace, "ingest", level),
-        layout_{cfg.image_bytes(), cfg.batch},
+        layout_{cfg.image_bytes(), cfg.batch, decode_per_sample(cfg)},
         compute_(dev.make_stream()),
         sums_(dev.alloc_device(16 * static_cast<std::size_t>(cfg.warmup + cfg.steps))) {
     for (int i = 0; i < total_steps(); ++i) {
@@ -254,7 +261,8 @@ void run_ideal(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   if (cfg.check) w.check(row, [](int) { return std::uint64_t{0}; });
 }
 
-// L0: the main thread makes each batch in fresh pageable memory, copies it with a blocking copy, computes.
+// L0: the main thread makes each batch in fresh pageable memory, copies it with a blocking copy, computes,
+// and waits for the step (a naive loop reads its loss back every step).
 void run_l0(device& dev, const ingest_config& cfg, workload& w, ingest_row& row) {
   const batch_layout& l = w.layout();
   buffer on_device = dev.alloc_device(cfg.batch_bytes());
@@ -265,6 +273,7 @@ void run_l0(device& dev, const ingest_config& cfg, workload& w, ingest_row& row)
     make_samples(fresh.host_bytes(), l, static_cast<std::uint64_t>(step), 0, l.batch);
     dev.copy(on_device, fresh, w.compute_stream());
     w.compute(step, on_device.view(0, l.images()), on_device.view(l.images(), l.labels()));
+    w.compute_stream().synchronize();  // the naive loop reads its loss back every step (loss.item())
   }
   w.end_timing(row);
   if (cfg.check) w.check(row, [](int s) { return static_cast<std::uint64_t>(s); });
@@ -375,7 +384,7 @@ void run_ferry(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   opts.slots = cfg.host_slots;
   opts.epochs = 1;
   ingest::loader data(dev, opts, [&l](const ingest::sample& s, ingest::sample_fields out) {
-    make_sample(out[0], out[1], s.batch, s.position, l.batch);
+    make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode);
   });
   ingest::prefetch_options popts;
   popts.depth = cfg.depth;
@@ -405,6 +414,9 @@ ingest_config default_ingest_config(backend b) {
     c.width = 128;                            // 1.5 MiB per batch
     c.compute = std::chrono::milliseconds(10);
     c.workers = 2;
+    // With the ladder link (ladder_host_options), make each batch cost 90% of a step on one thread, as
+    // making the reference's batch does on the H200 machine: the proportions of the cuda ladder.
+    c.make_ms_per_mib = 6.0;
   }
   return c;
 }
@@ -413,7 +425,7 @@ const std::vector<level_info>& ingest_levels() {
   static const std::vector<level_info> levels{
       {"ideal", "compute only: the same steps over a batch already on the device", "the ceiling",
        "compute_bound"},
-      {"L0", "one thread makes each batch in fresh pageable memory, blocking copy, then compute",
+      {"L0", "one thread makes each batch in fresh pageable memory, blocking copy, compute, wait for the step",
        "the GPU idles while the CPU makes the batch and while the pageable copy runs",
        "gpu_idle"},
       {"L1", "N workers make batches ahead (pageable pool); blocking pageable copy",
@@ -509,7 +521,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   r.batches = batches;
   r.probed_h2d_gbps =
       probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(), cfg.probed_h2d_gbps, progress);
-  const batch_layout l{cfg.image_bytes(), cfg.batch};
+  const batch_layout l{cfg.image_bytes(), cfg.batch, {}};  // the copy path alone: no modelled decode
   const std::uint64_t slots = cfg.host_slots;
   ingest::loader_options opts;
   opts.fields = {{"image", static_cast<std::size_t>(l.image_bytes)}, {"label", sizeof(std::int64_t)}};
@@ -521,7 +533,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   // g % slots, made on the first pass; only the labels are written again.
   ingest::loader data(dev, opts, [&l, slots](const ingest::sample& s, ingest::sample_fields out) {
     if (s.batch < slots) {
-      make_sample(out[0], out[1], s.batch, s.position, l.batch);
+      make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode);
     } else {
       const std::int64_t index = static_cast<std::int64_t>(s.batch * l.batch + s.position);
       std::memcpy(out[1].data(), &index, sizeof index);

@@ -39,9 +39,10 @@ void check_level(const bench::level_trace& t, const std::string& expected, int s
 }
 
 TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes) {
-  auto dev = make_host_device();
+  const host_device_options link = bench::ladder_host_options();
+  auto dev = make_host_device(link);
   bench::egress_config cfg = bench::default_egress_config(backend::host);
-  cfg.probed_d2h_gbps = 54.8;  // the host backend's modelled pinned D2H: skip the probe
+  cfg.probed_d2h_gbps = link.d2h_gbps;  // the modelled pinned D2H: skip the probe
   cfg.steps = 6;
   cfg.trace.enabled = true;
   const auto r = bench::run_egress(*dev, cfg);
@@ -58,9 +59,10 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
 }
 
 TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes) {
-  auto dev = make_host_device();
+  const host_device_options link = bench::ladder_host_options();
+  auto dev = make_host_device(link);
   bench::ingest_config cfg = bench::default_ingest_config(backend::host);
-  cfg.probed_h2d_gbps = 53.6;
+  cfg.probed_h2d_gbps = link.h2d_gbps;
   cfg.steps = 6;
   cfg.trace.enabled = true;
   const auto r = bench::run_ingest(*dev, cfg);

@@ -49,6 +49,7 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
   nlohmann::json out = nlohmann::json::array();
   const std::filesystem::path b(base);
   const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
+  if (b.has_parent_path()) std::filesystem::create_directories(b.parent_path());
   for (const auto& t : traces) {
     const auto trace_file = level_path(b, t.level, ext);
     trace::write_chrome_trace(t.timeline, trace_file);
@@ -167,7 +168,7 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const std::string& shape_h
 }
 
 int run_egress(const egress_flags& f) {
-  auto dev = open_device(f.dev);
+  auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
   bench::egress_config cfg = bench::default_egress_config(dev->kind());
   apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
     cfg.batch = d[0];
@@ -313,7 +314,7 @@ int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config
 }
 
 int run_ingest(const ingest_flags& f) {
-  auto dev = open_device(f.dev);
+  auto dev = open_device(f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
   bench::ingest_config cfg = bench::default_ingest_config(dev->kind());
   apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
     cfg.batch = d[0];
@@ -399,7 +400,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
   CLI::App* eg = bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
   add_ladder_flags(*eg, *f, "Output shape BxCxHxW (default 64x21x512x512 on cuda, 4x21x128x128 on host)",
                    "Compute time per step in ms (default 165 on cuda, 20 on host)",
-                   "Host processing threads (default 8 on cuda, 2 on host)",
+                   "Host processing threads (default 8)",
                    "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
   eg->add_option("--pool-buffers", f->pool_buffers, "Whole-output buffers in the L2..L4 pools");
   eg->add_option("--slot-bytes", f->slot_bytes, "ferry's pinned slot size (default 64MiB on cuda)");

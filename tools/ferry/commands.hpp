@@ -20,8 +20,9 @@ struct device_options {
 /// Adds --backend and --gpu to a subcommand.
 void add_device_options(CLI::App& app, device_options& opts);
 
-/// Makes the device the options ask for and says on stderr which backend it chose and why.
-[[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts);
+/// Makes the device the options ask for and says on stderr which backend it chose and why. `host`
+/// configures the emulated device when that is the one made.
+[[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts, const host_device_options& host = {});
 
 /// Registers `ferry bench` and its ladders; the returned function runs the one parsed.
 [[nodiscard]] std::function<int()> add_bench_command(CLI::App& app);

@@ -19,8 +19,12 @@ void add_device_options(CLI::App& app, device_options& opts) {
   app.add_option("--gpu", opts.gpu, "GPU ordinal for the cuda backend")->capture_default_str();
 }
 
-std::unique_ptr<device> open_device(const device_options& opts) {
+std::unique_ptr<device> open_device(const device_options& opts, const host_device_options& host) {
   if (opts.backend == "auto") {
+    if (!cuda_available()) {
+      fmt::print(stderr, "ferry: backend host (using the emulated host device: {})\n", cuda_unavailable_reason());
+      return make_host_device(host);
+    }
     std::string reason;
     auto dev = make_default_device(&reason);
     fmt::print(stderr, "ferry: backend {} ({})\n", to_string(dev->kind()), reason);
@@ -33,7 +37,7 @@ std::unique_ptr<device> open_device(const device_options& opts) {
     return dev;
   }
   fmt::print(stderr, "ferry: backend host (emulated device, as asked)\n");
-  return make_host_device();
+  return make_host_device(host);
 }
 
 }  // namespace ferry::cli

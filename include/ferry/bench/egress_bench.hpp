@@ -37,6 +37,9 @@ struct egress_config {
   std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "L4-pinned", "ferry"};
   double probed_d2h_gbps = 0;              // 0: measure pinned D2H first
   trace_options trace;                     // record and analyze each level's timed steps
+  // Modelled extra processing time (the processing thread sleeps) per MiB of output, on top of checking
+  // it: a stand-in for a heavier post-processing step. 0 on cuda.
+  double process_ms_per_mib = 0;
 
   [[nodiscard]] std::uint64_t output_bytes() const noexcept {
     return std::uint64_t{batch} * classes * height * width * sizeof(float);
@@ -48,6 +51,11 @@ struct egress_config {
 
 /// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
 [[nodiscard]] egress_config default_egress_config(backend b);
+
+/// The host device the ladders run on without a GPU: the reference link (53.6 / 54.8 GB/s pinned, 6.7 /
+/// 11.8 pageable) slowed down 24 times, so that the host defaults' small batches and outputs keep the
+/// reference workloads' copy-to-compute proportions (a memcpy could not emulate 55 GB/s anyway).
+[[nodiscard]] host_device_options ladder_host_options();
 
 /// Every level the bench knows, with what it does and what bounds it.
 struct level_info {

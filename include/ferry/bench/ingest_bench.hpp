@@ -34,6 +34,9 @@ struct ingest_config {
   bool check = true;              // compare every batch's device checksum with the host's
   std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "ferry"};
   double probed_h2d_gbps = 0;     // 0: measure pinned H2D first
+  // Modelled decode time (the making thread sleeps) per MiB of image, on top of writing the bytes: a
+  // stand-in for decoding and augmentation. 0 on cuda, where making the reference batch already costs.
+  double make_ms_per_mib = 0;
   trace_options trace;            // record and analyze each level's timed steps
 
   [[nodiscard]] std::uint64_t image_bytes() const noexcept {
