@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests,
-# then again under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package
+# fuzzes the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu
+# tests again under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package
 # build, and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,16 @@ cmake --install build/default --prefix build/install >/dev/null
 cmake -S examples/downstream -B build/downstream -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
 cmake --build build/downstream -j "$jobs"
 build/downstream/ferry_downstream
+
+step "fuzz the trace importers (libFuzzer, ${FERRY_FUZZ_SECONDS:=60} s over tests/fuzz/corpus)"
+scripts/fuzz.sh "$FERRY_FUZZ_SECONDS"
+
+step "ferry bench --trace and ferry analyze on the emulated device (smoke)"
+trace_dir=$(mktemp -d)
+build/default/tools/ferry/ferry bench ingest --backend host --levels ideal,L0 --steps 3 --trace "$trace_dir/t.json" >/dev/null
+build/default/tools/ferry/ferry analyze "$trace_dir/t.L0.json" --html "$trace_dir/t.L0.html" | grep -q "gpu_idle"
+build/default/tools/ferry/ferry analyze tests/trace/data/kineto_naive.json | grep -q "'make batch'"
+rm -rf "$trace_dir"
 
 if [ "${FERRY_SKIP_SANITIZERS:-0}" != 1 ]; then
   step "cpu tests under ThreadSanitizer"

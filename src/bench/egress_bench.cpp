@@ -386,10 +386,11 @@ egress_config default_egress_config(backend b) {
     c.slot_bytes = 1 * MiB;
     c.slots = 16;
     c.steps = 10;
-    // With the ladder link (ladder_host_options), processing one output on one thread costs 4.3 steps'
-    // compute, as checking the reference's 1.41 GB output does on the H200 machine (about 715 ms against
-    // 165 ms of compute): the cuda ladder's proportions.
-    c.process_ms_per_mib = 16.0;
+    // With the ladder link (ladder_host_options), processing one output on one thread costs a third of a
+    // step's compute and the blocking pageable copy about half a step, the order of the cuda ladder on the
+    // H200 machine (checking a 1.41 GB output: 233 ms; copying it into fresh pageable memory: 876 ms;
+    // compute: 165 ms).
+    c.process_ms_per_mib = 1.15;
   }
   return c;
 }
@@ -399,8 +400,9 @@ const std::vector<level_info>& egress_levels() {
       {"ideal", "compute only: the same model steps with no output transfer", "the ceiling",
        "compute_bound"},
       {"L0", "compute; blocking copy into a fresh pageable buffer; process inline",
-       "the GPU idles while the CPU allocates, copies from pageable memory and processes",
-       "gpu_idle"},
+       "first the blocking copy into fresh pageable memory (876 ms per step on the H200), then the inline "
+       "processing the GPU idles through (233 ms), which the next level moves to workers",
+       "sync_copy"},
       {"L1", "as L0, processing on N worker threads",
        "each step still allocates a fresh buffer (page faults) and copies it with a blocking pageable copy",
        "sync_copy"},
@@ -415,9 +417,9 @@ const std::vector<level_info>& egress_levels() {
        "still pageable: the host blocks in every copy, so step N+1 is queued only after copy N",
        "pageable_async_copy"},
       {"L4-pinned", "L4 with the pool really pinned (the reference's fix)",
-       "whole-output buffers: one worker processes each whole output only after all of it arrived, and "
-       "the pool pins several whole outputs up front",
-       "gpu_idle"},
+       "compute in steady state; but whole-output buffers are processed only once all of an output arrived, "
+       "so the last outputs' processing trails the last step, and the pool pins whole outputs up front",
+       "compute_bound"},
       {"ferry", "ferry::egress: slot-sized chunks on an egress stream into a pinned slot ring, N sink workers",
        "the compute time itself when the sink keeps up; else the sink",
        "compute_bound"},

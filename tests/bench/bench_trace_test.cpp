@@ -3,6 +3,7 @@
 // recorded timeline and on the Chrome trace written to disk and read back (what `ferry analyze` does).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -52,6 +53,14 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
     EXPECT_EQ(r.traces[i].level, r.rows[i].level);
     check_level(r.traces[i], expected_for(bench::egress_levels(), r.rows[i].level), cfg.steps, "egress");
     EXPECT_EQ(r.rows[i].bottleneck, expected_for(bench::egress_levels(), r.rows[i].level));
+    if (r.rows[i].level == "L0" && r.traces[i].analysis) {
+      // Behind the blocking copy, what the next level (L1) removes: the GPU idles while the main thread
+      // processes the output.
+      const auto& fs = r.traces[i].analysis->findings;
+      const auto idle = std::find_if(fs.begin(), fs.end(), [](const auto& f) { return f.rule == "gpu_idle"; });
+      ASSERT_NE(idle, fs.end()) << trace::format_text(*r.traces[i].analysis);
+      EXPECT_NE(idle->evidence.find("'process output'"), std::string::npos) << idle->evidence;
+    }
   }
   const std::string table = bench::format_table(r);
   EXPECT_NE(table.find("trace analysis"), std::string::npos) << table;
