@@ -59,8 +59,25 @@ std::optional<level_trace> level_tracer::finish(double link_h2d_gbps, double lin
   return out;
 }
 
-std::string format_findings(const std::vector<level_trace>& traces,
-                            const std::function<std::string(const std::string&)>& expected) {
+std::string expected_finding_of(const std::vector<level_info>& levels, const std::string& level) {
+  for (const auto& l : levels)
+    if (l.name == level) return l.expected_finding;
+  return {};
+}
+
+std::pair<std::string, std::string> keep_trace(std::optional<level_trace> traced, std::vector<level_trace>& traces) {
+  if (!traced) return {};
+  std::pair<std::string, std::string> first;
+  if (traced->analysis) {
+    first = {traced->analysis->bottleneck(), traced->analysis->findings.front().title};
+  } else {
+    first.second = traced->analysis_error;
+  }
+  traces.push_back(std::move(*traced));
+  return first;
+}
+
+std::string format_findings(const std::vector<level_trace>& traces, const std::vector<level_info>& levels) {
   if (traces.empty()) return {};
   std::string out = "\ntrace analysis: what bounds each level (the next level removes it)\n";
   for (const auto& t : traces) {
@@ -69,7 +86,7 @@ std::string format_findings(const std::vector<level_trace>& traces,
       continue;
     }
     const trace::finding& f = t.analysis->findings.front();
-    const std::string want = expected(t.level);
+    const std::string want = expected_finding_of(levels, t.level);
     out += fmt::format("{:<10} {:<20} {}{}\n", t.level, f.rule, f.title,
                        want.empty() || want == f.rule ? "" : fmt::format("  [ladder expects {}]", want));
     out += fmt::format("{:<10} {:<20} fix: {}\n", "", "", f.fix);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "ferry/core/bounded_queue.hpp"
@@ -476,15 +477,7 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
       else run_ferry(dev, cfg, w, row, proc);
       traced = w.tracer().finish(0, result.probed_d2h_gbps);
     }
-    if (traced) {
-      if (traced->analysis) {
-        row.bottleneck = traced->analysis->bottleneck();
-        row.finding = traced->analysis->findings.front().title;
-      } else {
-        row.finding = traced->analysis_error;
-      }
-      result.traces.push_back(std::move(*traced));
-    }
+    std::tie(row.bottleneck, row.finding) = keep_trace(std::move(traced), result.traces);
     const bool moves = level != "ideal";
     row.bytes = moves ? cfg.output_bytes() * static_cast<std::uint64_t>(cfg.steps) : 0;
     row.d2h_gbps = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
@@ -577,11 +570,7 @@ std::string format_table(const egress_result& r) {
       if (l.name == row.level) out += fmt::format("{:<10} {}; bound: {}\n", l.name, l.what, l.bottleneck);
     }
   }
-  out += format_findings(r.traces, [](const std::string& level) {
-    for (const auto& l : egress_levels())
-      if (l.name == level) return l.expected_finding;
-    return std::string{};
-  });
+  out += format_findings(r.traces, egress_levels());
   return out;
 }
 

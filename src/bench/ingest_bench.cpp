@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <exception>
 
 #include "ferry/core/error.hpp"
@@ -493,15 +494,7 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
       else run_ferry(dev, cfg, w, row);
       traced = w.tracer().finish(result.probed_h2d_gbps, 0);
     }
-    if (traced) {
-      if (traced->analysis) {
-        row.bottleneck = traced->analysis->bottleneck();
-        row.finding = traced->analysis->findings.front().title;
-      } else {
-        row.finding = traced->analysis_error;
-      }
-      result.traces.push_back(std::move(*traced));
-    }
+    std::tie(row.bottleneck, row.finding) = keep_trace(std::move(traced), result.traces);
     row.bytes = level == "ideal" ? 0 : cfg.batch_bytes() * static_cast<std::uint64_t>(cfg.steps);
     row.h2d_gbps = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
     row.link_fraction = result.probed_h2d_gbps > 0 ? row.h2d_gbps / result.probed_h2d_gbps : 0;
@@ -646,11 +639,7 @@ std::string format_table(const ingest_result& r) {
   for (const auto& row : r.rows)
     for (const auto& l : ingest_levels())
       if (l.name == row.level) out += fmt::format("{:<7} {}; bound: {}\n", l.name, l.what, l.bottleneck);
-  out += format_findings(r.traces, [](const std::string& level) {
-    for (const auto& l : ingest_levels())
-      if (l.name == level) return l.expected_finding;
-    return std::string{};
-  });
+  out += format_findings(r.traces, ingest_levels());
   return out;
 }
 

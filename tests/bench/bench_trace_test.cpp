@@ -16,12 +16,6 @@ namespace {
 
 using namespace ferry;
 
-std::string expected_for(const std::vector<bench::level_info>& levels, const std::string& level) {
-  for (const auto& l : levels)
-    if (l.name == level) return l.expected_finding;
-  return {};
-}
-
 // Checks one level's trace: it holds the timed steps, and live and read back it names the expected rule.
 void check_level(const bench::level_trace& t, const std::string& expected, int steps, const std::string& bench) {
   SCOPED_TRACE(bench + " " + t.level);
@@ -51,8 +45,8 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     EXPECT_EQ(r.rows[i].mismatches, 0u);
     EXPECT_EQ(r.traces[i].level, r.rows[i].level);
-    check_level(r.traces[i], expected_for(bench::egress_levels(), r.rows[i].level), cfg.steps, "egress");
-    EXPECT_EQ(r.rows[i].bottleneck, expected_for(bench::egress_levels(), r.rows[i].level));
+    check_level(r.traces[i], bench::expected_finding_of(bench::egress_levels(), r.rows[i].level), cfg.steps, "egress");
+    EXPECT_EQ(r.rows[i].bottleneck, bench::expected_finding_of(bench::egress_levels(), r.rows[i].level));
     if (r.rows[i].level == "L0" && r.traces[i].analysis) {
       // Behind the blocking copy, what the next level (L1) removes: the GPU idles while the main thread
       // processes the output.
@@ -78,7 +72,7 @@ TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes
   ASSERT_EQ(r.traces.size(), cfg.levels.size());
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     EXPECT_EQ(r.rows[i].mismatches, 0u);
-    check_level(r.traces[i], expected_for(bench::ingest_levels(), r.rows[i].level), cfg.steps, "ingest");
+    check_level(r.traces[i], bench::expected_finding_of(bench::ingest_levels(), r.rows[i].level), cfg.steps, "ingest");
   }
 }
 

@@ -357,7 +357,11 @@ TEST(ReportHtml, CapsRectsOnAMillionEvents) {
     EXPECT_EQ(html.find("<rect data-kind=\"kernel\"", at), html.find("<rect data-kind=", at));
     EXPECT_LT(html.find("<rect data-kind=\"kernel\"", at), html.find("</g>", at));
   }
-  EXPECT_LT(secs, 10.0);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  static_cast<void>(secs);  // sanitizers slow the generator 30 times or more: time is not what they check
+#else
+  EXPECT_LT(secs, 10.0);  // about 0.3 s on the 2-core dev machine
+#endif
   std::printf("[ report   ] 1e6 events: %zu rects, %zu bytes, %.2f s\n", rects, html.size(), secs);
 }
 

@@ -55,10 +55,7 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
     trace::write_chrome_trace(t.timeline, trace_file);
     nlohmann::json j{{"level", t.level}, {"trace_file", trace_file.string()}, {"events", t.timeline.events.size()},
                      {"dropped", t.timeline.dropped}};
-    std::string expected;
-    for (const auto& l : levels)
-      if (l.name == t.level) expected = l.expected_finding;
-    j["expected_finding"] = expected;
+    j["expected_finding"] = bench::expected_finding_of(levels, t.level);
     if (t.analysis) {
       const auto html_file = level_path(b, t.level, ".html");
       trace::write_html_report(t.timeline, *t.analysis, html_file);

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/device/device.hpp"
@@ -14,6 +14,18 @@
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::bench {
+
+/// A ladder level: what it does, what bounds it, and the analyzer's rule for that bottleneck (the first
+/// finding of its trace).
+struct level_info {
+  std::string name;
+  std::string what;
+  std::string bottleneck;
+  std::string expected_finding;
+};
+
+/// The expected finding of `level` among `levels`; empty for an unknown level.
+[[nodiscard]] std::string expected_finding_of(const std::vector<level_info>& levels, const std::string& level);
 
 struct trace_options {
   bool enabled = false;
@@ -53,9 +65,14 @@ class level_tracer {
   std::optional<trace::timeline> timeline_;
 };
 
+/// Moves a level's trace (if it was traced) into `traces`; returns its first finding's rule and title, or
+/// an empty rule and the analyzer's refusal.
+[[nodiscard]] std::pair<std::string, std::string> keep_trace(std::optional<level_trace> traced,
+                                                             std::vector<level_trace>& traces);
+
 /// The text section under a ladder's table: each traced level's first finding, and the rule the ladder
-/// expects there (`expected(level)`) where the two differ.
+/// expects there where the two differ.
 [[nodiscard]] std::string format_findings(const std::vector<level_trace>& traces,
-                                          const std::function<std::string(const std::string&)>& expected);
+                                          const std::vector<level_info>& levels);
 
 }  // namespace ferry::bench

@@ -58,13 +58,6 @@ struct egress_config {
 [[nodiscard]] host_device_options ladder_host_options();
 
 /// Every level the bench knows, with what it does and what bounds it.
-struct level_info {
-  std::string name;
-  std::string what;
-  std::string bottleneck;
-  /// The analyzer's rule for what bounds this level: the bottleneck the next level removes.
-  std::string expected_finding;
-};
 [[nodiscard]] const std::vector<level_info>& egress_levels();
 
 /// One row of the ladder.
