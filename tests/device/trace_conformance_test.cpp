@@ -156,6 +156,16 @@ TEST_P(trace_conformance, records_copies_kernels_memsets_and_synchronizations) {
       EXPECT_NE(e.thread, 0u) << t.name_of(e);
     }
   }
+  // Every piece of GPU work is correlated with the API call on this thread that issued it.
+  for (const auto& e : t.events) {
+    if (!e.on_gpu()) continue;
+    EXPECT_NE(e.correlation, 0u) << t.name_of(e);
+    const auto calls = find_all(t, [&](const trace::event& a) {
+      return a.kind == activity::api && a.correlation == e.correlation && a.thread == me;
+    });
+    EXPECT_EQ(calls.size(), 1u) << trace::to_string(e.kind) << " '" << t.name_of(e) << "'";
+    if (!calls.empty()) EXPECT_LE(calls[0]->start_ns, e.start_ns) << t.name_of(e);
+  }
 }
 
 TEST_P(trace_conformance, keeps_nothing_from_before_begin_or_after_end) {

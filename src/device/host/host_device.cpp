@@ -491,7 +491,7 @@ class host_device final : public device {
     api_span span(*this, &trace_names::copy_async, pageable ? trace::sync_kind::copy : trace::sync_kind::none, s);
     const double gbps = bandwidth(dir, pageable);
     host_stream& st = stream_of(s);
-    trace::event e = gpu_event(trace::activity::memcpy, st);
+    trace::event e = gpu_event(trace::activity::memcpy, st, span);
     e.copy = to_copy_kind(dir);
     e.src = to_mem_kind(src_kind);
     e.dst = to_mem_kind(dst_kind);
@@ -507,7 +507,7 @@ class host_device final : public device {
   void do_memset_async(void* dst, std::uint8_t value, std::size_t bytes, memory_kind /*kind*/, void* s) override {
     const api_span span(*this, &trace_names::memset_async, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    trace::event e = gpu_event(trace::activity::memset, st);
+    trace::event e = gpu_event(trace::activity::memset, st, span);
     e.bytes = bytes;
     st.enqueue(traced(e, &trace_names::memset, [dst, value, bytes] { std::memset(dst, value, bytes); }));
   }
@@ -516,14 +516,14 @@ class host_device final : public device {
                              void* s) override {
     const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::fill_pattern,
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st, span), &trace_names::fill_pattern,
                       [dst, bytes, seed] { fill_pattern({static_cast<std::byte*>(dst), bytes}, seed); }));
   }
 
   void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
     const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::checksum, [src, bytes, result] {
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st, span), &trace_names::checksum, [src, bytes, result] {
       const std::uint64_t sum = checksum64({static_cast<const std::byte*>(src), bytes});
       std::memcpy(result, &sum, sizeof sum);
     }));
@@ -537,7 +537,7 @@ class host_device final : public device {
   void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
     const api_span span(*this, &trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    st.enqueue(traced(gpu_event(trace::activity::kernel, st), &trace_names::spin,
+    st.enqueue(traced(gpu_event(trace::activity::kernel, st, span), &trace_names::spin,
                       [duration] { std::this_thread::sleep_for(duration); }));
   }
 
@@ -603,7 +603,9 @@ class host_device final : public device {
    public:
     api_span(host_device& dev, std::uint32_t trace_names::*name, trace::sync_kind sync, void* s) noexcept
         : dev_(dev), name_(name), sync_(sync), stream_(s == nullptr ? 0 : stream_of(s).number()) {
-      if (dev_.tracer_.load(std::memory_order_relaxed) != nullptr) start_ns_ = trace::now_ns();
+      if (dev_.tracer_.load(std::memory_order_relaxed) == nullptr) return;
+      start_ns_ = trace::now_ns();
+      correlation_ = dev_.correlations_.fetch_add(1, std::memory_order_relaxed) + 1;
     }
     api_span(const api_span&) = delete;
     api_span& operator=(const api_span&) = delete;
@@ -619,9 +621,12 @@ class host_device final : public device {
         e.stream = stream_;
         e.device = 0;
         e.sync = sync_;
+        e.correlation = correlation_;
         r.record(e);
       });
     }
+    /// Links the call with the GPU work it issues, as CUPTI's correlation ids do; 0 when not tracing.
+    [[nodiscard]] std::uint64_t correlation() const noexcept { return correlation_; }
 
    private:
     host_device& dev_;
@@ -629,13 +634,16 @@ class host_device final : public device {
     trace::sync_kind sync_;
     std::uint64_t stream_;
     std::int64_t start_ns_ = 0;
+    std::uint64_t correlation_ = 0;
   };
 
-  static trace::event gpu_event(trace::activity kind, const host_stream& st) noexcept {
+  /// A GPU event of `st`, correlated with the API call (span) that issues it.
+  static trace::event gpu_event(trace::activity kind, const host_stream& st, const api_span& issued_by) noexcept {
     trace::event e;
     e.kind = kind;
     e.device = 0;
     e.stream = st.number();
+    e.correlation = issued_by.correlation();
     return e;
   }
 
@@ -808,6 +816,7 @@ class host_device final : public device {
   std::atomic<trace::recorder*> tracer_{nullptr};  // set between trace_begin and trace_end
   std::shared_mutex trace_mu_;  // held shared while recording, exclusively to attach or detach
   trace_names names_{};         // guarded by trace_mu_
+  std::atomic<std::uint64_t> correlations_{0};  // correlation ids handed out to traced API calls
 };
 
 }  // namespace
