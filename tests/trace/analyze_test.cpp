@@ -503,3 +503,38 @@ TEST(analyze_kineto, prefetch_hides_its_copies) {
 }
 
 }  // namespace
+
+// ---- drain tail ----
+
+namespace {
+
+TEST(analyze_drain_tail, names_the_work_that_trails_the_last_step_without_costing_the_steps) {
+  builder b = busy_steps();  // the last step ends at 4000 us
+  b.t.thread_names[worker_tid] = "sink 0";
+  b.range("process output", 3900, 4800, worker_tid);  // 800 us past it: 1/6 of the 4800 us traced
+  b.api("cudaEventSynchronize", 4000, 4700, sync_kind::event, main_tid);  // a wait: not work
+  const analysis a = b.run();
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.bottleneck(), "compute_bound") << format_text(a);  // the steps themselves are not slower
+  const finding* f = find_rule(a, "drain_tail");
+  ASSERT_NE(f, nullptr) << format_text(a);
+  EXPECT_DOUBLE_EQ(f->cost_ms_per_step, 0.0);
+  EXPECT_NEAR(f->numbers.at("tail_ms"), 0.8, 1e-9);
+  EXPECT_NEAR(f->numbers.at("tail_fraction"), 800.0 / 4800.0, 1e-9);
+  EXPECT_NEAR(f->numbers.at("activity_ms"), 0.8, 1e-9);
+  EXPECT_NE(f->title.find("sink 0 in 'process output'"), std::string::npos) << f->title;
+  EXPECT_NE(f->fix.find("ferry::egress::pipeline"), std::string::npos) << f->fix;
+  EXPECT_EQ(a.findings.back().rule, "drain_tail");  // after everything that costs per step
+}
+
+TEST(analyze_drain_tail, stays_quiet_for_a_short_tail_or_a_wait) {
+  builder small = busy_steps();
+  small.range("process output", 3900, 4150, worker_tid);  // 150 us past the last step: under 5% of 4150
+  EXPECT_EQ(find_rule(small.run(), "drain_tail"), nullptr);
+
+  builder wait = busy_steps();
+  wait.api("cudaDeviceSynchronize", 3980, 4900, sync_kind::device);  // waiting is not work left to do
+  EXPECT_EQ(find_rule(wait.run(), "drain_tail"), nullptr);
+}
+
+}  // namespace

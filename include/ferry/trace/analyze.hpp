@@ -69,6 +69,8 @@ struct idle_attribution {
 ///   serialized_copy       copies and kernels on one stream, never overlapping
 ///   low_copy_bandwidth    copies far below the probed link
 ///   compute_bound         no transfer bottleneck: the GPU computes nearly all the time (informational)
+///   drain_tail            host work that goes on after the last step's GPU work (latency at the end of a
+///                         run, not lost per step: cost 0, listed last)
 struct finding {
   std::string rule;
   std::string title;     // one line: what is wrong
