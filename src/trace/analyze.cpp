@@ -781,6 +781,10 @@ class analyzer {
                                          [&](std::size_t x) { return t_.events[x].end_ns < c.end_ns; });
            w != waits.end() && t_.events[*w].end_ns <= c.end_ns + slack; ++w)
         if (own_call(t_.events[*w])) done = std::max(done, t_.events[*w].end_ns);
+      // With a correlation id the issuing call is known exactly, however late a loaded host returned from it.
+      if (c.correlation != 0)
+        if (auto a = api_by_correlation.find(c.correlation); a != api_by_correlation.end())
+          done = std::max(done, t_.events[a->second].end_ns);
       auto it = std::partition_point(waits.begin(), waits.end(),
                                      [&](std::size_t w) { return t_.events[w].end_ns < c.end_ns; });
       std::optional<std::size_t> wait;
