@@ -385,6 +385,7 @@ class analyzer {
       if (e.kind == activity::kernel) {
         kernels.push_back({e.start_ns, e.end_ns});
         kernel_starts_.push_back(e.start_ns);
+        kernel_ends_.push_back(e.end_ns);
       }
     }
     std::vector<span> cumulative;
@@ -394,6 +395,7 @@ class analyzer {
     }
     kernels_ = interval_union(std::move(kernels));
     std::sort(kernel_starts_.begin(), kernel_starts_.end());
+    std::sort(kernel_ends_.begin(), kernel_ends_.end());
   }
 
   const interval_union& busy() const { return levels_[cat_count - 1]; }
@@ -800,6 +802,11 @@ class analyzer {
         // The launch was not held when a kernel started before the wait ended. With no kernel after it in
         // the trace (the window's last step) the wait counts: nothing shows it was harmless.
         if (next_kernel != kernel_starts_.end() && *next_kernel < w.end_ns) continue;
+        // A wait that a kernel's end fell into waited for that kernel too (a device synchronize at the end
+        // of a run, say): not a wait for the copy.
+        if (std::upper_bound(kernel_ends_.begin(), kernel_ends_.end(), c.end_ns) !=
+            std::upper_bound(kernel_ends_.begin(), kernel_ends_.end(), w.end_ns))
+          continue;
       } else if (!wait && c.correlation != 0) {
         if (auto a = api_by_correlation.find(c.correlation); a != api_by_correlation.end()) wait = a->second;
       }
@@ -1099,6 +1106,7 @@ class analyzer {
   std::array<interval_union, cat_count> levels_;  // levels_[c]: union of categories 0..c
   interval_union kernels_;
   std::vector<ns_t> kernel_starts_;
+  std::vector<ns_t> kernel_ends_;
   std::vector<span> idle_spans_;
   double mean_wall_ns_ = 0;
   std::vector<std::size_t> waits_;
