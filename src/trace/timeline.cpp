@@ -125,6 +125,11 @@ void recorder::record_late(const event& e) noexcept {
   keep(e);
 }
 
+void recorder::count_dropped(std::uint64_t n) noexcept {
+  std::lock_guard lock(mu_);
+  dropped_ += n;
+}
+
 std::uint32_t recorder::intern(std::string_view text) {
   std::lock_guard lock(mu_);
   return meta_.strings.intern(text);

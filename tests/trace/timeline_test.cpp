@@ -83,6 +83,8 @@ TEST(recorder, counts_what_does_not_fit) {
   EXPECT_EQ(t.events.size(), 3u);
   EXPECT_EQ(t.dropped, 7u);
   EXPECT_EQ(r.dropped(), 0u);
+  r.count_dropped(5);  // lost by a source before reaching the recorder
+  EXPECT_EQ(r.take("test", "none").dropped, 5u);
 }
 
 TEST(recorder, refuses_bad_capacity) {

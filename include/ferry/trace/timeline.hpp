@@ -144,6 +144,9 @@ class recorder {
   /// e.g. CUPTI records of work done inside the window but flushed after it closed.
   void record_late(const event& e) noexcept;
   [[nodiscard]] std::uint32_t intern(std::string_view text);
+  /// Counts `n` events a source lost before they reached the recorder (CUPTI's dropped records, say), so
+  /// the timeline's drop count covers them.
+  void count_dropped(std::uint64_t n) noexcept;
   void name_thread(std::uint64_t thread, std::string name);
   void name_stream(std::uint64_t stream, std::string name);
   void set_metadata(std::string key, std::string value);

@@ -572,6 +572,7 @@ void end() {
       if (o.skip) --s->unclosed;
     }
     r.set_metadata("cupti_dropped", std::to_string(s->dropped));
+    r.count_dropped(s->dropped + s->lost);  // the timeline's drop count covers what never reached it
     if (s->lost > 0) r.set_metadata("cupti_lost", std::to_string(s->lost));
     if (s->unclosed > 0) r.set_metadata("cupti_unclosed_ranges", std::to_string(s->unclosed));
     if (g_pool.grown() > 0) r.set_metadata("cupti_buffers_grown", std::to_string(g_pool.grown()));
