@@ -160,6 +160,16 @@ std::string lower(std::string_view text) {
   return out;
 }
 
+// What a CPU activity's name says it does, for choosing a fix: making input, or handling output.
+constexpr std::array<std::string_view, 5> data_words{"make", "load", "batch", "sample", "collate"};
+constexpr std::array<std::string_view, 5> output_words{"process", "output", "write", "save", "post"};
+
+template <std::size_t N>
+bool mentions_any(std::string_view activity, const std::array<std::string_view, N>& words) {
+  const std::string n = lower(activity);
+  return std::any_of(words.begin(), words.end(), [&](std::string_view w) { return contains(n, w); });
+}
+
 std::string pct(double fraction) { return fmt::format("{:.0f}%", fraction * 100.0); }
 std::string ms_text(double v) { return fmt::format("{:.2f} ms", v); }
 std::string upper_dir(copy_kind k) { return k == copy_kind::h2d ? "H2D" : k == copy_kind::d2h ? "D2H" : "copy"; }
@@ -652,12 +662,8 @@ class analyzer {
   }
 
   std::string idle_fix(const idle_attribution& a) const {
-    const std::string n = lower(a.activity);
-    const auto any = [&](std::initializer_list<std::string_view> words) {
-      return std::any_of(words.begin(), words.end(), [&](std::string_view w) { return contains(n, w); });
-    };
     if (a.blocking) {
-      if (contains(n, "device"))
+      if (contains(lower(a.activity), "device"))
         return fmt::format("the main thread waits in '{}' while the GPU drains; see the device_sync finding: wait on "
                            "events, not the device (the ferry pipelines record one event per slot)",
                            a.activity);
@@ -666,10 +672,10 @@ class analyzer {
                          "ferry::egress::pipeline) let the launches run ahead",
                          a.activity);
     }
-    if (any({"make", "load", "batch", "sample", "collate"}))
+    if (mentions_any(a.activity, data_words))
       return "make batches on worker threads: ferry::ingest::loader (ingest ladder L1) with "
              "ferry::ingest::prefetcher, so the next batch is ready and on the device when the step starts";
-    if (any({"process", "output", "write", "save", "post"}))
+    if (mentions_any(a.activity, output_words))
       return "hand outputs to worker threads: ferry::egress::pipeline's sinks (egress ladder L1) process them "
              "while the GPU runs the next step";
     return fmt::format("move '{}' off the thread that launches GPU work, or overlap it with the GPU: run it on "
@@ -1047,11 +1053,7 @@ class analyzer {
                              "of that; over {} steps this adds {} per step to a run's wall time",
                              ms_text(tail_ms), activity_name, thread, ms_text(ms(top_ns)), out_.steps.size(),
                              ms_text(tail_ms / steps()));
-    const auto has = [&](std::initializer_list<std::string_view> words) {
-      return std::any_of(words.begin(), words.end(),
-                         [&](std::string_view w) { return activity_name.find(w) != std::string::npos; });
-    };
-    f.fix = has({"process", "output", "write", "save", "post"})
+    f.fix = mentions_any(activity_name, output_words)
                 ? "process outputs in slot-sized chunks as they arrive (ferry::egress::pipeline), so the last "
                   "output's processing overlaps its own copy instead of trailing the run"
                 : fmt::format("overlap '{}' with the GPU work before it, or split it into smaller pieces that "
