@@ -1,4 +1,5 @@
 // Round-trips a buffer host -> device -> host on the best device available and checks every byte.
+#include <ferry/cuda/cuda.hpp>
 #include <ferry/device/device.hpp>
 
 #include <cstdio>

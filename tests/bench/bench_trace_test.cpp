@@ -9,7 +9,7 @@
 
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ingest_bench.hpp"
-#include "ferry/trace/analyze.hpp"
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/trace/trace_io.hpp"
 
 namespace {

@@ -20,6 +20,7 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
+#include "ferry/cuda/cuda.hpp"
 #include "ferry/device/device.hpp"
 #include "support/test_support.hpp"
 

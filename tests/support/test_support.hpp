@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/cuda/cuda.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::testing {

@@ -9,8 +9,8 @@
 #include "commands.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
-#include "ferry/trace/analyze.hpp"
-#include "ferry/trace/report_html.hpp"
+#include "ferry/analyze/analyze.hpp"
+#include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
 
 namespace ferry::cli {

@@ -14,7 +14,7 @@
 #include "ferry/bench/ingest_bench.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
-#include "ferry/trace/report_html.hpp"
+#include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
 
 namespace ferry::cli {

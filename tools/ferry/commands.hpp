@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "ferry/cuda/cuda.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::cli {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ferry/device/device.hpp"
-#include "ferry/trace/analyze.hpp"
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::bench {

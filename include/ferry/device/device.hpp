@@ -386,15 +386,4 @@ struct host_device_options {
 /// of its streams waits for the work queued on it. Throws logic_error for options out of range.
 [[nodiscard]] std::unique_ptr<device> make_host_device(const host_device_options& options = {});
 
-/// True when ferry was built with the cuda backend and the CUDA runtime sees at least one GPU.
-[[nodiscard]] bool cuda_available() noexcept;
-/// Why cuda_available() is false (or an empty string when it is true).
-[[nodiscard]] std::string cuda_unavailable_reason();
-/// Makes a device for GPU `ordinal` on the cuda backend. Throws logic_error when ferry was built
-/// without CUDA or the ordinal is out of range, cuda_error when the runtime fails.
-[[nodiscard]] std::unique_ptr<device> make_cuda_device(int ordinal = 0);
-
-/// The default choice: cuda when a GPU is visible, else host. `reason` receives why, for the user.
-[[nodiscard]] std::unique_ptr<device> make_default_device(std::string* reason = nullptr);
-
 }  // namespace ferry

@@ -2,7 +2,7 @@
 // sorted, disjoint unions (one per cumulative category, with prefix sums, so the covered length of any
 // window costs O(log n)); each CPU thread's activity becomes a sorted segmentation labelled with its
 // innermost activity. Steps, idle gaps and rules are then queries against those, O(n log n) in all.
-#include "ferry/trace/analyze.hpp"
+#include "ferry/analyze/analyze.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -5,7 +5,7 @@
 //
 // FERRY_TEST_BROWSER=off skips the browser tests (sanitizer runs); FERRY_CHROMIUM names another browser
 // binary; FERRY_TEST_KEEP_REPORTS=1 keeps the rendered pages and screenshots under the temp directory.
-#include "ferry/trace/report_html.hpp"
+#include "ferry/report/report_html.hpp"
 
 #include "ferry/trace/trace_io.hpp"
 
@@ -438,7 +438,7 @@ TEST(ReportHtml, WriteHtmlReportThrowsNamingThePath) {
 }
 
 // The real pipeline on a recorded PyTorch profiler trace: import, analyze, report.
-const fs::path data_dir = fs::path(__FILE__).parent_path() / "data";
+const fs::path data_dir = fs::path(__FILE__).parent_path().parent_path() / "trace" / "data";
 
 fixture kineto_fixture() {
   fixture f;

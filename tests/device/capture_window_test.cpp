@@ -5,7 +5,7 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/device/device.hpp"
-#include "ferry/trace/capture.hpp"
+#include "ferry/device/capture.hpp"
 #include "ferry/trace/range.hpp"
 
 namespace {

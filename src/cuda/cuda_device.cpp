@@ -7,12 +7,13 @@
 #include <cstring>
 #include <memory>
 
-#include "cuda_try.hpp"
+#include "ferry/cuda/detail/cuda_try.hpp"
 #include "cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
+#include "ferry/cuda/cuda.hpp"
 #include "ferry/device/device.hpp"
-#include "kernels.cuh"
+#include "ferry/cuda/detail/kernels.cuh"
 
 namespace ferry {
 namespace {

@@ -1,5 +1,6 @@
 // Factory functions of the cuda backend for builds without the CUDA toolkit.
 #include "ferry/core/error.hpp"
+#include "ferry/cuda/cuda.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry {

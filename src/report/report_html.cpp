@@ -1,4 +1,4 @@
-#include "ferry/trace/report_html.hpp"
+#include "ferry/report/report_html.hpp"
 
 #include <fmt/format.h>
 

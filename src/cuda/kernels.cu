@@ -1,5 +1,5 @@
 #include "ferry/core/pattern_word.hpp"
-#include "kernels.cuh"
+#include "ferry/cuda/detail/kernels.cuh"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // The analyzer on hand-built timelines (times in microseconds below, so the expected numbers can be
 // checked by hand), and on the two PyTorch profiler fixtures recorded on an H200.
-#include "ferry/trace/analyze.hpp"
+#include "ferry/analyze/analyze.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -479,7 +479,7 @@ TEST(analyze_output, long_traces_show_ten_steps) {
 // ---- PyTorch profiler fixtures ----
 
 std::filesystem::path fixture(const char* name) {
-  return std::filesystem::path(__FILE__).parent_path() / "data" / name;
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "trace" / "data" / name;
 }
 
 TEST(analyze_kineto, naive_ingest_idles_in_make_batch) {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "ferry/trace/analyze.hpp"
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::trace {

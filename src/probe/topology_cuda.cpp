@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda_try.hpp"
+#include "ferry/cuda/detail/cuda_try.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 #include "ferry/probe/topology.hpp"
-#include "kernels.cuh"
+#include "ferry/cuda/detail/kernels.cuh"
 
 namespace ferry::probe::detail {
 namespace {

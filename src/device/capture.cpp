@@ -1,4 +1,4 @@
-#include "ferry/trace/capture.hpp"
+#include "ferry/device/capture.hpp"
 
 #include <exception>
 #include <string>

@@ -1,0 +1,57 @@
+// A shared library opened at run time (dlopen), the base of every shim in this folder: ferry links no
+// library that a machine may lack (NVML ships with the driver, CUPTI with the toolkit, NCCL with the
+// toolkit or a Python package), and says which one is missing and why when a feature needs it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/core/unique_handle.hpp"
+
+namespace ferry::shim {
+
+struct dl_traits {
+  using handle_type = void*;
+  static constexpr void* null() noexcept { return nullptr; }
+  static bool is_null(void* h) noexcept { return h == nullptr; }
+  static void close(void* h) noexcept;
+};
+
+/// An open shared library. Move-only; closing it (dlclose) happens when the owner is destroyed.
+class dynamic_library {
+ public:
+  dynamic_library() noexcept = default;
+
+  /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_LOCAL). When none opens, the
+  /// library is empty and error() says what each attempt answered.
+  [[nodiscard]] static dynamic_library open(const std::vector<std::string>& names);
+
+  [[nodiscard]] bool loaded() const noexcept { return !handle_.empty(); }
+  /// Why open() failed (empty when loaded).
+  [[nodiscard]] const std::string& error() const noexcept { return error_; }
+  /// The name that opened.
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+  /// The address of `symbol`, or nullptr when the library lacks it.
+  [[nodiscard]] void* find(const char* symbol) const noexcept;
+  /// The function `symbol` as a pointer of type F. Throws logic_error naming the library and the
+  /// symbol when it is missing or the library is not loaded.
+  template <typename F>
+  [[nodiscard]] F function(const char* symbol) const {
+    return reinterpret_cast<F>(require(symbol));  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  }
+  /// Like function(), but nullptr when missing (for optional entry points).
+  template <typename F>
+  [[nodiscard]] F optional_function(const char* symbol) const noexcept {
+    return reinterpret_cast<F>(find(symbol));  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  }
+
+ private:
+  [[nodiscard]] void* require(const char* symbol) const;
+  unique_handle<dl_traits> handle_;
+  std::string name_;
+  std::string error_;
+};
+
+}  // namespace ferry::shim

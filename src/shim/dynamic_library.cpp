@@ -1,0 +1,43 @@
+#include "ferry/shim/dynamic_library.hpp"
+
+#include <dlfcn.h>
+
+#include "ferry/core/error.hpp"
+
+namespace ferry::shim {
+
+void dl_traits::close(void* h) noexcept { static_cast<void>(::dlclose(h)); }
+
+dynamic_library dynamic_library::open(const std::vector<std::string>& names) {
+  dynamic_library lib;
+  for (const std::string& name : names) {
+    void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h != nullptr) {
+      lib.handle_.reset(h);
+      lib.name_ = name;
+      lib.error_.clear();
+      return lib;
+    }
+    const char* why = ::dlerror();
+    if (!lib.error_.empty()) lib.error_ += "; ";
+    lib.error_ += "dlopen(\"" + name + "\"): " + (why != nullptr ? why : "failed");
+  }
+  if (names.empty()) lib.error_ = "no library name given";
+  return lib;
+}
+
+void* dynamic_library::find(const char* symbol) const noexcept {
+  if (handle_.empty()) return nullptr;
+  return ::dlsym(handle_.get(), symbol);
+}
+
+void* dynamic_library::require(const char* symbol) const {
+  FERRY_EXPECTS(!handle_.empty(), std::string("cannot look up ") + symbol + ": the library is not loaded (" +
+                                      error_ + ")");
+  void* p = find(symbol);
+  FERRY_EXPECTS(p != nullptr, std::string("library ") + name_ + " has no symbol " + symbol +
+                                  "; it may be older than ferry needs");
+  return p;
+}
+
+}  // namespace ferry::shim
