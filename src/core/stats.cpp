@@ -173,4 +173,13 @@ std::string format_table(const std::vector<stage_snapshot>& stages) {
   return out;
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const std::size_t m = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m), values.end());
+  const double upper = values[m];
+  if (values.size() % 2 == 1) return upper;
+  return (*std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m)) + upper) / 2;
+}
+
 }  // namespace ferry

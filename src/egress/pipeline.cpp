@@ -30,6 +30,7 @@
 #include <stop_token>
 #include <utility>
 
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/core/worker_pool.hpp"
@@ -44,15 +45,6 @@ constexpr std::uint64_t no_ticket = std::numeric_limits<std::uint64_t>::max();
 
 // How submit waits for slots.
 enum class wait_mode { block, none, until };
-
-// The deadline `timeout` from now; libstdc++ overflows on durations like nanoseconds::max(), and a
-// century is "forever" for every caller.
-steady::time_point deadline_after(std::chrono::nanoseconds timeout) {
-  constexpr auto forever = std::chrono::hours(24 * 365 * 100);
-  if (timeout.count() <= 0) return steady::now();
-  if (timeout >= forever) return steady::now() + forever;
-  return steady::now() + timeout;
-}
 
 std::string describe_options(const options& o) {
   return fmt::format("slots {}, slot_bytes {}, sink_workers {}", o.slots, o.slot_bytes, o.sink_workers);
@@ -200,7 +192,7 @@ pipeline::impl::impl(device& dev, std::shared_ptr<sink> out, const options& opts
     : dev_(dev), sink_(std::move(out)), opts_(validated(opts, sink_ != nullptr)) {
   const auto pin_start = steady::now();
   pool_ = dev_.alloc_pinned(pool_bytes_);
-  pin_seconds_ = std::chrono::duration<double>(steady::now() - pin_start).count();
+  pin_seconds_ = seconds_since(pin_start);
   started_.reserve(opts_.slots);
   copied_.reserve(opts_.slots);
   marks_.reserve(opts_.slots);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/ingest/ingest.hpp"
@@ -136,7 +137,7 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
                             format_bytes(layout_.slot_bytes)));
   const auto pin_start = steady::now();
   pool_ = dev_.alloc_pinned(opts_.slots * layout_.slot_bytes);
-  pin_seconds_ = std::chrono::duration<double>(steady::now() - pin_start).count();
+  pin_seconds_ = seconds_since(pin_start);
 
   const std::size_t n = opts_.slots;
   slot_fields_.resize(n);

@@ -6,19 +6,17 @@
 #include <chrono>
 #include <cstring>
 
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
+#include "ferry/core/stats.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/trace/range.hpp"
 
 namespace ferry::probe {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using clock_type = steady_clock;
 
 // Every link checks its bytes against ferry's verification pattern (ferry/core/pattern.hpp), which
 // catches lost, shifted and partial copies.
@@ -51,12 +49,10 @@ timed time_copies(device& dev, stream_view s, mem_view dst, mem_view src, std::s
   std::vector<double> gbps;
   for (int i = 0; i < iterations; ++i) {
     const double ms = dev.elapsed_ms(starts[i], stops[i]);
-    gbps.push_back(ms > 0 ? static_cast<double>(bytes) / (ms * 1e-3) / 1e9 : 0.0);
+    gbps.push_back(gb_per_s(bytes, ms * 1e-3));
   }
-  std::sort(gbps.begin(), gbps.end());
-  const std::size_t n = gbps.size();
-  const double median = n % 2 ? gbps[n / 2] : (gbps[n / 2 - 1] + gbps[n / 2]) / 2;
-  return {median, gbps.front(), gbps.back()};
+  const auto [lo, hi] = std::minmax_element(gbps.begin(), gbps.end());
+  return {median(gbps), *lo, *hi};
 }
 
 }  // namespace
@@ -202,14 +198,14 @@ result run(device& dev, const options& opts, void (*progress)(const std::string&
     up.synchronize();
     down.synchronize();
     const double wall = seconds_since(t0);
-    const double total_bytes = 2.0 * static_cast<double>(n) * opts.iterations;
+    const std::uint64_t each_way = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(opts.iterations);
     const double up_s = dev.elapsed_ms(up_start, up_stop) * 1e-3;
     const double down_s = dev.elapsed_ms(down_start, down_stop) * 1e-3;
     r.duplex.bytes_each_way = n;
     r.duplex.iterations = opts.iterations;
-    r.duplex.total_gbps = total_bytes / wall / 1e9;
-    r.duplex.h2d_gbps = up_s > 0 ? total_bytes / 2 / up_s / 1e9 : 0;
-    r.duplex.d2h_gbps = down_s > 0 ? total_bytes / 2 / down_s / 1e9 : 0;
+    r.duplex.total_gbps = gb_per_s(2 * each_way, wall);
+    r.duplex.h2d_gbps = gb_per_s(each_way, up_s);
+    r.duplex.d2h_gbps = gb_per_s(each_way, down_s);
     if (opts.check) {
       expect_pattern(pinned_dst.host_bytes(), n, 7, "both directions (D2H)");
       std::memset(pinned_dst.host_bytes(), 0xA5, n);

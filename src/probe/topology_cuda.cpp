@@ -15,6 +15,7 @@
 #include "ferry/cuda/detail/cuda_try.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
+#include "ferry/core/stats.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 #include "ferry/probe/topology.hpp"
@@ -163,13 +164,6 @@ nvlinks read_nvlinks(const nvml_library& nvml, nvml_device dev) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 // Device memory, streams and events of the P2P measurement on one GPU; freed on that GPU.
 struct gpu_buffers {
   int ordinal = 0;
@@ -227,7 +221,7 @@ double measure_pair(gpu_buffers& from, gpu_buffers& to, std::size_t bytes, std::
     FERRY_CUDA_TRY(cudaEventSynchronize(from.stop));
     float ms = 0;
     FERRY_CUDA_TRY(cudaEventElapsedTime(&ms, from.start, from.stop));
-    if (ms > 0) gbps.push_back(static_cast<double>(bytes) / (static_cast<double>(ms) * 1e6));
+    if (ms > 0) gbps.push_back(gb_per_s(bytes, static_cast<double>(ms) * 1e-3));
   }
   // What arrived on `to` must be the pattern `from` holds.
   FERRY_CUDA_TRY(cudaSetDevice(to.ordinal));

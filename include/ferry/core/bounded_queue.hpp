@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/core/detail/timeout.hpp"
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 
 namespace ferry {
@@ -62,7 +62,7 @@ class bounded_queue {
   template <class Rep, class Period>
   [[nodiscard]] bool push_for(T&& item, std::chrono::duration<Rep, Period> timeout) {
     std::unique_lock lock(mutex_);
-    if (!not_full_.wait_for(lock, detail::clamp_timeout(timeout),
+    if (!not_full_.wait_for(lock, clamp_timeout(timeout),
                             [&] { return count_ < slots_.size() || closed_ || failure_; })) {
       return false;
     }
@@ -91,7 +91,7 @@ class bounded_queue {
   template <class Rep, class Period>
   [[nodiscard]] std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
     std::unique_lock lock(mutex_);
-    not_empty_.wait_for(lock, detail::clamp_timeout(timeout), [&] { return count_ > 0 || closed_ || failure_; });
+    not_empty_.wait_for(lock, clamp_timeout(timeout), [&] { return count_ > 0 || closed_ || failure_; });
     return take(lock);
   }
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/detail/timeout.hpp"
+#include "ferry/core/clock.hpp"
 
 namespace ferry {
 
@@ -73,7 +73,7 @@ class slot_ring {
   /// acquire(), waiting at most `timeout`; std::nullopt on timeout. Throws as acquire().
   template <class Rep, class Period>
   [[nodiscard]] std::optional<std::size_t> acquire_for(std::chrono::duration<Rep, Period> timeout) {
-    return acquire_within(detail::clamp_timeout(timeout));
+    return acquire_within(clamp_timeout(timeout));
   }
 
   /// Moves `slot` from in_flight to ready (its data is complete), waking a consumer that can now take
@@ -94,7 +94,7 @@ class slot_ring {
   /// take_ready(), waiting at most `timeout`; std::nullopt on timeout. Throws as take_ready().
   template <class Rep, class Period>
   [[nodiscard]] std::optional<std::size_t> take_ready_for(std::chrono::duration<Rep, Period> timeout) {
-    return take_ready_within(detail::clamp_timeout(timeout));
+    return take_ready_within(clamp_timeout(timeout));
   }
 
   /// Moves `slot` from in_use back to free, waking a blocked acquire(). Works after stop()/fail().
@@ -144,7 +144,7 @@ class slot_ring {
   /// wait_all_free(), waiting at most `timeout`; returns whether every slot is free.
   template <class Rep, class Period>
   [[nodiscard]] bool wait_all_free_for(std::chrono::duration<Rep, Period> timeout) {
-    return wait_all_free_within(detail::clamp_timeout(timeout));
+    return wait_all_free_within(clamp_timeout(timeout));
   }
 
  private:

@@ -209,4 +209,7 @@ class stats_registry {
 /// Durations and sizes are human-readable ("12.3 us", "64.0 MiB").
 [[nodiscard]] std::string format_table(const std::vector<stage_snapshot>& stages);
 
+/// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+[[nodiscard]] double median(std::vector<double> values);
+
 }  // namespace ferry

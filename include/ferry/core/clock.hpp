@@ -1,9 +1,17 @@
-// Timeouts for the blocking primitives' *_for forms.
+// Time helpers shared by every component: ferry measures wall time on the steady clock, and every
+// blocking *_for form clamps its timeout the same way.
 #pragma once
 
 #include <chrono>
 
-namespace ferry::detail {
+namespace ferry {
+
+using steady_clock = std::chrono::steady_clock;
+
+/// Seconds of steady-clock time since `start`.
+[[nodiscard]] inline double seconds_since(steady_clock::time_point start) noexcept {
+  return std::chrono::duration<double>(steady_clock::now() - start).count();
+}
 
 /// `timeout` as nanoseconds, clamped to [0, a century]: libstdc++ adds a timeout to now(), which
 /// overflows for durations like hours::max(), and a century is "forever" for every caller.
@@ -18,4 +26,10 @@ template <class Rep, class Period>
   return std::chrono::ceil<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
 }
 
-}  // namespace ferry::detail
+/// The steady-clock deadline `timeout` from now, with the timeout clamped as clamp_timeout does.
+template <class Rep, class Period>
+[[nodiscard]] steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  return steady_clock::now() + clamp_timeout(timeout);
+}
+
+}  // namespace ferry
