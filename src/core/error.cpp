@@ -30,8 +30,8 @@ std::string with_location(const std::string& msg, std::source_location where) {
 using site = std::tuple<std::string_view, std::uint_least32_t, std::uint_least32_t>;
 
 struct reported_sites {
-  std::mutex mutex;
-  std::set<site> sites;  // guarded by mutex
+  std::mutex mu;
+  std::set<site> sites;  // guarded by mu
 };
 
 // Never destroyed: destructors of static objects may still report while the program exits.
@@ -45,7 +45,7 @@ reported_sites& reported() {
 bool first_report_from(std::source_location where) noexcept {
   try {
     reported_sites& r = reported();
-    const std::lock_guard lock(r.mutex);
+    const std::lock_guard lock(r.mu);
     return r.sites.emplace(where.file_name(), where.line(), where.column()).second;
   } catch (...) {
     // Out of memory while bookkeeping: better a repeated line than a lost one.
@@ -72,7 +72,7 @@ void report_destructor_error(const std::string& msg, std::source_location where)
 void forget_reported_destructor_errors() noexcept {
   try {
     reported_sites& r = reported();
-    const std::lock_guard lock(r.mutex);
+    const std::lock_guard lock(r.mu);
     r.sites.clear();
   } catch (...) {
     // Nothing was ever recorded if the bookkeeping cannot even be created.

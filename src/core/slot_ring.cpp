@@ -62,19 +62,19 @@ slot_ring::slot_ring(std::size_t slots, delivery order)
 }
 
 std::size_t slot_ring::acquire() {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   slot_freed_.wait(lock, [&] { return can_acquire(); });
   return acquire_locked();
 }
 
 std::optional<std::size_t> slot_ring::try_acquire() {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   if (free_.empty() && !stopped_) return std::nullopt;
   return acquire_locked();
 }
 
 std::optional<std::size_t> slot_ring::acquire_within(std::chrono::nanoseconds timeout) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   if (!slot_freed_.wait_for(lock, timeout, [&] { return can_acquire(); })) return std::nullopt;
   return acquire_locked();
 }
@@ -94,7 +94,7 @@ std::size_t slot_ring::acquire_locked() {
 void slot_ring::mark_ready(std::size_t slot) {
   bool wake = false;
   {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     expect_state("mark_ready", slot, slot_state::in_flight);
     states_[slot] = slot_state::ready;
     if (order_ == delivery::as_completed) pending_.push_back(slot);
@@ -108,19 +108,19 @@ bool slot_ring::deliverable() const noexcept {
 }
 
 std::size_t slot_ring::take_ready() {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   slot_ready_.wait(lock, [&] { return can_take() || failure_; });
   return take_locked();
 }
 
 std::optional<std::size_t> slot_ring::try_take_ready() {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   if (!can_take() && !failure_) return std::nullopt;
   return take_locked();
 }
 
 std::optional<std::size_t> slot_ring::take_ready_within(std::chrono::nanoseconds timeout) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   if (!slot_ready_.wait_for(lock, timeout, [&] { return can_take() || failure_; })) return std::nullopt;
   return take_locked();
 }
@@ -140,13 +140,13 @@ std::size_t slot_ring::take_locked() {
 }
 
 void slot_ring::release(std::size_t slot) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   expect_state("release", slot, slot_state::in_use);
   set_free(slot, lock);
 }
 
 void slot_ring::cancel(std::size_t slot) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   if (slot < size() && states_[slot] == slot_state::ready) {
     pending_.erase(slot);
   } else {
@@ -171,7 +171,7 @@ void slot_ring::set_free(std::size_t slot, std::unique_lock<std::mutex>& lock) n
 
 void slot_ring::stop() noexcept {
   {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     stopped_ = true;
   }
   slot_freed_.notify_all();
@@ -181,7 +181,7 @@ void slot_ring::stop() noexcept {
 void slot_ring::fail(std::exception_ptr error) {
   FERRY_EXPECTS(error != nullptr, "slot_ring::fail needs a non-null exception_ptr");
   {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     if (!failure_) failure_ = std::move(error);
     stopped_ = true;
   }
@@ -190,7 +190,7 @@ void slot_ring::fail(std::exception_ptr error) {
 }
 
 slot_state slot_ring::state(std::size_t slot) const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   FERRY_EXPECTS(slot < size(),
                 fmt::format("slot_ring::state({}): slot {} is out of range for a ring of {} slots", slot, slot,
                             size()));
@@ -198,7 +198,7 @@ slot_state slot_ring::state(std::size_t slot) const {
 }
 
 std::size_t slot_ring::count(slot_state state) const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   return count_locked(state);
 }
 
@@ -210,27 +210,27 @@ std::size_t slot_ring::count_locked(slot_state state) const noexcept {
 }
 
 bool slot_ring::full_free() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   return free_count_ == size();
 }
 
 bool slot_ring::stopped() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   return stopped_;
 }
 
 bool slot_ring::failed() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   return failure_ != nullptr;
 }
 
 void slot_ring::wait_all_free() {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   all_free_.wait(lock, [&] { return free_count_ == size(); });
 }
 
 bool slot_ring::wait_all_free_within(std::chrono::nanoseconds timeout) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(mu_);
   return all_free_.wait_for(lock, timeout, [&] { return free_count_ == size(); });
 }
 

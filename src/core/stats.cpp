@@ -84,14 +84,14 @@ void histogram::reset() noexcept {
 }
 
 stats_registry::stats_registry(stats_registry&& other) noexcept {
-  const std::lock_guard lock(other.mutex_);
+  const std::lock_guard lock(other.mu_);
   stages_ = std::move(other.stages_);
   other.stages_.clear();
 }
 
 stats_registry& stats_registry::operator=(stats_registry&& other) noexcept {
   if (this != &other) {
-    const std::scoped_lock lock(mutex_, other.mutex_);
+    const std::scoped_lock lock(mu_, other.mu_);
     stages_ = std::move(other.stages_);
     other.stages_.clear();
   }
@@ -99,7 +99,7 @@ stats_registry& stats_registry::operator=(stats_registry&& other) noexcept {
 }
 
 stage_stats& stats_registry::add_stage(std::string name) {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   for (const auto& s : stages_) {
     FERRY_EXPECTS(s->name != name, fmt::format("stats_registry already has a stage called \"{}\"", name));
   }
@@ -108,7 +108,7 @@ stage_stats& stats_registry::add_stage(std::string name) {
 }
 
 stage_stats* stats_registry::find(std::string_view name) {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   for (const auto& s : stages_) {
     if (s->name == name) return s.get();
   }
@@ -116,12 +116,12 @@ stage_stats* stats_registry::find(std::string_view name) {
 }
 
 std::size_t stats_registry::size() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   return stages_.size();
 }
 
 std::vector<stage_snapshot> stats_registry::snapshot() const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   std::vector<stage_snapshot> out;
   out.reserve(stages_.size());
   for (const auto& s : stages_) {
@@ -140,7 +140,7 @@ std::vector<stage_snapshot> stats_registry::snapshot() const {
 }
 
 void stats_registry::reset() {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(mu_);
   for (const auto& s : stages_) {
     s->time.reset();
     s->items.reset();

@@ -23,12 +23,12 @@ worker_pool::worker_pool(std::size_t workers, body_fn body, error_fn on_error)
 worker_pool::~worker_pool() {
   stop_.request_stop();
   {
-    const std::lock_guard lock(join_mutex_);
+    const std::lock_guard lock(join_mu_);
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
   }
-  const std::lock_guard lock(error_mutex_);
+  const std::lock_guard lock(error_mu_);
   if (error_ && !error_collected_) {
     try {
       std::rethrow_exception(error_);
@@ -60,7 +60,7 @@ void worker_pool::run(std::size_t index) noexcept {
 
 void worker_pool::capture(std::exception_ptr error) noexcept {
   {
-    const std::lock_guard lock(error_mutex_);
+    const std::lock_guard lock(error_mu_);
     if (error_) return;
     error_ = error;
   }
@@ -78,7 +78,7 @@ void worker_pool::rethrow_if_failed() const {
   if (!failed()) return;
   std::exception_ptr e;
   {
-    const std::lock_guard lock(error_mutex_);
+    const std::lock_guard lock(error_mu_);
     e = error_;
     error_collected_ = true;
   }
@@ -90,14 +90,14 @@ void worker_pool::request_stop() noexcept { stop_.request_stop(); }
 void worker_pool::join() {
   FERRY_EXPECTS(current_pool != this, "worker_pool::join called from one of its own workers; it would deadlock");
   {
-    const std::lock_guard lock(join_mutex_);
+    const std::lock_guard lock(join_mu_);
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
   }
   std::exception_ptr e;
   {
-    const std::lock_guard lock(error_mutex_);
+    const std::lock_guard lock(error_mu_);
     e = error_;
     error_collected_ = true;
   }

@@ -42,7 +42,7 @@ class bounded_queue {
   /// rethrows the failure once fail() was called, including when either happens while it waits; the item
   /// is then dropped.
   void push(T item) {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     not_full_.wait(lock, [&] { return count_ < slots_.size() || closed_ || failure_; });
     put(std::move(item), lock);
   }
@@ -50,7 +50,7 @@ class bounded_queue {
   /// Appends `item` when there is room now. Returns false, leaving `item` untouched, when the queue is
   /// full. Never blocks (beyond the lock). Throws as push() when closed or failed.
   [[nodiscard]] bool try_push(T&& item) {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     throw_if_ended();
     if (count_ == slots_.size()) return false;
     put(std::move(item), lock);
@@ -61,7 +61,7 @@ class bounded_queue {
   /// timeout. Throws as push() when closed or failed, also while waiting.
   template <class Rep, class Period>
   [[nodiscard]] bool push_for(T&& item, std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     if (!not_full_.wait_for(lock, clamp_timeout(timeout),
                             [&] { return count_ < slots_.size() || closed_ || failure_; })) {
       return false;
@@ -74,7 +74,7 @@ class bounded_queue {
   /// std::nullopt once the queue is closed and drained. Rethrows the failure once fail() was called,
   /// even when items remain (a failure wins over the data behind it).
   [[nodiscard]] std::optional<T> pop() {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     not_empty_.wait(lock, [&] { return count_ > 0 || closed_ || failure_; });
     return take(lock);
   }
@@ -82,7 +82,7 @@ class bounded_queue {
   /// Removes and returns the oldest item when there is one now; std::nullopt when empty (closed or not:
   /// closed() tells which). Never blocks (beyond the lock). Rethrows the failure after fail().
   [[nodiscard]] std::optional<T> try_pop() {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     return take(lock);
   }
 
@@ -90,7 +90,7 @@ class bounded_queue {
   /// closed() tells which. Rethrows the failure after fail(), also while waiting.
   template <class Rep, class Period>
   [[nodiscard]] std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mu_);
     not_empty_.wait_for(lock, clamp_timeout(timeout), [&] { return count_ > 0 || closed_ || failure_; });
     return take(lock);
   }
@@ -99,7 +99,7 @@ class bounded_queue {
   /// left and then return std::nullopt. Idempotent; never blocks (beyond the lock); does not throw.
   void close() noexcept {
     {
-      const std::lock_guard lock(mutex_);
+      const std::lock_guard lock(mu_);
       closed_ = true;
     }
     not_full_.notify_all();
@@ -112,7 +112,7 @@ class bounded_queue {
   void fail(std::exception_ptr error) {
     FERRY_EXPECTS(error != nullptr, "bounded_queue::fail needs a non-null exception_ptr");
     {
-      const std::lock_guard lock(mutex_);
+      const std::lock_guard lock(mu_);
       if (!failure_) failure_ = std::move(error);
     }
     not_full_.notify_all();
@@ -121,7 +121,7 @@ class bounded_queue {
 
   /// Items in the queue now (a snapshot: other threads may change it at once).
   [[nodiscard]] std::size_t size() const {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     return count_;
   }
 
@@ -130,13 +130,13 @@ class bounded_queue {
 
   /// True once close() was called.
   [[nodiscard]] bool closed() const {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     return closed_;
   }
 
   /// True once fail() was called.
   [[nodiscard]] bool failed() const {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(mu_);
     return failure_ != nullptr;
   }
 
@@ -176,7 +176,7 @@ class bounded_queue {
     return item;
   }
 
-  mutable std::mutex mutex_;
+  mutable std::mutex mu_;
   std::condition_variable not_full_;
   std::condition_variable not_empty_;
   std::vector<std::optional<T>> slots_;  // a ring: count_ items from head_

@@ -169,7 +169,7 @@ class slot_ring {
   std::optional<std::size_t> take_ready_within(std::chrono::nanoseconds timeout);
   bool wait_all_free_within(std::chrono::nanoseconds timeout);
 
-  // These run with mutex_ held.
+  // These run with mu_ held.
   [[nodiscard]] bool can_acquire() const noexcept { return !free_.empty() || stopped_; }
   [[nodiscard]] bool deliverable() const noexcept;
   [[nodiscard]] bool can_take() const noexcept { return deliverable() || stopped_; }
@@ -180,7 +180,7 @@ class slot_ring {
   // Frees `slot`, then unlocks `lock` to wake the waiters without holding the mutex.
   void set_free(std::size_t slot, std::unique_lock<std::mutex>& lock) noexcept;
 
-  mutable std::mutex mutex_;
+  mutable std::mutex mu_;
   std::condition_variable slot_freed_;  // acquire() waits on it
   std::condition_variable slot_ready_;  // take_ready() waits on it
   std::condition_variable all_free_;    // wait_all_free() waits on it

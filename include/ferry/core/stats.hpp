@@ -201,7 +201,7 @@ class stats_registry {
   void reset();
 
  private:
-  mutable std::mutex mutex_;
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<stage_stats>> stages_;
 };
 

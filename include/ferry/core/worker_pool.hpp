@@ -70,12 +70,12 @@ class worker_pool {
   body_fn body_;
   error_fn on_error_;
   std::stop_source stop_;
-  mutable std::mutex error_mutex_;
+  mutable std::mutex error_mu_;
   std::exception_ptr error_;
   std::atomic<bool> failed_{false};
-  mutable bool error_collected_ = false;  // guarded by error_mutex_; true once the owner has seen error_
+  mutable bool error_collected_ = false;  // guarded by error_mu_; true once the owner has seen error_
   std::size_t size_;
-  std::mutex join_mutex_;
+  std::mutex join_mu_;
   std::vector<std::jthread> threads_;  // last: the threads use every member above
 };
 
