@@ -111,76 +111,34 @@ void stream_view::wait(const event& e) const {
 
 // ---- stream ------------------------------------------------------------------------------------
 
-stream::stream(stream&& other) noexcept
-    : dev_(std::exchange(other.dev_, nullptr)), native_(std::exchange(other.native_, nullptr)) {}
+void stream::destroy(const handle& h) noexcept { h.dev->do_stream_destroy(h.native); }
 
-stream& stream::operator=(stream&& other) noexcept {
-  if (this != &other) {
-    reset();
-    dev_ = std::exchange(other.dev_, nullptr);
-    native_ = std::exchange(other.native_, nullptr);
-  }
-  return *this;
-}
-
-stream::~stream() { reset(); }
-
-void stream::reset() noexcept {
-  if (native_ != nullptr) dev_->do_stream_destroy(native_);
-  native_ = nullptr;
-  dev_ = nullptr;
-}
-
-stream_view stream::view() const {
+stream_view stream::view() const& {
   FERRY_EXPECTS(!empty(), "view of an empty (moved-from) stream: make one with device::make_stream");
-  return {*dev_, native_};
+  return {*handle_.get().dev, handle_.get().native};
 }
 
 // ---- event -------------------------------------------------------------------------------------
 
-event::event(event&& other) noexcept
-    : dev_(std::exchange(other.dev_, nullptr)),
-      native_(std::exchange(other.native_, nullptr)),
-      timing_(std::exchange(other.timing_, false)),
-      recorded_(std::exchange(other.recorded_, false)) {}
-
-event& event::operator=(event&& other) noexcept {
-  if (this != &other) {
-    reset();
-    dev_ = std::exchange(other.dev_, nullptr);
-    native_ = std::exchange(other.native_, nullptr);
-    timing_ = std::exchange(other.timing_, false);
-    recorded_ = std::exchange(other.recorded_, false);
-  }
-  return *this;
-}
-
-event::~event() { reset(); }
-
-void event::reset() noexcept {
-  if (native_ != nullptr) dev_->release_event(native_, timing_);
-  dev_ = nullptr;
-  native_ = nullptr;
-  timing_ = false;
-  recorded_ = false;
-}
+void event::release(const handle& h) noexcept { h.dev->release_event(h.native, h.timing); }
 
 void event::record(stream_view s) {
   FERRY_EXPECTS(!empty(), "record of an empty (moved-from) event");
-  expect_same_device(*dev_, s.dev(), "event record");
-  dev_->do_event_record(native_, s.native());
-  recorded_ = true;
+  handle& h = handle_.get();
+  expect_same_device(*h.dev, s.dev(), "event record");
+  h.dev->do_event_record(h.native, s.native());
+  h.recorded = true;
 }
 
 void event::synchronize() const {
   expect_recorded("synchronize on");
-  dev_->do_event_synchronize(native_);
-  dev_->rethrow_callback_error();
+  dev()->do_event_synchronize(native());
+  dev()->rethrow_callback_error();
 }
 
 bool event::query() const {
   expect_recorded("query of");
-  return dev_->do_event_query(native_);
+  return dev()->do_event_query(native());
 }
 
 void event::expect_recorded(std::string_view what) const { ferry::expect_recorded(*this, what); }
@@ -200,40 +158,15 @@ mem_view pageable_view(void* ptr, std::size_t bytes) { return make_view(ptr, byt
 
 // ---- buffer ------------------------------------------------------------------------------------
 
-buffer::buffer(buffer&& other) noexcept
-    : dev_(std::exchange(other.dev_, nullptr)),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      kind_(std::exchange(other.kind_, memory_kind::pageable)) {}
+void buffer::free_memory(const handle& h) noexcept { h.dev->free_buffer(h.data, h.bytes, h.kind); }
 
-buffer& buffer::operator=(buffer&& other) noexcept {
-  if (this != &other) {
-    reset();
-    dev_ = std::exchange(other.dev_, nullptr);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    kind_ = std::exchange(other.kind_, memory_kind::pageable);
-  }
-  return *this;
-}
-
-buffer::~buffer() { reset(); }
-
-void buffer::reset() noexcept {
-  if (data_ != nullptr) dev_->free_buffer(data_, bytes_, kind_);
-  dev_ = nullptr;
-  data_ = nullptr;
-  bytes_ = 0;
-  kind_ = memory_kind::pageable;
-}
-
-std::byte* buffer::host_bytes() const {
+std::byte* buffer::host_bytes() const& {
   FERRY_EXPECTS(!empty(), "host_bytes of an empty (moved-from) buffer");
-  FERRY_EXPECTS(kind_ != memory_kind::device,
+  FERRY_EXPECTS(kind() != memory_kind::device,
                 fmt::format("host_bytes of a device buffer of {}: device memory is not addressable from the "
                             "host; copy it into a pinned buffer first",
-                            format_bytes(bytes_)));
-  return static_cast<std::byte*>(data_);
+                            format_bytes(size())));
+  return static_cast<std::byte*>(data());
 }
 
 // ---- device ------------------------------------------------------------------------------------

@@ -147,7 +147,8 @@ TEST_P(conformance, fill_pattern_writes_the_verification_pattern) {
   EXPECT_FALSE(ferry::find_pattern_mismatch({h.host_bytes(), 8}, 99).has_value()) << "bytes before the view changed";
   const auto bad2 = ferry::find_pattern_mismatch({h.host_bytes() + 8, n - 8}, 5);
   EXPECT_FALSE(bad2.has_value()) << "first wrong byte at " << *bad2;
-  EXPECT_THROW(dev().fill_pattern_async(dev().alloc_pageable(64), 1, s), logic_error);
+  const buffer pageable = dev().alloc_pageable(64);
+  EXPECT_THROW(dev().fill_pattern_async(pageable, 1, s), logic_error);
 }
 
 TEST_P(conformance, a_wait_is_bound_to_its_record_even_when_the_event_is_recorded_again_elsewhere) {
@@ -560,6 +561,12 @@ TEST_P(conformance, moved_from_owners_are_empty) {
   e3 = std::move(e2);
   EXPECT_TRUE(e2.empty());  // NOLINT(bugprone-use-after-move)
   EXPECT_TRUE(e3.query());
+  event t1 = dev().make_timing_event();
+  event t2(std::move(t1));
+  EXPECT_FALSE(t1.timing());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(t2.timing());
+  EXPECT_EQ(t1.dev(), nullptr);
+  EXPECT_EQ(t2.dev(), &dev());
 
   const std::uint64_t base = dev().pinned().bytes;
   buffer b1 = dev().alloc_pinned(8192);
@@ -567,6 +574,7 @@ TEST_P(conformance, moved_from_owners_are_empty) {
   buffer b2(std::move(b1));
   EXPECT_TRUE(b1.empty());  // NOLINT(bugprone-use-after-move)
   EXPECT_EQ(b1.size(), 0u);
+  EXPECT_EQ(b1.data(), nullptr);
   EXPECT_EQ(b2.data(), data);
   EXPECT_EQ(b2.size(), 8192u);
   EXPECT_EQ(b2.kind(), memory_kind::pinned);

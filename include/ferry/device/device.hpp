@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/unique_handle.hpp"
+
 namespace ferry {
 
 namespace trace {
@@ -88,28 +90,47 @@ class stream_view {
   void* native_;
 };
 
-/// An owning stream, made by device::make_stream. Move-only; the moved-from stream is empty.
+/// An owning stream, made by device::make_stream. Move-only; the moved-from stream is empty. Foreign
+/// handles are never owned: device::adopt_stream gives a view of them.
+///
+/// Views escape only from a stream that outlives them: view() and the conversion to stream_view are
+/// deleted on temporaries, so `stream_view v = dev.make_stream();` (a view of a stream destroyed at the
+/// `;`) does not compile.
 class stream {
  public:
   stream() noexcept = default;
-  stream(device& dev, void* native) noexcept : dev_(&dev), native_(native) {}
-  stream(stream&& other) noexcept;
-  stream& operator=(stream&& other) noexcept;
+  stream(stream&&) noexcept = default;
+  stream& operator=(stream&&) noexcept = default;
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
-  ~stream();
+  ~stream() = default;
 
-  [[nodiscard]] bool empty() const noexcept { return native_ == nullptr; }
-  /// A view of this stream. Throws logic_error on an empty (moved-from) stream.
-  [[nodiscard]] stream_view view() const;
-  operator stream_view() const { return view(); }  // NOLINT(google-explicit-constructor)
+  [[nodiscard]] bool empty() const noexcept { return handle_.empty(); }
+  /// A view of this stream, valid while it lives. Throws logic_error on an empty (moved-from) stream.
+  [[nodiscard]] stream_view view() const&;
+  stream_view view() const&& = delete;  // the stream would die at the end of the full expression
+  operator stream_view() const& { return view(); }  // NOLINT(google-explicit-constructor)
+  operator stream_view() const&& = delete;
   void synchronize() const { view().synchronize(); }
   void wait(const event& e) const { view().wait(e); }
 
  private:
-  void reset() noexcept;
-  device* dev_ = nullptr;
-  void* native_ = nullptr;
+  friend class device;
+  // What destroying a stream needs: the device that made it and its native handle.
+  struct handle {
+    device* dev = nullptr;
+    void* native = nullptr;
+  };
+  struct traits {
+    using handle_type = handle;
+    static constexpr handle null() noexcept { return {}; }
+    static bool is_null(const handle& h) noexcept { return h.native == nullptr; }
+    static void close(const handle& h) noexcept { destroy(h); }
+  };
+  // Owns `native`, made by `dev`; only device::make_stream makes owning streams.
+  stream(device& dev, void* native) noexcept : handle_(handle{&dev, native}) {}
+  static void destroy(const handle& h) noexcept;
+  unique_handle<traits> handle_;
 };
 
 /// A device event. Completion events (device::make_event) come from the device's pool and do no timing;
@@ -118,11 +139,11 @@ class stream {
 class event {
  public:
   event() noexcept = default;
-  event(event&& other) noexcept;
-  event& operator=(event&& other) noexcept;
+  event(event&&) noexcept = default;
+  event& operator=(event&&) noexcept = default;
   event(const event&) = delete;
   event& operator=(const event&) = delete;
-  ~event();
+  ~event() = default;
 
   /// Marks the point `s` has reached: the event completes when all work queued on `s` so far is done.
   void record(stream_view s);
@@ -131,21 +152,31 @@ class event {
   /// True when the most recent record has completed. Throws logic_error if never recorded.
   [[nodiscard]] bool query() const;
 
-  [[nodiscard]] bool empty() const noexcept { return native_ == nullptr; }
-  [[nodiscard]] bool recorded() const noexcept { return recorded_; }
-  [[nodiscard]] bool timing() const noexcept { return timing_; }
-  [[nodiscard]] void* native() const noexcept { return native_; }
-  [[nodiscard]] device* dev() const noexcept { return dev_; }
+  [[nodiscard]] bool empty() const noexcept { return handle_.empty(); }
+  [[nodiscard]] bool recorded() const noexcept { return handle_.get().recorded; }
+  [[nodiscard]] bool timing() const noexcept { return handle_.get().timing; }
+  [[nodiscard]] void* native() const noexcept { return handle_.get().native; }
+  [[nodiscard]] device* dev() const noexcept { return handle_.get().dev; }
 
  private:
   friend class device;
-  event(device& dev, void* native, bool timing) noexcept : dev_(&dev), native_(native), timing_(timing) {}
-  void reset() noexcept;
+  // Everything that moves with the native handle: where to return it, and its state.
+  struct handle {
+    device* dev = nullptr;
+    void* native = nullptr;
+    bool timing = false;
+    bool recorded = false;
+  };
+  struct traits {
+    using handle_type = handle;
+    static constexpr handle null() noexcept { return {}; }
+    static bool is_null(const handle& h) noexcept { return h.native == nullptr; }
+    static void close(const handle& h) noexcept { release(h); }
+  };
+  event(device& dev, void* native, bool timing) noexcept : handle_(handle{&dev, native, timing, false}) {}
+  static void release(const handle& h) noexcept;
   void expect_recorded(std::string_view what) const;
-  device* dev_ = nullptr;
-  void* native_ = nullptr;
-  bool timing_ = false;
-  bool recorded_ = false;
+  unique_handle<traits> handle_;
 };
 
 /// A non-owning view of memory: a pointer, a size in bytes and the kind of memory. Views of foreign
@@ -168,36 +199,59 @@ struct mem_view {
 /// Owning memory of one kind, allocated by a device. Move-only; the moved-from buffer is empty.
 /// Pinned buffers are meant to be allocated once, up front: their cost is reported by
 /// device::pinned_stats().
+///
+/// Views and pointers escape only from a buffer that outlives them: view(), the conversion to mem_view,
+/// data() and host_bytes() are deleted on temporaries, so `mem_view m = dev.alloc_device(n);` (a view of
+/// memory freed at the `;`) does not compile.
 class buffer {
  public:
   buffer() noexcept = default;
-  buffer(buffer&& other) noexcept;
-  buffer& operator=(buffer&& other) noexcept;
+  buffer(buffer&&) noexcept = default;
+  buffer& operator=(buffer&&) noexcept = default;
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
-  ~buffer();
+  ~buffer() = default;
 
-  [[nodiscard]] void* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-  [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
-  [[nodiscard]] bool empty() const noexcept { return data_ == nullptr; }
-  [[nodiscard]] mem_view view() const noexcept { return {data_, bytes_, kind_}; }
-  [[nodiscard]] mem_view view(std::size_t offset, std::size_t count) const {
+  /// The memory, valid while the buffer lives.
+  [[nodiscard]] void* data() const& noexcept { return handle_.get().data; }
+  void* data() const&& = delete;
+  [[nodiscard]] std::size_t size() const noexcept { return handle_.get().bytes; }
+  [[nodiscard]] memory_kind kind() const noexcept { return handle_.get().kind; }
+  [[nodiscard]] bool empty() const noexcept { return handle_.empty(); }
+  /// A view of the whole buffer, valid while it lives.
+  [[nodiscard]] mem_view view() const& noexcept { return {data(), size(), kind()}; }
+  mem_view view() const&& = delete;  // the buffer would be freed at the end of the full expression
+  /// The bytes [offset, offset + count), as mem_view::subview (which throws when they do not fit).
+  [[nodiscard]] mem_view view(std::size_t offset, std::size_t count) const& {
     return view().subview(offset, count);
   }
-  operator mem_view() const noexcept { return view(); }  // NOLINT(google-explicit-constructor)
-  /// Host-side bytes of a pinned or pageable buffer. Throws logic_error for device memory.
-  [[nodiscard]] std::byte* host_bytes() const;
+  mem_view view(std::size_t offset, std::size_t count) const&& = delete;
+  operator mem_view() const& noexcept { return view(); }  // NOLINT(google-explicit-constructor)
+  operator mem_view() const&& = delete;
+  /// Host-side bytes of a pinned or pageable buffer, valid while it lives. Throws logic_error for device
+  /// memory.
+  [[nodiscard]] std::byte* host_bytes() const&;
+  std::byte* host_bytes() const&& = delete;
 
  private:
   friend class device;
+  // Everything freeing needs moves with the pointer: the device, the size and the kind of memory.
+  struct handle {
+    device* dev = nullptr;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    memory_kind kind = memory_kind::pageable;
+  };
+  struct traits {
+    using handle_type = handle;
+    static constexpr handle null() noexcept { return {}; }
+    static bool is_null(const handle& h) noexcept { return h.data == nullptr; }
+    static void close(const handle& h) noexcept { free_memory(h); }
+  };
   buffer(device& dev, void* data, std::size_t bytes, memory_kind kind) noexcept
-      : dev_(&dev), data_(data), bytes_(bytes), kind_(kind) {}
-  void reset() noexcept;
-  device* dev_ = nullptr;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-  memory_kind kind_ = memory_kind::pageable;
+      : handle_(handle{&dev, data, bytes, kind}) {}
+  static void free_memory(const handle& h) noexcept;
+  unique_handle<traits> handle_;
 };
 
 /// What a device is.
@@ -364,8 +418,9 @@ class device {
   pinned_stats pinned_{};
 };
 
-/// Options of the emulated host device. Defaults model a PCIe gen5 x16 link as measured on this
-/// workplace's H100 (BACKGROUND.md).
+/// Options of the emulated host device. The link defaults model a PCIe gen5 x16 host link (docs/DEVICE.md
+/// says where its figures come from; docs/PERFORMANCE.md holds measured ones); change them to ask "what
+/// if the link were slower" without a GPU.
 struct host_device_options {
   double h2d_gbps = 53.6;           // pinned host to device
   double d2h_gbps = 54.8;           // pinned device to host
