@@ -15,28 +15,22 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
+#include "ferry/core/unique_handle.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/egress/egress.hpp"
 
 namespace ferry::egress {
 namespace {
 
-// Closes a file descriptor when it goes out of scope (the error path); close_checked reports a failed
-// close, which on some file systems is where a failed write shows up.
-class file_descriptor {
- public:
-  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  ~file_descriptor() {
-    if (fd_ >= 0) static_cast<void>(::close(fd_));
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  [[nodiscard]] int release_and_close() noexcept { return ::close(std::exchange(fd_, -1)); }
-
- private:
-  int fd_;
+// A file descriptor, closed when it goes out of scope (the error path); write_chunk closes it itself on
+// success, since a failed close is, on some file systems, where a failed write shows up.
+struct fd_traits {
+  using handle_type = int;
+  static constexpr int null() noexcept { return -1; }
+  static bool is_null(int fd) noexcept { return fd < 0; }
+  static void close(int fd) noexcept { static_cast<void>(::close(fd)); }
 };
+using unique_fd = unique_handle<fd_traits>;
 
 [[noreturn]] void throw_file_error(int err, std::string_view sink_name, std::string_view what,
                                    const std::filesystem::path& path) {
@@ -66,14 +60,14 @@ void write_chunk(const std::filesystem::path& path, std::uint64_t file_bytes, st
   FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
                 fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
                             format_bytes(file_bytes)));
-  file_descriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666));
-  if (fd.get() < 0) throw_file_error(errno, sink_name, "open for writing", path);
+  unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666));
+  if (fd.empty()) throw_file_error(errno, sink_name, "open for writing", path);
   while (::ftruncate(fd.get(), static_cast<::off_t>(file_bytes)) != 0) {
     if (errno != EINTR) throw_file_error(errno, sink_name, fmt::format("size to {}", format_bytes(file_bytes)), path);
   }
   if (!header.empty()) write_all(fd.get(), header, 0, sink_name, path);
   write_all(fd.get(), bytes, offset, sink_name, path);
-  if (fd.release_and_close() != 0) throw_file_error(errno, sink_name, "close", path);
+  if (::close(fd.release()) != 0) throw_file_error(errno, sink_name, "close", path);
 }
 
 std::span<const std::byte> as_bytes(const std::string& s) noexcept {
