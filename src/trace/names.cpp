@@ -7,7 +7,9 @@ namespace ferry::trace {
 namespace {
 
 // ASCII only: the C library's tolower depends on the locale, and names are compared byte by byte.
-constexpr char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr char ascii_lower(char c) noexcept {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 }  // namespace
 

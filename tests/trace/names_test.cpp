@@ -18,7 +18,7 @@ TEST(names, nccl_kernels_are_comm_in_any_case) {
 TEST(names, other_kernels_are_not_comm) {
   EXPECT_FALSE(is_comm_kernel("ampere_sgemm_128x64_nn"));
   EXPECT_FALSE(is_comm_kernel("ncl_reduce"));  // a near miss
-  EXPECT_FALSE(is_comm_kernel("ncc"));  // a prefix of the word
+  EXPECT_FALSE(is_comm_kernel("ncc"));         // a prefix of the word
   EXPECT_FALSE(is_comm_kernel(""));
 }
 
@@ -28,7 +28,7 @@ TEST(names, contains_ignoring_case_compares_ascii_letters_only_without_case) {
   EXPECT_TRUE(contains_ignoring_case("anything", ""));
   EXPECT_TRUE(contains_ignoring_case("", ""));
   EXPECT_FALSE(contains_ignoring_case("", "a"));
-  EXPECT_FALSE(contains_ignoring_case("load", "loader"));  // longer than the text
+  EXPECT_FALSE(contains_ignoring_case("load", "loader"));    // longer than the text
   EXPECT_FALSE(contains_ignoring_case("step_1", "step 1"));  // '_' and ' ' are not letters: compared exactly
   EXPECT_FALSE(contains_ignoring_case("\xC3\x89tape", "\xC3\xA9tape"));  // non-ASCII bytes compared exactly
 }

@@ -1,0 +1,135 @@
+// What each step's GPU time went to, and which CPU activity covered the GPU's idle time.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "ferry/core/error.hpp"
+#include "model.hpp"
+
+namespace ferry::trace::detail {
+
+void model::breakdown() {
+  std::vector<ns_t> copy_ns(steps_.size(), 0), overlap_ns(steps_.size(), 0);
+  bool any_activity = false;
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    const step_span& s = steps_[k];
+    step_breakdown b;
+    b.index = static_cast<int>(k);
+    b.start_ns = s.start;
+    b.end_ns = s.end;
+    b.wall_ms = ms(s.end - s.start);
+    std::array<ns_t, cat_count> cov{};
+    for (std::size_t c = 0; c < cat_count; ++c) cov[c] = levels_[c].covered(s.start, s.end);
+    b.compute_ms = ms(cov[cat_compute]);
+    b.comm_ms = ms(cov[cat_comm] - cov[cat_compute]);
+    b.d2d_ms = ms(cov[cat_d2d] - cov[cat_comm]);
+    b.h2d_ms = ms(cov[cat_h2d] - cov[cat_d2d]);
+    b.d2h_ms = ms(cov[cat_d2h] - cov[cat_h2d]);
+    b.idle_ms = ms((s.end - s.start) - cov[cat_d2h]);
+    b.utilization = b.wall_ms > 0 ? 1.0 - b.idle_ms / b.wall_ms : 0;
+    any_activity = any_activity || cov[cat_d2h] > 0;
+    out_.steps.push_back(b);
+  }
+  if (!any_activity)
+    throw input_error(
+        fmt::format("the timeline has GPU activity ({} events) but none inside its {} '{}' step spans "
+                    "({:.3f} ms to {:.3f} ms of the GPU's {:.3f} ms to {:.3f} ms); pick the steps with "
+                    "analyze_options::step_prefix",
+                    gpu_.size(), steps_.size(), out_.step_prefix, ms(steps_.front().start),
+                    ms(steps_.back().end), ms(busy().first()), ms(busy().last())));
+  // Copies: overlap per step (clipped to each step they touch), bytes to the step they start in.
+  for (std::size_t i : gpu_) {
+    const event& c = t_.events[i];
+    if (c.kind != activity::memcpy) continue;
+    auto it = std::partition_point(steps_.begin(), steps_.end(),
+                                   [&](const step_span& s) { return s.end <= c.start_ns; });
+    bool first = true;
+    for (; it != steps_.end() && it->start < c.end_ns; ++it) {
+      const auto k = static_cast<std::size_t>(it - steps_.begin());
+      const ns_t a = std::max(c.start_ns, it->start), b = std::min(c.end_ns, it->end);
+      copy_ns[k] += b - a;
+      overlap_ns[k] += kernels_.covered(a, b);
+      if (first) {
+        if (c.copy == copy_kind::h2d) out_.steps[k].h2d_bytes += c.bytes;
+        if (c.copy == copy_kind::d2h) out_.steps[k].d2h_bytes += c.bytes;
+      }
+      first = false;
+    }
+  }
+  ns_t all_copy = 0, all_overlap = 0;
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    out_.steps[k].copy_overlap =
+        copy_ns[k] > 0 ? static_cast<double>(overlap_ns[k]) / static_cast<double>(copy_ns[k]) : 0;
+    all_copy += copy_ns[k];
+    all_overlap += overlap_ns[k];
+  }
+  // The mean: each time and byte count averaged; utilization from the mean times; overlap over all copies.
+  step_breakdown& m = out_.mean;
+  m.index = -1;
+  m.start_ns = steps_.front().start;
+  m.end_ns = steps_.back().end;
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  for (const step_breakdown& b : out_.steps) {
+    m.wall_ms += b.wall_ms;
+    m.compute_ms += b.compute_ms;
+    m.comm_ms += b.comm_ms;
+    m.d2d_ms += b.d2d_ms;
+    m.h2d_ms += b.h2d_ms;
+    m.d2h_ms += b.d2h_ms;
+    m.idle_ms += b.idle_ms;
+    h2d_bytes += b.h2d_bytes;
+    d2h_bytes += b.d2h_bytes;
+  }
+  const double n = static_cast<double>(out_.steps.size());
+  for (double* v : {&m.wall_ms, &m.compute_ms, &m.comm_ms, &m.d2d_ms, &m.h2d_ms, &m.d2h_ms, &m.idle_ms})
+    *v /= n;
+  m.h2d_bytes = h2d_bytes / out_.steps.size();
+  m.d2h_bytes = d2h_bytes / out_.steps.size();
+  m.utilization = m.wall_ms > 0 ? 1.0 - m.idle_ms / m.wall_ms : 0;
+  m.copy_overlap = all_copy > 0 ? static_cast<double>(all_overlap) / static_cast<double>(all_copy) : 0;
+  mean_wall_ns_ = m.wall_ms * ns_per_ms;
+}
+
+// Each idle gap of each step is charged to the innermost activity of every CPU thread that covered it.
+void model::attribute_idle() {
+  std::vector<span> idle_spans;
+  for (const step_span& s : steps_)
+    busy().for_each_gap(s.start, s.end, [&](span g) { idle_spans.push_back(g); });
+  ns_t total_idle = 0;
+  for (const span& g : idle_spans) total_idle += g.end - g.start;
+  std::map<std::uint64_t, std::vector<std::size_t>> per_thread;  // cpu_ is sorted by start already
+  for (std::size_t i : cpu_) {
+    const event& e = t_.events[i];
+    if (e.end_ns > e.start_ns && !excluded_activity(e)) per_thread[e.thread].push_back(i);
+  }
+  std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
+  for (const auto& [thread, evs] : per_thread) {
+    const std::vector<segment> segs = segment_thread(evs);
+    for (const span& g : idle_spans) {
+      auto it =
+          std::partition_point(segs.begin(), segs.end(), [&](const segment& s) { return s.end <= g.start; });
+      for (; it != segs.end() && it->start < g.end; ++it)
+        covered[{thread, it->label}] += std::min(g.end, it->end) - std::max(g.start, it->start);
+    }
+  }
+  for (const auto& [key, idle] : covered) {
+    idle_attribution a;
+    a.thread_id = key.first;
+    a.thread = thread_name(key.first);
+    a.activity = label_text(key.second);
+    a.blocking = (key.second & blocking_bit) != 0;
+    a.main_thread = main_thread_ && *main_thread_ == key.first;
+    a.idle_ms = ms(idle);
+    a.fraction_of_idle = total_idle > 0 ? static_cast<double>(idle) / static_cast<double>(total_idle) : 0;
+    out_.idle.push_back(std::move(a));
+  }
+  std::sort(out_.idle.begin(), out_.idle.end(), [](const idle_attribution& a, const idle_attribution& b) {
+    return std::tie(b.idle_ms, b.main_thread, a.thread_id, a.activity, a.blocking) <
+           std::tie(a.idle_ms, a.main_thread, b.thread_id, b.activity, b.blocking);
+  });
+}
+
+}  // namespace ferry::trace::detail

@@ -1,0 +1,319 @@
+// The model's index of a timeline: which events are GPU and CPU activity, where the steps are, the GPU's
+// unions per category, and the segmentation of each CPU thread. The breakdown and idle attribution built on
+// them are in breakdown.cpp.
+#include "model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
+
+#include "ferry/core/error.hpp"
+#include "ferry/trace/names.hpp"
+
+namespace ferry::trace::detail {
+
+namespace {
+
+category category_of(const event& e, std::string_view name) {
+  if (e.kind == activity::kernel) return is_comm_kernel(name) ? cat_comm : cat_compute;
+  if (e.kind == activity::memset) return cat_d2d;
+  switch (e.copy) {
+    case copy_kind::p2p:
+      return cat_comm;
+    case copy_kind::h2d:
+      return cat_h2d;
+    case copy_kind::d2h:
+      return cat_d2h;
+    default:
+      return cat_d2d;  // d2d, and the rare h2h or unknown copy the GPU timeline shows
+  }
+}
+
+// CPU activity. A range on a GPU track (a profiler's GPU-side annotation: a device but no thread) is not.
+bool is_cpu(const event& e) {
+  switch (e.kind) {
+    case activity::api:
+    case activity::sync:
+    case activity::stage:
+      return true;
+    case activity::range:
+      return !(e.device >= 0 && e.thread == 0);
+    default:
+      return false;
+  }
+}
+
+bool is_span(const event& e) { return (e.kind == activity::range || e.kind == activity::stage) && is_cpu(e); }
+
+bool is_blocking(sync_kind k) {
+  return k == sync_kind::event || k == sync_kind::stream || k == sync_kind::device || k == sync_kind::copy;
+}
+
+}  // namespace
+
+bool is_wait(const event& e) {
+  return (e.kind == activity::sync || e.kind == activity::api) && is_blocking(e.sync);
+}
+
+model::model(const timeline& t, const analyze_options& opts) : t_(t), opts_(opts) {
+  check_options();
+  classify();
+  detect_steps();
+  build_unions();
+  breakdown();
+  attribute_idle();
+}
+
+void model::check_options() const {
+  FERRY_EXPECTS(opts_.idle_threshold >= 0 && opts_.idle_threshold < 1,
+                fmt::format("idle_threshold {} is outside [0, 1)", opts_.idle_threshold));
+  FERRY_EXPECTS(opts_.low_bandwidth_fraction > 0 && opts_.low_bandwidth_fraction <= 1,
+                fmt::format("low_bandwidth_fraction {} is outside (0, 1]", opts_.low_bandwidth_fraction));
+  FERRY_EXPECTS(opts_.link_h2d_gbps >= 0 && opts_.link_d2h_gbps >= 0,
+                fmt::format("link ceilings must not be negative (h2d {} GB/s, d2h {} GB/s)",
+                            opts_.link_h2d_gbps, opts_.link_d2h_gbps));
+}
+
+void model::classify() {
+  out_.source = t_.source;
+  out_.device_name = t_.device_name;
+  out_.dropped = t_.dropped;
+  for (std::size_t i = 0; i < t_.events.size(); ++i) {
+    const event& e = t_.events[i];
+    if (e.on_gpu()) {
+      gpu_.push_back(i);
+    } else if (is_cpu(e)) {
+      cpu_.push_back(i);
+    }
+  }
+  const auto by_start = [this](std::size_t a, std::size_t b) {
+    const event& x = t_.events[a];
+    const event& y = t_.events[b];
+    return std::tie(x.start_ns, x.end_ns, a) < std::tie(y.start_ns, y.end_ns, b);
+  };
+  std::sort(gpu_.begin(), gpu_.end(), by_start);
+  std::sort(cpu_.begin(), cpu_.end(), by_start);
+  if (gpu_.empty()) {
+    std::size_t api = 0, sync = 0, spans = 0;
+    for (const event& e : t_.events) {
+      api += e.kind == activity::api;
+      sync += e.kind == activity::sync;
+      spans += e.kind == activity::range || e.kind == activity::stage;
+    }
+    throw input_error(fmt::format(
+        "the timeline{} has no GPU activity (no kernel, copy or memset): it holds {} events ({} API calls, "
+        "{} syncs, {} ranges or stage spans); record with the cuda backend's CUPTI recorder or a profiler "
+        "that captures CUDA activity",
+        t_.source.empty() ? "" : fmt::format(" from {}", t_.source), t_.events.size(), api, sync, spans));
+  }
+}
+
+std::string model::thread_name(std::uint64_t thread) const {
+  if (auto it = t_.thread_names.find(thread); it != t_.thread_names.end() && !it->second.empty())
+    return it->second;
+  return fmt::format("thread {}", thread);
+}
+
+std::string model::stream_name(std::uint64_t stream) const {
+  if (auto it = t_.stream_names.find(stream); it != t_.stream_names.end() && !it->second.empty())
+    return fmt::format("stream {} ('{}')", stream, it->second);
+  return fmt::format("stream {}", stream);
+}
+
+void model::detect_steps() {
+  step_matcher m;
+  if (!opts_.step_prefix.empty()) {
+    m.prefix = opts_.step_prefix;
+  } else {
+    m.prefix = "ProfilerStep#";
+    const bool profiler = std::any_of(cpu_.begin(), cpu_.end(), [&](std::size_t i) {
+      return is_span(t_.events[i]) && name(t_.events[i]).starts_with(m.prefix);
+    });
+    if (!profiler) {
+      m.prefix = "step";
+      m.ferry_default = true;
+    }
+  }
+  matcher_ = m;
+  std::vector<step_span> found;
+  for (std::size_t i : cpu_) {
+    const event& e = t_.events[i];
+    if (is_span(e) && e.end_ns > e.start_ns && m(name(e))) found.push_back({e.start_ns, e.end_ns, e.thread});
+  }
+  // Sorted by start; a span that starts inside the previous step (a nested or duplicate span) is not a step.
+  for (const step_span& s : found) {
+    if (!steps_.empty() && s.start < steps_.back().end) continue;
+    steps_.push_back(s);
+  }
+  if (!steps_.empty()) {
+    place_steps_on_gpu();
+    out_.step_prefix = m.prefix;
+    std::map<std::uint64_t, std::size_t> per_thread;
+    for (const step_span& s : steps_) ++per_thread[s.thread];
+    main_thread_ = std::max_element(per_thread.begin(), per_thread.end(), [](const auto& a, const auto& b) {
+                     return a.second < b.second;
+                   })->first;
+  } else {
+    ns_t first = std::numeric_limits<ns_t>::max(), last = std::numeric_limits<ns_t>::min();
+    for (std::size_t i : gpu_) {
+      first = std::min(first, t_.events[i].start_ns);
+      last = std::max(last, t_.events[i].end_ns);
+    }
+    steps_.push_back({first, std::max(last, first + 1), 0});
+    whole_trace_ = true;
+    std::map<std::uint64_t, std::size_t> api_per_thread;
+    for (std::size_t i : cpu_)
+      if (t_.events[i].kind == activity::api) ++api_per_thread[t_.events[i].thread];
+    if (!api_per_thread.empty())
+      main_thread_ =
+          std::max_element(api_per_thread.begin(), api_per_thread.end(), [](const auto& a, const auto& b) {
+            return a.second < b.second;
+          })->first;
+  }
+  if (main_thread_) out_.main_thread = thread_name(*main_thread_);
+}
+
+// The CPU spans become windows that tile the timeline, so GPU work the CPU queued ahead (it runs after
+// the span that launched it ended) still falls in a step: step k runs from the start of the first GPU
+// work launched inside span k (known through correlation ids; else the span's start) to the start of
+// step k + 1; the last step ends when the GPU work launched in it ended (without correlation ids, the
+// trace's last GPU activity), or with its span if that is later.
+void model::place_steps_on_gpu() {
+  const std::size_t n = steps_.size();
+  std::unordered_map<std::uint64_t, ns_t> launch_at;  // correlation id -> API call start
+  for (std::size_t i : cpu_) {
+    const event& e = t_.events[i];
+    if (e.kind == activity::api && e.correlation != 0) launch_at.emplace(e.correlation, e.start_ns);
+  }
+  constexpr ns_t none = std::numeric_limits<ns_t>::max();
+  std::vector<ns_t> first_gpu(n, none);
+  ns_t last_end = std::numeric_limits<ns_t>::min();
+  bool mapped = false;
+  for (std::size_t i : gpu_) {
+    const event& g = t_.events[i];
+    const auto it = g.correlation != 0 ? launch_at.find(g.correlation) : launch_at.end();
+    if (it == launch_at.end()) continue;
+    const ns_t at = it->second;
+    auto s =
+        std::partition_point(steps_.begin(), steps_.end(), [at](const step_span& x) { return x.end <= at; });
+    if (s == steps_.end() || at < s->start) continue;
+    const auto k = static_cast<std::size_t>(s - steps_.begin());
+    mapped = true;
+    first_gpu[k] = std::min(first_gpu[k], g.start_ns);
+    if (k + 1 == n) last_end = std::max(last_end, g.end_ns);
+  }
+  if (!mapped)
+    for (std::size_t i : gpu_) last_end = std::max(last_end, t_.events[i].end_ns);
+  std::vector<ns_t> starts(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    starts[k] = first_gpu[k] != none ? std::max(first_gpu[k], steps_[k].start) : steps_[k].start;
+    if (k > 0) starts[k] = std::max(starts[k], starts[k - 1]);
+  }
+  const ns_t end = std::max({steps_.back().end, last_end, starts.back()});
+  for (std::size_t k = 0; k < n; ++k) {
+    steps_[k].start = starts[k];
+    steps_[k].end = k + 1 < n ? starts[k + 1] : end;
+  }
+}
+
+int model::step_of(ns_t t) const {
+  auto it =
+      std::partition_point(steps_.begin(), steps_.end(), [t](const step_span& s) { return s.end <= t; });
+  if (it == steps_.end() || t < it->start) return -1;
+  return static_cast<int>(it - steps_.begin());
+}
+
+void model::build_unions() {
+  std::array<std::vector<span>, cat_count> by_cat;
+  std::vector<span> kernels;
+  for (std::size_t i : gpu_) {
+    const event& e = t_.events[i];
+    by_cat[category_of(e, name(e))].push_back({e.start_ns, e.end_ns});
+    if (e.kind == activity::kernel) {
+      kernels.push_back({e.start_ns, e.end_ns});
+      kernel_starts_.push_back(e.start_ns);
+      kernel_ends_.push_back(e.end_ns);
+    }
+  }
+  std::vector<span> cumulative;
+  for (std::size_t c = 0; c < cat_count; ++c) {
+    cumulative.insert(cumulative.end(), by_cat[c].begin(), by_cat[c].end());
+    levels_[c] = interval_union(cumulative);
+  }
+  kernels_ = interval_union(std::move(kernels));
+  std::sort(kernel_starts_.begin(), kernel_starts_.end());
+  std::sort(kernel_ends_.begin(), kernel_ends_.end());
+}
+
+double model::link_gbps(copy_kind k) const {
+  if (k == copy_kind::h2d) return opts_.link_h2d_gbps > 0 ? opts_.link_h2d_gbps : t_.link_h2d_gbps;
+  if (k == copy_kind::d2h) return opts_.link_d2h_gbps > 0 ? opts_.link_d2h_gbps : t_.link_d2h_gbps;
+  return 0;
+}
+
+std::uint64_t model::label_of(const event& e) const {
+  std::uint64_t label = e.name != 0 ? e.name : synthetic_bit | static_cast<std::uint64_t>(e.sync);
+  if (is_wait(e)) label |= blocking_bit;
+  return label;
+}
+
+std::string model::label_text(std::uint64_t label) const {
+  const std::uint64_t id = label & ~blocking_bit;
+  if ((id & synthetic_bit) != 0) {
+    const auto k = static_cast<sync_kind>(id & ~synthetic_bit);
+    return k == sync_kind::none ? std::string("unnamed activity")
+                                : fmt::format("{} synchronize", to_string(k));
+  }
+  return std::string(t_.strings[static_cast<std::uint32_t>(id)]);
+}
+
+// Step spans and ferry's "bench level" span cover everything; a profiler's operator ranges (PyTorch's
+// cpu_op, domain "pytorch.op") sit under the annotations that say what the code was doing.
+bool model::excluded_activity(const event& e) const {
+  if (e.kind != activity::range && e.kind != activity::stage) return false;
+  if (e.domain != 0 && t_.domain_of(e) == "pytorch.op") return true;
+  const std::string_view n = name(e);
+  return n == "bench level" || matcher_(n);
+}
+
+// The innermost activity is the one that started last (on equal starts, the one that ends first).
+std::vector<segment> model::segment_thread(const std::vector<std::size_t>& evs) const {
+  std::vector<segment> segs;
+  const auto inner_less = [this](std::size_t a, std::size_t b) {  // true when a is outside b
+    const event& x = t_.events[a];
+    const event& y = t_.events[b];
+    if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
+    if (x.end_ns != y.end_ns) return x.end_ns > y.end_ns;
+    return a < b;
+  };
+  std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(inner_less)> active(inner_less);
+  std::size_t i = 0;
+  ns_t t = evs.empty() ? 0 : t_.events[evs[0]].start_ns;
+  while (true) {
+    while (i < evs.size() && t_.events[evs[i]].start_ns <= t) active.push(evs[i++]);
+    while (!active.empty() && t_.events[active.top()].end_ns <= t) active.pop();
+    if (active.empty()) {
+      if (i == evs.size()) break;
+      t = t_.events[evs[i]].start_ns;
+      continue;
+    }
+    const event& top = t_.events[active.top()];
+    ns_t next = top.end_ns;
+    if (i < evs.size()) next = std::min(next, t_.events[evs[i]].start_ns);
+    const std::uint64_t label = label_of(top);
+    if (!segs.empty() && segs.back().end == t && segs.back().label == label) {
+      segs.back().end = next;
+    } else {
+      segs.push_back({t, next, label});
+    }
+    t = next;
+  }
+  return segs;
+}
+
+}  // namespace ferry::trace::detail

@@ -1,0 +1,165 @@
+// The analyzer's model of one timeline. Everything is interval arithmetic on one clock: the GPU's activity
+// is merged into sorted, disjoint unions (one per cumulative category, with prefix sums, so the covered
+// length of any window costs O(log n)); each CPU thread's activity becomes a sorted segmentation labelled
+// with its innermost activity. Steps, idle gaps and the rules (rules.hpp) are then queries against those,
+// O(n log n) in all.
+//
+// Building a model does everything but the findings: it checks the options, classifies the events,
+// detects the steps, and fills the per-step breakdown and the idle attribution (breakdown.cpp).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/analyze/analyze.hpp"
+#include "ferry/trace/timeline.hpp"
+#include "interval_union.hpp"
+
+namespace ferry::trace::detail {
+
+inline constexpr double ns_per_ms = 1e6;
+
+/// Nanoseconds as milliseconds.
+inline double ms(ns_t ns) { return static_cast<double>(ns) / ns_per_ms; }
+inline double ms(double ns) { return ns / ns_per_ms; }
+
+/// Exclusive GPU categories, in priority order: an instant covered by several counts as the first.
+enum category : std::size_t { cat_compute, cat_comm, cat_d2d, cat_h2d, cat_d2h, cat_count };
+
+/// A CPU activity that waited for the GPU: a sync event or a blocking API call.
+[[nodiscard]] bool is_wait(const event& e);
+
+/// A host-device copy whose host side is pageable memory.
+[[nodiscard]] inline bool pageable_side(const event& c) {
+  return (c.copy == copy_kind::h2d && c.src == mem_kind::pageable) ||
+         (c.copy == copy_kind::d2h && c.dst == mem_kind::pageable);
+}
+
+/// Which CPU spans are steps.
+struct step_matcher {
+  std::string prefix;
+  bool ferry_default = false;  // "step" exactly or "step ..." (not "step_x")
+  [[nodiscard]] bool operator()(std::string_view name) const {
+    if (ferry_default) return name == "step" || name.starts_with("step ");
+    return !prefix.empty() && name.starts_with(prefix);
+  }
+};
+
+/// One step's window on the timeline, and the thread whose span it came from (0 for the whole trace).
+struct step_span {
+  ns_t start = 0;
+  ns_t end = 0;
+  std::uint64_t thread = 0;
+};
+
+/// A piece of one CPU thread's time, labelled with the innermost activity that covered it.
+struct segment {
+  ns_t start;
+  ns_t end;
+  std::uint64_t label;
+};
+
+/// The indexed timeline and its breakdown, which every rule queries. Holds references to the timeline
+/// and the options: both must outlive it.
+class model {
+ public:
+  /// Labels of CPU activity: the name id, or for an unnamed sync event its kind with synthetic_bit set;
+  /// blocking_bit marks a call that waited for the GPU.
+  static constexpr std::uint64_t blocking_bit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t synthetic_bit = std::uint64_t{1} << 62;
+
+  /// Indexes `t` and computes its breakdown and idle attribution. Throws logic_error for options out of
+  /// range, input_error when the timeline has no GPU activity in any step.
+  model(const timeline& t, const analyze_options& opts);
+
+  [[nodiscard]] const timeline& trace() const noexcept { return t_; }
+  [[nodiscard]] const analyze_options& options() const noexcept { return opts_; }
+  [[nodiscard]] std::string_view name(const event& e) const { return t_.name_of(e); }
+
+  /// The analysis up to its findings: source, steps, their mean, the idle attribution.
+  [[nodiscard]] const analysis& summary() const noexcept { return out_; }
+  /// Moves the summary out of a model that is not used after.
+  [[nodiscard]] analysis take_summary() && { return std::move(out_); }
+
+  /// Indices of GPU events, by start.
+  [[nodiscard]] const std::vector<std::size_t>& gpu() const noexcept { return gpu_; }
+  /// Indices of CPU events, by start.
+  [[nodiscard]] const std::vector<std::size_t>& cpu() const noexcept { return cpu_; }
+  [[nodiscard]] const std::vector<step_span>& step_spans() const noexcept { return steps_; }
+  /// The number of steps, for per-step figures.
+  [[nodiscard]] double step_count() const { return static_cast<double>(steps_.size()); }
+  [[nodiscard]] double per_step(double total) const { return total / step_count(); }
+  /// No step spans were found: the trace is one step spanning its GPU activity.
+  [[nodiscard]] bool whole_trace() const noexcept { return whole_trace_; }
+  /// The thread holding the step spans (or issuing most API calls), if any.
+  [[nodiscard]] const std::optional<std::uint64_t>& main_thread() const noexcept { return main_thread_; }
+  [[nodiscard]] double mean_wall_ns() const noexcept { return mean_wall_ns_; }
+
+  /// Everything the GPU did (the union of every category).
+  [[nodiscard]] const interval_union& busy() const { return levels_[cat_count - 1]; }
+  /// Kernels alone.
+  [[nodiscard]] const interval_union& kernels() const noexcept { return kernels_; }
+  /// Kernel starts and ends, each sorted.
+  [[nodiscard]] const std::vector<ns_t>& kernel_starts() const noexcept { return kernel_starts_; }
+  [[nodiscard]] const std::vector<ns_t>& kernel_ends() const noexcept { return kernel_ends_; }
+
+  /// The step holding time t (by start), or -1.
+  [[nodiscard]] int step_of(ns_t t) const;
+
+  /// Copies for which pred(event) holds that start inside a step, by start.
+  template <class Pred>
+  [[nodiscard]] std::vector<std::size_t> copies_in_steps(Pred&& pred) const {
+    std::vector<std::size_t> out;
+    for (std::size_t i : gpu_) {
+      const event& c = t_.events[i];
+      if (c.kind == activity::memcpy && step_of(c.start_ns) >= 0 && pred(c)) out.push_back(i);
+    }
+    return out;
+  }
+
+  /// The link ceiling for copies of kind k in GB/s: the options', else the trace's; 0 when unknown.
+  [[nodiscard]] double link_gbps(copy_kind k) const;
+
+  [[nodiscard]] std::string thread_name(std::uint64_t thread) const;
+  [[nodiscard]] std::string stream_name(std::uint64_t stream) const;
+  /// The text of a segment's label.
+  [[nodiscard]] std::string label_text(std::uint64_t label) const;
+  /// Activity that says nothing about what the CPU did (steps, a bench's level span, profiler operators).
+  [[nodiscard]] bool excluded_activity(const event& e) const;
+  /// Splits one thread's activity (event indices sorted by start) into segments labelled with the
+  /// innermost activity.
+  [[nodiscard]] std::vector<segment> segment_thread(const std::vector<std::size_t>& evs) const;
+
+ private:
+  void check_options() const;
+  void classify();
+  void detect_steps();
+  void place_steps_on_gpu();
+  void build_unions();
+  void breakdown();
+  void attribute_idle();
+  [[nodiscard]] std::uint64_t label_of(const event& e) const;
+
+  const timeline& t_;
+  const analyze_options& opts_;
+  analysis out_;
+  std::vector<std::size_t> gpu_;
+  std::vector<std::size_t> cpu_;
+  step_matcher matcher_;
+  std::vector<step_span> steps_;
+  bool whole_trace_ = false;
+  std::optional<std::uint64_t> main_thread_;
+  std::array<interval_union, cat_count> levels_;  // levels_[c]: union of categories 0..c
+  interval_union kernels_;
+  std::vector<ns_t> kernel_starts_;
+  std::vector<ns_t> kernel_ends_;
+  double mean_wall_ns_ = 0;
+};
+
+}  // namespace ferry::trace::detail

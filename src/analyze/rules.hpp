@@ -1,0 +1,44 @@
+// The analyzer's rules. Each rule is one file in rules/ defining one function that reads the model and
+// appends its findings (none, or one per thing it names); the table in rules.cpp lists them in ranking
+// order. A new rule: its file, its declaration below, and its line in the table.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "ferry/analyze/analyze.hpp"
+#include "model.hpp"
+
+namespace ferry::trace::detail {
+
+/// A finding below this fraction of the mean step does not bound the workload; when every finding is
+/// below it, compute_bound leads.
+inline constexpr double material_fraction = 0.05;
+
+/// Appends a rule's findings to `out`.
+using rule_fn = void (*)(const model& m, std::vector<finding>& out);
+
+/// One rule of the table.
+struct rule {
+  std::string_view id;  // finding::rule of what it appends
+  rule_fn find;
+  /// Runs only when no other rule's finding costs material_fraction of the mean step; what it appends
+  /// then leads the findings.
+  bool fallback = false;
+};
+
+void find_compute_bound(const model& m, std::vector<finding>& out);
+void find_gpu_idle(const model& m, std::vector<finding>& out);
+void find_sync_copy(const model& m, std::vector<finding>& out);
+void find_pageable_async_copy(const model& m, std::vector<finding>& out);
+void find_device_sync(const model& m, std::vector<finding>& out);
+void find_serialized_copy(const model& m, std::vector<finding>& out);
+void find_low_copy_bandwidth(const model& m, std::vector<finding>& out);
+void find_drain_tail(const model& m, std::vector<finding>& out);
+
+/// Runs every rule of the table on `m` and returns the findings, ranked: costliest first and, on equal
+/// cost, by their rule's place in the table (the rule that names the more direct cause first), then by
+/// title; a fallback's finding leads.
+[[nodiscard]] std::vector<finding> find_all(const model& m);
+
+}  // namespace ferry::trace::detail

@@ -1,0 +1,144 @@
+// sync_copy: a blocking copy that keeps the next launch waiting. The cost is the copy time no kernel
+// overlapped plus the GPU idle while the main thread still waited after the copy.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "ferry/core/units.hpp"
+#include "rules.hpp"
+#include "wording.hpp"
+
+namespace ferry::trace::detail {
+
+namespace {
+
+// A wait that ends this soon after a copy ended waited for that copy: max(1 ms, 5% of the copy). A GPU
+// wakes a waiting thread within tens of microseconds, but a loaded host (and the host backend's threads)
+// can take a millisecond; a copy followed by an unrelated wait that soon is rare enough.
+constexpr ns_t wait_slack_ns = 1'000'000;
+constexpr double wait_slack_fraction = 0.05;
+
+// Main-thread blocking waits sorted by end (all threads when there is no main thread).
+std::vector<std::size_t> main_waits(const model& m) {
+  const timeline& t = m.trace();
+  std::vector<std::size_t> waits;
+  for (std::size_t i : m.cpu()) {
+    const event& e = t.events[i];
+    if (is_wait(e) && (!m.main_thread() || e.thread == *m.main_thread())) waits.push_back(i);
+  }
+  std::sort(waits.begin(), waits.end(), [&t](std::size_t a, std::size_t b) {
+    return std::tie(t.events[a].end_ns, a) < std::tie(t.events[b].end_ns, b);
+  });
+  return waits;
+}
+
+}  // namespace
+
+void find_sync_copy(const model& m, std::vector<finding>& out) {
+  const timeline& t = m.trace();
+  const auto copies =
+      m.copies_in_steps([](const event& c) { return c.copy == copy_kind::h2d || c.copy == copy_kind::d2h; });
+  const std::vector<std::size_t> waits = main_waits(m);
+  std::unordered_map<std::uint64_t, std::size_t> api_by_correlation;
+  for (std::size_t i : m.cpu()) {
+    const event& e = t.events[i];
+    if (e.kind == activity::api && e.correlation != 0) api_by_correlation.emplace(e.correlation, i);
+  }
+  std::size_t count = 0;
+  std::map<copy_kind, std::pair<std::size_t, std::uint64_t>> dirs;  // count, bytes
+  double blocked_ns = 0, cost_ns = 0, copy_ns = 0;
+  for (std::size_t i : copies) {
+    const event& c = t.events[i];
+    const ns_t slack = std::max(wait_slack_ns, static_cast<ns_t>(wait_slack_fraction * c.duration_ns()));
+    // The first main-thread wait that ends within the slack after the copy ended. For an async copy, the
+    // call that issued it does not count (a pageable one blocks in it: pageable_async_copy's finding).
+    const auto own_call = [&](const event& w) {
+      return (c.correlation != 0 && w.correlation == c.correlation) ||
+             (w.sync == sync_kind::copy && w.start_ns <= c.start_ns);
+    };
+    // The copy ends for the CPU when the GPU finished it and, for an issuing call that blocked, when that
+    // call returned.
+    ns_t done = c.end_ns;
+    for (auto w = std::partition_point(waits.begin(), waits.end(),
+                                       [&](std::size_t x) { return t.events[x].end_ns < c.end_ns; });
+         w != waits.end() && t.events[*w].end_ns <= c.end_ns + slack; ++w)
+      if (own_call(t.events[*w])) done = std::max(done, t.events[*w].end_ns);
+    // With a correlation id the issuing call is known exactly, however late a loaded host returned from it.
+    if (c.correlation != 0)
+      if (auto a = api_by_correlation.find(c.correlation); a != api_by_correlation.end())
+        done = std::max(done, t.events[a->second].end_ns);
+    auto it = std::partition_point(waits.begin(), waits.end(),
+                                   [&](std::size_t w) { return t.events[w].end_ns < c.end_ns; });
+    std::optional<std::size_t> wait;
+    for (; it != waits.end() && t.events[*it].end_ns <= done + slack; ++it) {
+      if (c.async && own_call(t.events[*it])) continue;
+      wait = *it;
+      break;
+    }
+    auto next_kernel = std::lower_bound(m.kernel_starts().begin(), m.kernel_starts().end(), c.end_ns);
+    if (c.async) {
+      if (!wait) continue;
+      const event& w = t.events[*wait];
+      // The launch was not held when a kernel started before the wait ended. With no kernel after it in
+      // the trace (the window's last step) the wait counts: nothing shows it was harmless.
+      if (next_kernel != m.kernel_starts().end() && *next_kernel < w.end_ns) continue;
+      // A wait that a kernel's end fell into waited for that kernel too (a device synchronize at the end
+      // of a run, say): not a wait for the copy.
+      if (std::upper_bound(m.kernel_ends().begin(), m.kernel_ends().end(), c.end_ns) !=
+          std::upper_bound(m.kernel_ends().begin(), m.kernel_ends().end(), w.end_ns))
+        continue;
+    } else if (!wait && c.correlation != 0) {
+      if (auto a = api_by_correlation.find(c.correlation); a != api_by_correlation.end()) wait = a->second;
+    }
+    const ns_t wait_end = wait ? std::max(c.end_ns, t.events[*wait].end_ns) : c.end_ns;
+    const ns_t held_until = next_kernel == m.kernel_starts().end()
+                                ? wait_end
+                                : std::min(wait_end, std::max(c.end_ns, *next_kernel));
+    // Cost: the copy time no kernel overlapped, plus the GPU idle while the CPU still waited after the copy.
+    const ns_t lone = c.duration_ns() - m.kernels().covered(c.start_ns, c.end_ns);
+    const ns_t held = m.busy().gaps(c.end_ns, held_until);
+    ++count;
+    auto& d = dirs[c.copy];
+    ++d.first;
+    d.second += c.bytes;
+    copy_ns += static_cast<double>(c.duration_ns());
+    blocked_ns += static_cast<double>(wait ? t.events[*wait].duration_ns() : c.duration_ns());
+    cost_ns += static_cast<double>(lone + held);
+  }
+  if (count == 0) return;
+  finding f;
+  f.rule = "sync_copy";
+  f.cost_ms_per_step = ms(m.per_step(cost_ns));
+  std::vector<std::string> parts;
+  for (const auto& [k, d] : dirs) {
+    parts.push_back(fmt::format(
+        "{} {} per step ({} per step)", count_text(m.per_step(static_cast<double>(d.first))), upper_dir(k),
+        format_bytes(static_cast<std::uint64_t>(m.per_step(static_cast<double>(d.second))))));
+    const std::string key = k == copy_kind::h2d ? "h2d" : "d2h";
+    f.numbers[key + "_count_per_step"] = m.per_step(static_cast<double>(d.first));
+    f.numbers[key + "_bytes_per_step"] = m.per_step(static_cast<double>(d.second));
+  }
+  f.numbers["count_per_step"] = m.per_step(static_cast<double>(count));
+  f.numbers["blocked_ms_per_step"] = ms(m.per_step(blocked_ns));
+  f.numbers["copy_ms_per_step"] = ms(m.per_step(copy_ns));
+  f.title = fmt::format("{} blocking cop{} per step hold{} back the next launch",
+                        count_text(m.per_step(static_cast<double>(count))),
+                        count == m.step_count() ? "y" : "ies", count == m.step_count() ? "s" : "");
+  f.evidence = fmt::format(
+      "{}; the main thread was blocked {} per step waiting for them; the copies took {} per "
+      "step that no kernel overlapped with",
+      fmt::join(parts, ", "), ms_text(ms(m.per_step(blocked_ns))), ms_text(ms(m.per_step(copy_ns))));
+  f.fix =
+      "non-blocking copy from pinned memory on a copy stream: ferry::ingest::prefetcher (ingest L2..L4) / "
+      "ferry::egress::pipeline (egress L3..L4)";
+  out.push_back(std::move(f));
+}
+
+}  // namespace ferry::trace::detail
