@@ -200,6 +200,18 @@ TEST(analyze_breakdown, categories_are_exclusive_in_priority_order) {
   EXPECT_DOUBLE_EQ(a.mean.idle_ms, 0.028);
 }
 
+TEST(analyze_breakdown, communication_kernels_count_as_comm_whatever_the_case_of_nccl) {
+  builder b;
+  b.range("ProfilerStep#0", 0, 100);
+  b.kernel(0, 10, 7, "ncclDevKernel_AllReduce");  // NCCL's own spelling
+  b.kernel(10, 30, 7, "NCCL AllGather");          // a profiler's annotation of it
+  b.kernel(30, 60, 7, "nCcL_custom_reduce");      // any case
+  b.kernel(60, 100, 7, "gemm_nc_cl");             // not the word: compute
+  const analysis a = b.run();
+  EXPECT_DOUBLE_EQ(a.steps[0].comm_ms, 0.060);
+  EXPECT_DOUBLE_EQ(a.steps[0].compute_ms, 0.040);
+}
+
 TEST(analyze_breakdown, events_are_clipped_to_steps_and_averaged) {
   builder b;
   b.steps(2, 100);
