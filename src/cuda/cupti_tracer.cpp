@@ -1,13 +1,16 @@
 // The CUPTI recorder: CUPTI's activity API delivers records in buffers ferry hands it; each completed
 // buffer is converted into trace::events and recorded (late) into the recorder of the running trace.
 //
+// Library: ferry links no CUPTI; the first begin() loads libcupti through ferry::shim (shim/cupti.hpp)
+// and throws cuda_error naming every library tried when none opens. Nothing else needs CUPTI.
+//
 // Clock: ferry registers cuptiActivityRegisterTimestampCallback returning trace::now_ns() (steady_clock,
 // i.e. CLOCK_MONOTONIC), so CUPTI stamps CPU records with ferry's clock and interpolates GPU timestamps
 // onto it. begin() checks that the callback took effect (cuptiGetTimestamp() agrees with now_ns()); when
 // it did not, it measures the offset between CUPTI's clock and now_ns() once and adds it to every record.
 //
 // NVTX: CUPTI sees NVTX ranges only as the process' NVTX injection library. begin() sets
-// NVTX_INJECTION64_PATH to the libcupti that is loaded (found with dladdr) when it is unset. NVTX reads
+// NVTX_INJECTION64_PATH to the libcupti ferry loaded (its full path) when it is unset. NVTX reads
 // the variable once, at the process' first NVTX call: ranges are captured only when that first call comes
 // after the first begin() (or when the variable was set before the process started).
 //
@@ -19,7 +22,6 @@
 #include <cuda.h>
 #include <cupti.h>
 #include <cxxabi.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,6 +37,8 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/unique_handle.hpp"
+#include "ferry/shim/cupti.hpp"
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::cupti {
@@ -49,9 +53,14 @@ constexpr std::size_t buffer_bytes = std::size_t{8} << 20;
 constexpr std::size_t buffer_align = ACTIVITY_RECORD_ALIGNMENT;
 constexpr std::size_t pool_buffers = 4;  // allocated at begin(); the pool grows only if CUPTI wants more
 
+// CUPTI's entry points (ferry::shim loads libcupti at the first trace_begin). Only called once begin()
+// has loaded them: every CUPTI callback and end() run after a successful begin().
+const shim::cupti_api& api() { return shim::cupti(); }
+
 [[noreturn]] void throw_cupti_error(CUptiResult status, const char* call) {
   const char* text = nullptr;
-  if (cuptiGetResultString(status, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown CUPTI result";
+  if (api().get_result_string(status, &text) != CUPTI_SUCCESS || text == nullptr)
+    text = "unknown CUPTI result";
   std::string hint;
   if (status == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || status == CUPTI_ERROR_NOT_COMPATIBLE)
     hint = "; another profiler (Nsight Systems, the PyTorch profiler) may hold CUPTI in this process";
@@ -61,11 +70,12 @@ constexpr std::size_t pool_buffers = 4;  // allocated at begin(); the pool grows
                    fmt::format("{} failed: {} (CUPTI result {}){}", call, text, static_cast<int>(status), hint));
 }
 
-#define FERRY_CUPTI_TRY(call)                                                  \
+// `what` names the CUPTI function as its documentation does (the call goes through ferry::shim's table).
+#define FERRY_CUPTI_TRY(call, what)                                            \
   do {                                                                         \
     const CUptiResult ferry_cupti_status_ = (call);                            \
     if (ferry_cupti_status_ != CUPTI_SUCCESS) [[unlikely]]                     \
-      throw_cupti_error(ferry_cupti_status_, #call);                           \
+      throw_cupti_error(ferry_cupti_status_, what);                            \
   } while (0)
 
 std::uint64_t CUPTIAPI ferry_timestamp() { return static_cast<std::uint64_t>(trace::now_ns()); }
@@ -283,7 +293,7 @@ const api_info& api_of(session& s, std::uint32_t cbid) {
   auto it = s.apis.find(cbid);
   if (it != s.apis.end()) return it->second;
   const char* raw = nullptr;
-  if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
+  if (api().get_callback_name(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
     raw = "cuda runtime call";
   const std::string_view name = api_base_name(raw);
   api_info info{s.rec->intern(name), api_sync_kind(name)};
@@ -440,8 +450,9 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
     const std::lock_guard lock(g_mu);
     if (g_session != nullptr && buffer != nullptr) {
       session& s = *g_session;
+      const shim::cupti_api& cupti = api();
       CUpti_Activity* record = nullptr;
-      while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+      while (cupti.activity_get_next_record(buffer, valid_size, &record) == CUPTI_SUCCESS) {
         try {
           convert(s, record);
         } catch (...) {
@@ -449,24 +460,35 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
         }
       }
       std::size_t dropped = 0;
-      if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) s.dropped += dropped;
+      if (cupti.activity_get_num_dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS)
+        s.dropped += dropped;
     }
   }
   g_pool.give_back(buffer);
 }
 
-// The path of the libcupti this process loaded, for NVTX_INJECTION64_PATH.
-std::string loaded_cupti_path() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&cuptiActivityEnable), &info) == 0 || info.dli_fname == nullptr) return {};
-  return info.dli_fname;
+// Points NVTX at the libcupti ferry loaded (the same file, so NVTX's dlopen shares it). NVTX reads the
+// environment, so there is no other channel; begin() calls this under g_begin_end_mu.
+void enable_nvtx_injection() {
+  if (std::getenv("NVTX_INJECTION64_PATH") != nullptr) return;  // NOLINT(concurrency-mt-unsafe): see above
+  const std::string& path = api().path;
+  if (!path.empty()) ::setenv("NVTX_INJECTION64_PATH", path.c_str(), 0);  // NOLINT(concurrency-mt-unsafe)
 }
 
-void enable_nvtx_injection() {
-  if (std::getenv("NVTX_INJECTION64_PATH") != nullptr) return;
-  const std::string path = loaded_cupti_path();
-  if (!path.empty()) ::setenv("NVTX_INJECTION64_PATH", path.c_str(), 0);
-}
+// The activity kinds begin() has enabled so far (the first `count` of enabled_kinds). Closing disables
+// them and flushes what they recorded, so a begin() that fails half-way leaves CUPTI as it found it;
+// after a successful begin() the session owns them and end() disables them, reporting failures.
+struct enabled_kinds_traits {
+  struct handle_type {
+    std::size_t count = 0;
+  };
+  static constexpr handle_type null() noexcept { return {}; }
+  static bool is_null(handle_type h) noexcept { return h.count == 0; }
+  static void close(handle_type h) noexcept {
+    for (std::size_t i = 0; i < h.count; ++i) static_cast<void>(api().activity_disable(enabled_kinds[i]));
+    static_cast<void>(api().activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  }
+};
 
 }  // namespace
 
@@ -478,13 +500,15 @@ void begin(trace::recorder& r) {
                   "CUPTI trace: a trace is already running in this process (CUPTI traces one at a time); "
                   "call trace_end first");
   }
+  // Loads libcupti on the first trace; throws cuda_error naming every library tried when it is missing.
+  const shim::cupti_api& cupti = shim::cupti();
   std::uint32_t version = 0;
-  FERRY_CUPTI_TRY(cuptiGetVersion(&version));
+  FERRY_CUPTI_TRY(cupti.get_version(&version), "cuptiGetVersion(&version)");
   if (version < CUPTI_API_VERSION)
     throw cuda_error(static_cast<int>(CUPTI_ERROR_NOT_COMPATIBLE),
                      fmt::format("CUPTI trace: the loaded libcupti ({}) has API version {}, older than the {} "
                                  "ferry was built with; put the toolkit's libcupti first on the library path",
-                                 loaded_cupti_path(), version, CUPTI_API_VERSION));
+                                 cupti.path, version, CUPTI_API_VERSION));
   enable_nvtx_injection();
   g_pool.fill(pool_buffers);
 
@@ -492,17 +516,20 @@ void begin(trace::recorder& r) {
   s->rec = &r;
   // Thread ids as gettid() returns them (trace::this_thread_id), not CUPTI's default (pthread_self()
   // cut to 32 bits). Before the kinds are enabled; an earlier CUPTI user may have set it already.
-  FERRY_CUPTI_TRY(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+  FERRY_CUPTI_TRY(cupti.set_thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM),
+                  "cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)");
   if (!g_callbacks_registered) {
-    FERRY_CUPTI_TRY(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    // Kept for the process' lifetime, like the library itself: nothing to undo at end().
+    FERRY_CUPTI_TRY(cupti.activity_register_callbacks(buffer_requested, buffer_completed),
+                    "cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)");
     // Before any kind is enabled, as CUPTI asks; kept for the process' lifetime (it is the same clock).
-    const CUptiResult ts = cuptiActivityRegisterTimestampCallback(ferry_timestamp);
+    const CUptiResult ts = cupti.activity_register_timestamp_callback(ferry_timestamp);
     static_cast<void>(ts);  // checked below by comparing clocks, whatever it returned
     g_callbacks_registered = true;
   }
   // When the timestamp callback is in effect CUPTI's clock is now_ns(); else measure the offset once.
   std::uint64_t cupti_now = 0;
-  FERRY_CUPTI_TRY(cuptiGetTimestamp(&cupti_now));
+  FERRY_CUPTI_TRY(cupti.get_timestamp(&cupti_now), "cuptiGetTimestamp(&cupti_now)");
   const std::int64_t offset = trace::now_ns() - static_cast<std::int64_t>(cupti_now);
   constexpr std::int64_t same_clock_ns = 1'000'000;
   s->offset_ns = offset > -same_clock_ns && offset < same_clock_ns ? 0 : offset;
@@ -514,22 +541,22 @@ void begin(trace::recorder& r) {
     g_session = s.release();
   }
 
-  std::size_t enabled = 0;
+  unique_handle<enabled_kinds_traits> enabled;
   try {
     for (CUpti_ActivityKind kind : enabled_kinds) {
-      const CUptiResult status = cuptiActivityEnable(kind);
+      const CUptiResult status = cupti.activity_enable(kind);
       if (status != CUPTI_SUCCESS)
         throw_cupti_error(status, fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
-      ++enabled;
+      ++enabled.get().count;
     }
   } catch (...) {
-    for (std::size_t i = 0; i < enabled; ++i) static_cast<void>(cuptiActivityDisable(enabled_kinds[i]));
-    static_cast<void>(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    enabled.reset();  // disables and flushes while the session still takes the records
     const std::lock_guard lock(g_mu);
     delete g_session;
     g_session = nullptr;
     throw;
   }
+  static_cast<void>(enabled.release());  // the session's now: end() disables every kind
 }
 
 void end() {
@@ -538,15 +565,17 @@ void end() {
     const std::lock_guard lock(g_mu);
     if (g_session == nullptr) return;
   }
+  // A session exists, so begin() loaded CUPTI: this does not throw.
+  const shim::cupti_api& cupti = shim::cupti();
   // Flushing runs buffer_completed, which takes g_mu: not held here.
-  const CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  const CUptiResult flushed = cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   CUptiResult disabled = CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind : enabled_kinds) {
-    const CUptiResult status = cuptiActivityDisable(kind);
+    const CUptiResult status = cupti.activity_disable(kind);
     if (status != CUPTI_SUCCESS && disabled == CUPTI_SUCCESS) disabled = status;
   }
   // Records completed between the first flush and the disables.
-  static_cast<void>(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 
   std::unique_ptr<session> s;
   {
@@ -554,7 +583,8 @@ void end() {
     s.reset(std::exchange(g_session, nullptr));
   }
   std::size_t global_dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &global_dropped) == CUPTI_SUCCESS) s->dropped += global_dropped;
+  if (cupti.activity_get_num_dropped_records(nullptr, 0, &global_dropped) == CUPTI_SUCCESS)
+    s->dropped += global_dropped;
   trace::recorder& r = *s->rec;
   try {
     for (trace::event e : s->pending_syncs) {

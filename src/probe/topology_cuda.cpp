@@ -1,9 +1,8 @@
 // The GPU part of ferry probe --topology on the cuda backend: the GPUs the CUDA runtime sees, their peer
-// attributes and measured peer bandwidth, and NVML (opened with dlopen, so ferry runs where the driver's
+// attributes and measured peer bandwidth, and NVML (through ferry::shim, so ferry runs where the driver's
 // NVML is missing) for PCIe link state, NVLink and the PCI topology between GPUs. Without NVML the PCIe
 // figures and the GPU-to-GPU path come from sysfs.
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,114 +18,26 @@
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 #include "ferry/probe/topology.hpp"
+#include "ferry/shim/nvml.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
 
 namespace ferry::probe::detail {
 namespace {
 
-// The part of nvml.h ferry uses, declared here so that no NVML header or library is needed to build.
-using nvml_return = int;
-constexpr nvml_return nvml_success = 0;
-constexpr nvml_return nvml_error_invalid_argument = 2;
-struct nvml_device_st;
-using nvml_device = nvml_device_st*;
-enum nvml_topology_level : int { internal = 0, single = 10, multiple = 20, hostbridge = 30, node = 40, system = 50 };
-constexpr int nvml_nvlink_device_type_switch = 2;
-struct nvml_pci_info {  // nvmlPciInfo_t (v2 and later)
-  char bus_id_legacy[16];
-  unsigned int domain;
-  unsigned int bus;
-  unsigned int device;
-  unsigned int pci_device_id;
-  unsigned int pci_subsystem_id;
-  char bus_id[32];
-  char slack[64];  // room in case a later NVML grows the struct
-};
-
-// NVML, loaded at run time. Every function but init/shutdown/error_string is optional.
-class nvml_library {
- public:
-  nvml_library() {
-    handle_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      const char* why = dlerror();
-      error_ = fmt::format("NVML not available: dlopen(\"libnvidia-ml.so.1\") failed: {}",
-                           why != nullptr ? why : "unknown error");
-      return;
-    }
-    load(init_, "nvmlInit_v2");
-    load(shutdown_, "nvmlShutdown");
-    load(error_string_, "nvmlErrorString");
-    load(by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
-    load(curr_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
-    load(curr_width, "nvmlDeviceGetCurrPcieLinkWidth");
-    load(max_gen, "nvmlDeviceGetMaxPcieLinkGeneration");
-    load(max_width, "nvmlDeviceGetMaxPcieLinkWidth");
-    load(common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
-    load(nvlink_state, "nvmlDeviceGetNvLinkState");
-    load(nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-    load(nvlink_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
-    load(cpu_affinity, "nvmlDeviceGetCpuAffinity");
-    load(numa_node_id, "nvmlDeviceGetNumaNodeId");
-    if (init_ == nullptr || shutdown_ == nullptr || by_bus_id == nullptr) {
-      error_ = "NVML not available: libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlShutdown or "
-               "nvmlDeviceGetHandleByPciBusId_v2";
-      return;
-    }
-    const nvml_return status = init_();
-    if (status != nvml_success) {
-      error_ = fmt::format("NVML not available: nvmlInit_v2 failed: {}", error_string(status));
-      return;
-    }
-    initialized_ = true;
-  }
-  nvml_library(const nvml_library&) = delete;
-  nvml_library& operator=(const nvml_library&) = delete;
-  ~nvml_library() {
-    if (initialized_) static_cast<void>(shutdown_());
-    if (handle_ != nullptr) dlclose(handle_);
-  }
-
-  [[nodiscard]] bool ok() const noexcept { return initialized_; }
-  [[nodiscard]] const std::string& error() const noexcept { return error_; }
-  [[nodiscard]] std::string error_string(nvml_return status) const {
-    const char* text = error_string_ != nullptr ? error_string_(status) : nullptr;
-    return fmt::format("{} (NVML {})", text != nullptr ? text : "unknown error", status);
-  }
-
-  nvml_return (*by_bus_id)(const char*, nvml_device*) = nullptr;
-  nvml_return (*curr_gen)(nvml_device, unsigned*) = nullptr;
-  nvml_return (*curr_width)(nvml_device, unsigned*) = nullptr;
-  nvml_return (*max_gen)(nvml_device, unsigned*) = nullptr;
-  nvml_return (*max_width)(nvml_device, unsigned*) = nullptr;
-  nvml_return (*common_ancestor)(nvml_device, nvml_device, int*) = nullptr;
-  nvml_return (*nvlink_state)(nvml_device, unsigned, int*) = nullptr;
-  nvml_return (*nvlink_remote_pci)(nvml_device, unsigned, nvml_pci_info*) = nullptr;
-  nvml_return (*nvlink_remote_type)(nvml_device, unsigned, int*) = nullptr;
-  nvml_return (*cpu_affinity)(nvml_device, unsigned, unsigned long*) = nullptr;
-  nvml_return (*numa_node_id)(nvml_device, unsigned*) = nullptr;
-
- private:
-  template <class F>
-  void load(F& fn, const char* name) noexcept {
-    fn = reinterpret_cast<F>(dlsym(handle_, name));
-  }
-  void* handle_ = nullptr;
-  bool initialized_ = false;
-  std::string error_;
-  nvml_return (*init_)() = nullptr;
-  nvml_return (*shutdown_)() = nullptr;
-  const char* (*error_string_)(nvml_return) = nullptr;
-};
+using shim::nvml_device;
+using shim::nvml_library;
+using shim::nvml_pci_info;
+using shim::nvml_return;
+using shim::nvml_success;
 
 gpu_link from_nvml_level(int level) noexcept {
   switch (level) {
-    case internal:
-    case single: return gpu_link::pix;
-    case multiple: return gpu_link::pxb;
-    case hostbridge: return gpu_link::phb;
-    case node: return gpu_link::node;
-    case system: return gpu_link::sys;
+    case shim::nvml_topology_internal:
+    case shim::nvml_topology_single: return gpu_link::pix;
+    case shim::nvml_topology_multiple: return gpu_link::pxb;
+    case shim::nvml_topology_hostbridge: return gpu_link::phb;
+    case shim::nvml_topology_node: return gpu_link::node;
+    case shim::nvml_topology_system: return gpu_link::sys;
     default: return gpu_link::unknown;
   }
 }
@@ -143,7 +54,7 @@ nvlinks read_nvlinks(const nvml_library& nvml, nvml_device dev) {
   for (unsigned link = 0; link < 64; ++link) {
     int active = 0;
     const nvml_return status = nvml.nvlink_state(dev, link, &active);
-    if (status == nvml_error_invalid_argument) break;  // past the last link
+    if (status == shim::nvml_error_invalid_argument) break;  // past the last link
     if (status != nvml_success) {
       if (link == 0) break;  // no NVLink on this GPU (NOT_SUPPORTED)
       continue;
@@ -157,7 +68,7 @@ nvlinks read_nvlinks(const nvml_library& nvml, nvml_device dev) {
     }
     int type = -1;
     if (nvml.nvlink_remote_type != nullptr && nvml.nvlink_remote_type(dev, link, &type) == nvml_success &&
-        type == nvml_nvlink_device_type_switch)
+        type == shim::nvml_nvlink_device_type_switch)
       ++out.to_switch;
     out.remote_bus_ids.push_back(std::move(remote));
   }
@@ -338,7 +249,7 @@ void discover_gpus(topology& t, const topology_options& opts, void (*progress)(c
     }
   }
 
-  if (progress != nullptr) progress("opening NVML (libnvidia-ml.so.1)");
+  if (progress != nullptr) progress(fmt::format("opening NVML ({})", shim::nvml_library_name));
   nvml_library nvml;
   if (!nvml.ok()) {
     t.nvml_note = nvml.error() + "; PCIe links and GPU paths come from sysfs, NVLink is not reported";

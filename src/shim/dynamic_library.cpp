@@ -1,6 +1,7 @@
 #include "ferry/shim/dynamic_library.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include "ferry/core/error.hpp"
 
@@ -18,9 +19,9 @@ dynamic_library dynamic_library::open(const std::vector<std::string>& names) {
       lib.error_.clear();
       return lib;
     }
-    const char* why = ::dlerror();
+    const char* why = ::dlerror();  // NOLINT(concurrency-mt-unsafe): glibc keeps dlerror's state per thread
     if (!lib.error_.empty()) lib.error_ += "; ";
-    lib.error_ += "dlopen(\"" + name + "\"): " + (why != nullptr ? why : "failed");
+    lib.error_ += "dlopen(\"" + name + "\") failed: " + (why != nullptr ? why : "unknown error");
   }
   if (names.empty()) lib.error_ = "no library name given";
   return lib;
@@ -31,9 +32,17 @@ void* dynamic_library::find(const char* symbol) const noexcept {
   return ::dlsym(handle_.get(), symbol);
 }
 
+std::string dynamic_library::path() const {
+  if (handle_.empty()) return {};
+  link_map* map = nullptr;
+  if (::dlinfo(handle_.get(), RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr)
+    return name_;
+  return map->l_name[0] != '\0' ? std::string(map->l_name) : name_;
+}
+
 void* dynamic_library::require(const char* symbol) const {
-  FERRY_EXPECTS(!handle_.empty(), std::string("cannot look up ") + symbol + ": the library is not loaded (" +
-                                      error_ + ")");
+  FERRY_EXPECTS(!handle_.empty(),
+                std::string("cannot look up ") + symbol + ": the library is not loaded (" + error_ + ")");
   void* p = find(symbol);
   FERRY_EXPECTS(p != nullptr, std::string("library ") + name_ + " has no symbol " + symbol +
                                   "; it may be older than ferry needs");

@@ -24,14 +24,18 @@ class dynamic_library {
   dynamic_library() noexcept = default;
 
   /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_LOCAL). When none opens, the
-  /// library is empty and error() says what each attempt answered.
+  /// library is empty and error() says what each attempt answered, one `dlopen("name") failed: why`
+  /// per name tried, in order. Never throws for a missing library.
   [[nodiscard]] static dynamic_library open(const std::vector<std::string>& names);
 
   [[nodiscard]] bool loaded() const noexcept { return !handle_.empty(); }
   /// Why open() failed (empty when loaded).
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
-  /// The name that opened.
+  /// The name that opened, as given to open().
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// The file the dynamic loader opened for name() (a full path when name() was a bare soname);
+  /// empty when not loaded. What NVTX_INJECTION64_PATH needs to load the very same library.
+  [[nodiscard]] std::string path() const;
 
   /// The address of `symbol`, or nullptr when the library lacks it.
   [[nodiscard]] void* find(const char* symbol) const noexcept;
