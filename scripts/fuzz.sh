@@ -20,17 +20,19 @@ jobs=${FUZZ_JOBS:-1}
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 mkdir -p "$out/corpus" "$out/crashes"
 
+# The trace reader and writer are every file of src/trace/io/.
 sources=(
   "$root/tests/fuzz/trace_import_fuzz.cpp"
-  "$root/src/trace/trace_io.cpp"
+  "$root"/src/trace/io/*.cpp
   "$root/src/trace/timeline.cpp"
   "$root/src/core/error.cpp"
 )
 binary=$out/trace_import_fuzz
 rebuild=0
 [ -x "$binary" ] || rebuild=1
-for f in "${sources[@]}" "$root"/include/ferry/trace/*.hpp "$root/include/ferry/core/error.hpp" \
-         "$root/tests/trace/timeline_compare.hpp" "$root/tests/fuzz/source_location_shim.hpp" "$0"; do
+for f in "${sources[@]}" "$root"/src/trace/io/*.hpp "$root"/include/ferry/trace/*.hpp \
+         "$root/include/ferry/core/error.hpp" "$root/tests/trace/timeline_compare.hpp" \
+         "$root/tests/fuzz/source_location_shim.hpp" "$0"; do
   [ "$f" -nt "$binary" ] && rebuild=1
 done
 if [ $rebuild -eq 1 ]; then
