@@ -63,11 +63,11 @@ enum class copy_direction : std::uint8_t { host_to_device, device_to_host, devic
   return copy_direction::host_to_host;
 }
 
-/// A non-owning view of a stream: one ferry made, or a foreign handle (a framework's stream) adopted
-/// with device::adopt_stream. Cheap to copy; valid while the stream it names lives.
+/// A non-owning view of a stream: one ferry made (stream::view), or a foreign handle (a framework's
+/// stream) adopted with device::adopt_stream, which checks it. Cheap to copy; valid while the stream it
+/// names lives.
 class stream_view {
  public:
-  stream_view(device& dev, void* native) noexcept : dev_(&dev), native_(native) {}
   stream_view(int) = delete;             // a view of stream 0 would be the legacy default stream
   stream_view(std::nullptr_t) = delete;  // likewise
 
@@ -86,6 +86,10 @@ class stream_view {
   }
 
  private:
+  // Views are made by the device (adopt_stream, after its checks) and by the streams it made.
+  friend class device;
+  friend class stream;
+  stream_view(device& dev, void* native) noexcept : dev_(&dev), native_(native) {}
   device* dev_;
   void* native_;
 };
