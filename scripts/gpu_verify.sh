@@ -19,6 +19,9 @@ for t in device egress ingest; do
 done
 
 echo "=== NVML and CUPTI through the shim"
+readelf -d "$c/ferry" | grep -i "cupti" && rc[links_cupti]=1 || rc[links_cupti]=0
+"$c/ferry_shim_tests" > "$out/shim.log" 2>&1; rc[suite_shim]=$?; tail -n 1 "$out/shim.log"
+"$c/ferry" probe --topology > "$out/topology.txt" 2>&1; rc[topology_text]=$?
 "$c/ferry" probe --topology --json > "$out/topology.json" 2> "$out/topology.err"; rc[topology]=$?
 "$c/ferry" bench egress --backend cuda --levels ideal,ferry --steps 3 --trace "$out/t/egress.json" \
   > "$out/traced.txt" 2>&1; rc[traced]=$?
