@@ -91,7 +91,8 @@ inline constexpr std::array<std::string_view, slot_count> slot_names{"ph",      
                                                                      "args.thread", "args.anonymous",
                                                                      "args.name",   "args.labels"};
 
-/// The slot of an event's key ("ph", "cat", "name", "pid", "tid"), of a key of its args otherwise.
+/// The slot a key of an event (event_slot) or of its args (args_slot) fills; nullopt for the keys ferry
+/// does not read.
 [[nodiscard]] std::optional<slot> event_slot(std::string_view key);
 [[nodiscard]] std::optional<slot> args_slot(std::string_view key);
 
