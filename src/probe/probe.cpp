@@ -86,14 +86,14 @@ const link_result* result::find(const std::string& name) const noexcept {
   return nullptr;
 }
 
-result run(device& dev, const options& opts, void (*progress)(const std::string&)) {
+result run(device& dev, const options& opts, progress_fn progress) {
   FERRY_EXPECTS(opts.copy_bytes > 0, "probe copy size is 0; give a size of at least 1 byte");
   FERRY_EXPECTS(opts.iterations >= 1,
                 fmt::format("probe iterations is {}; at least 1 timed copy is needed", opts.iterations));
   FERRY_EXPECTS(opts.warmup >= 0, fmt::format("probe warmup is {}; it cannot be negative", opts.warmup));
   FERRY_RANGE("ferry.probe", trace::color::gray);
   auto say = [&](const std::string& line) {
-    if (progress != nullptr) progress(line);
+    if (progress) progress(line);
   };
 
   result r;
@@ -251,11 +251,11 @@ link_result measure_link(device& dev, copy_direction dir, memory_kind host_memor
 }
 
 double pinned_ceiling(device& dev, copy_direction dir, std::uint64_t bytes, double given,
-                      void (*progress)(const std::string&)) {
+                      progress_fn progress) {
   if (given > 0) return given;
   const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 256 * MiB));
   const bool up = dir == copy_direction::host_to_device;
-  if (progress != nullptr) progress(fmt::format("probing pinned {} with {} copies", up ? "H2D" : "D2H", format_bytes(n)));
+  if (progress) progress(fmt::format("probing pinned {} with {} copies", up ? "H2D" : "D2H", format_bytes(n)));
   return measure_link(dev, dir, memory_kind::pinned, n, 2, 5).median_gbps;
 }
 

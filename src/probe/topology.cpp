@@ -270,13 +270,13 @@ gpu_link link_from_pci_paths(const pci_device& a, const pci_device& b) noexcept 
   return below <= 2 ? gpu_link::pix : gpu_link::pxb;
 }
 
-topology discover_topology(backend b, const topology_options& opts, void (*progress)(const std::string&)) {
+topology discover_topology(backend b, const topology_options& opts, progress_fn progress) {
   FERRY_EXPECTS(!opts.measure_p2p || (opts.p2p_bytes > 0 && opts.p2p_iterations >= 1 && opts.p2p_warmup >= 0),
                 fmt::format("topology: P2P copies of {} bytes, {} iterations, {} warm-up: expected bytes > 0, "
                             "iterations >= 1, warm-up >= 0",
                             opts.p2p_bytes, opts.p2p_iterations, opts.p2p_warmup));
   topology t;
-  if (progress != nullptr) progress(fmt::format("reading host NUMA nodes from {}", opts.sysfs_root));
+  if (progress) progress(fmt::format("reading host NUMA nodes from {}", opts.sysfs_root));
   t.cpu_count = read_cpu_count(opts.sysfs_root);
   t.numa = read_numa_nodes(opts.sysfs_root);
   if (b != backend::cuda) {

@@ -151,7 +151,7 @@ double measure_pair(gpu_buffers& from, gpu_buffers& to, std::size_t bytes, std::
 
 std::uint64_t seed_of(int gpu) noexcept { return 0x70706f6c6f6779ULL + static_cast<std::uint64_t>(gpu); }
 
-void measure_p2p(topology& t, const topology_options& opts, void (*progress)(const std::string&)) {
+void measure_p2p(topology& t, const topology_options& opts, const progress_fn& progress) {
   const int n = static_cast<int>(t.gpus.size());
   std::vector<gpu_buffers> buffers(static_cast<std::size_t>(n));
   for (int g = 0; g < n; ++g) buffers[static_cast<std::size_t>(g)].allocate(t.gpus[static_cast<std::size_t>(g)].ordinal,
@@ -162,7 +162,7 @@ void measure_p2p(topology& t, const topology_options& opts, void (*progress)(con
       gpu_pair& p = t.pairs[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
       gpu_buffers& from = buffers[static_cast<std::size_t>(i)];
       gpu_buffers& to = buffers[static_cast<std::size_t>(j)];
-      if (progress != nullptr)
+      if (progress)
         progress(fmt::format("P2P GPU{} -> GPU{} ({}, {} per copy)", from.ordinal, to.ordinal,
                              p.access_supported ? "peer access" : "no peer access: staged", format_bytes(opts.p2p_bytes)));
       bool enabled_here = false;
@@ -193,7 +193,7 @@ void measure_p2p(topology& t, const topology_options& opts, void (*progress)(con
 
 }  // namespace
 
-void discover_gpus(topology& t, const topology_options& opts, void (*progress)(const std::string&)) {
+void discover_gpus(topology& t, const topology_options& opts, const progress_fn& progress) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -249,7 +249,7 @@ void discover_gpus(topology& t, const topology_options& opts, void (*progress)(c
     }
   }
 
-  if (progress != nullptr) progress(fmt::format("opening NVML ({})", shim::nvml_library_name));
+  if (progress) progress(fmt::format("opening NVML ({})", shim::nvml_library_name));
   nvml_library nvml;
   if (!nvml.ok()) {
     t.nvml_note = nvml.error() + "; PCIe links and GPU paths come from sysfs, NVLink is not reported";

@@ -3,7 +3,7 @@
 
 namespace ferry::probe::detail {
 
-void discover_gpus(topology& t, const topology_options& /*opts*/, void (*/*progress*/)(const std::string&)) {
+void discover_gpus(topology& t, const topology_options& /*opts*/, const progress_fn& /*progress*/) {
   t.gpu_note = "ferry was built without CUDA (FERRY_WITH_CUDA=OFF or no CUDA compiler)";
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/core/progress.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/device/device.hpp"
 
@@ -73,8 +74,8 @@ struct result {
 
 /// Runs the probe on `dev`. Throws logic_error for a copy size of 0 or iterations < 1, out_of_memory
 /// when the buffers cannot be had, and logic_error naming the link when a check finds wrong bytes.
-/// `progress` (may be null) receives one line per step, for stderr.
-[[nodiscard]] result run(device& dev, const options& opts, void (*progress)(const std::string&) = nullptr);
+/// `progress` (may be empty) receives one line per step, for stderr.
+[[nodiscard]] result run(device& dev, const options& opts, progress_fn progress = {});
 
 /// Measures one link alone (buffers allocated for it, bytes checked): pinned or pageable host memory,
 /// host to device or device to host. For benches that need one ceiling without a whole probe.
@@ -85,7 +86,7 @@ struct result {
 /// (measure_link with copies of min(bytes, 256 MiB), 2 warm-up and 5 timed, the median). `progress` (may
 /// be null) hears when it measures.
 [[nodiscard]] double pinned_ceiling(device& dev, copy_direction dir, std::uint64_t bytes, double given,
-                                    void (*progress)(const std::string&) = nullptr);
+                                    progress_fn progress = {});
 
 /// The text table `ferry probe` prints.
 [[nodiscard]] std::string format_table(const result& r);

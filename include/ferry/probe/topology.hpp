@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/progress.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::probe {
@@ -122,10 +123,10 @@ struct topology_options {
 [[nodiscard]] gpu_link link_from_pci_paths(const pci_device& a, const pci_device& b) noexcept;
 
 /// Discovers the topology: the host part always, GPUs when `b` is cuda and ferry was built with CUDA.
-/// `progress` (may be null) receives one line per step. Throws input_error for unparseable sysfs files,
+/// `progress` (may be empty) receives one line per step. Throws input_error for unparseable sysfs files,
 /// cuda_error when the CUDA runtime fails.
 [[nodiscard]] topology discover_topology(backend b, const topology_options& opts,
-                                         void (*progress)(const std::string&) = nullptr);
+                                         progress_fn progress = {});
 
 /// The text `ferry probe --topology` prints: the GPU matrix with CPU and NUMA affinity, per-GPU PCIe
 /// links, the P2P bandwidth matrix, and the host's NUMA nodes.
@@ -136,7 +137,7 @@ struct topology_options {
 namespace detail {
 /// The GPU part of discover_topology: fills gpus, pairs, gpu_note, nvml_note, notes and the P2P fields.
 /// Defined by the cuda backend, or by a stub in builds without CUDA.
-void discover_gpus(topology& t, const topology_options& opts, void (*progress)(const std::string&));
+void discover_gpus(topology& t, const topology_options& opts, const progress_fn& progress);
 }  // namespace detail
 
 }  // namespace ferry::probe
