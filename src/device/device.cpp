@@ -172,10 +172,11 @@ std::byte* buffer::host_bytes() const& {
 // ---- device ------------------------------------------------------------------------------------
 
 device::~device() {
-  FERRY_ASSERT_NOTHROW(event_pool_.empty(),
-                       fmt::format("{} pooled event(s) were never destroyed: the {} backend's destructor must "
-                                   "call drain_event_pool()",
-                                   event_pool_.size(), to_string(kind_)));
+  FERRY_ASSERT_NOTHROW(
+      event_pool_.empty(),
+      fmt::format("{} pooled event(s) were never destroyed: the {} backend's destructor must "
+                  "call drain_event_pool()",
+                  event_pool_.size(), to_string(kind_)));
 }
 
 stream device::make_stream() { return {*this, do_stream_create()}; }
@@ -196,10 +197,11 @@ stream_view device::adopt_stream(void* native) {
                 fmt::format("adopt_stream(0x2): cudaStreamPerThread is a default stream, which synchronizes "
                             "with the legacy default stream and so with every other stream; {}",
                             advice));
-  FERRY_EXPECTS(!do_is_null_stream(native),
-                fmt::format("adopt_stream({}): the {} backend treats this handle as the legacy default stream, "
-                            "which synchronizes with every other stream; {}",
-                            fmt::ptr(native), to_string(kind_), advice));
+  FERRY_EXPECTS(
+      !do_is_null_stream(native),
+      fmt::format("adopt_stream({}): the {} backend treats this handle as the legacy default stream, "
+                  "which synchronizes with every other stream; {}",
+                  fmt::ptr(native), to_string(kind_), advice));
   do_check_adopted_stream(native);
   return {*this, native};
 }
@@ -308,23 +310,26 @@ void device::checksum_async(mem_view src, mem_view result, stream_view s) {
   expect_same_device(*this, s.dev(), "checksum_async");
   expect_view(src, "checksum source");
   expect_view(result, "checksum result");
-  FERRY_EXPECTS(src.kind != memory_kind::pageable,
-                fmt::format("checksum_async of {} of pageable memory: a stream cannot read pageable memory in "
-                            "order; use ferry::checksum64 after synchronizing",
-                            format_bytes(src.bytes)));
-  FERRY_EXPECTS(result.kind == memory_kind::device && result.bytes >= 8,
-                fmt::format("checksum_async result must be at least 8 bytes of device memory, not {} of {} memory",
-                            result.bytes, to_string(result.kind)));
+  FERRY_EXPECTS(
+      src.kind != memory_kind::pageable,
+      fmt::format("checksum_async of {} of pageable memory: a stream cannot read pageable memory in "
+                  "order; use ferry::checksum64 after synchronizing",
+                  format_bytes(src.bytes)));
+  FERRY_EXPECTS(
+      result.kind == memory_kind::device && result.bytes >= 8,
+      fmt::format("checksum_async result must be at least 8 bytes of device memory, not {} of {} memory",
+                  result.bytes, to_string(result.kind)));
   do_checksum_async(src.data, src.bytes, result.data, s.native());
 }
 
 void device::fill_pattern_async(mem_view dst, std::uint64_t seed, stream_view s) {
   expect_same_device(*this, s.dev(), "fill_pattern_async");
   expect_view(dst, "pattern destination");
-  FERRY_EXPECTS(dst.kind != memory_kind::pageable,
-                fmt::format("fill_pattern_async of {} of pageable memory: a stream cannot write pageable memory "
-                            "in order; use a pinned buffer, or ferry::fill_pattern after synchronizing",
-                            format_bytes(dst.bytes)));
+  FERRY_EXPECTS(
+      dst.kind != memory_kind::pageable,
+      fmt::format("fill_pattern_async of {} of pageable memory: a stream cannot write pageable memory "
+                  "in order; use a pinned buffer, or ferry::fill_pattern after synchronizing",
+                  format_bytes(dst.bytes)));
   do_fill_pattern_async(dst.data, dst.bytes, seed, dst.kind, s.native());
 }
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
-#include "ferry/device/device.hpp"
 #include "ferry/device/capture.hpp"
+#include "ferry/device/device.hpp"
 #include "ferry/trace/range.hpp"
 
 namespace {

@@ -35,7 +35,6 @@ using testing::message_of;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-
 // The conformance suite keeps the host backend's link model on, so copies take their modelled time.
 std::unique_ptr<device> make_device_under_test(backend b) {
   host_device_options options = testing::jittery_host_options(20240611, 0.3, 200us);
@@ -71,7 +70,6 @@ std::size_t value_mismatch(const std::byte* p, std::size_t n, std::uint8_t value
 }
 
 constexpr std::size_t npos = std::string::npos;
-
 
 double ms_since(steady::time_point t0) {
   return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
@@ -144,7 +142,8 @@ TEST_P(conformance, fill_pattern_writes_the_verification_pattern) {
   // Directly into pinned memory, and into a view that starts at a word boundary inside a buffer.
   dev().fill_pattern_async(h.view(8, n - 8), 5, s);
   s.synchronize();
-  EXPECT_FALSE(ferry::find_pattern_mismatch({h.host_bytes(), 8}, 99).has_value()) << "bytes before the view changed";
+  EXPECT_FALSE(ferry::find_pattern_mismatch({h.host_bytes(), 8}, 99).has_value())
+      << "bytes before the view changed";
   const auto bad2 = ferry::find_pattern_mismatch({h.host_bytes() + 8, n - 8}, 5);
   EXPECT_FALSE(bad2.has_value()) << "first wrong byte at " << *bad2;
   const buffer pageable = dev().alloc_pageable(64);
@@ -196,7 +195,8 @@ TEST_P(conformance, checksum_matches_the_host_checksum) {
   // A pattern's checksum is known without its bytes.
   ferry::fill_pattern({h.host_bytes(), n}, 21);
   EXPECT_EQ(checksum64({h.host_bytes(), n}), pattern_checksum(21, n));
-  EXPECT_EQ(checksum64({h.host_bytes() + 4096, 8192}, 512), pattern_checksum(21, 12288) - pattern_checksum(21, 4096));
+  EXPECT_EQ(checksum64({h.host_bytes() + 4096, 8192}, 512),
+            pattern_checksum(21, 12288) - pattern_checksum(21, 4096));
   EXPECT_THROW(dev().checksum_async(d, h.view(0, 8), s), logic_error);
 }
 
@@ -362,24 +362,27 @@ TEST_P(conformance, copies_are_exact_in_every_direction) {
       dev().copy_async(out, dev_a, size, s);
       s.synchronize();
       EXPECT_EQ(pattern_mismatch(out.host_bytes(), size, seed), npos) << "h2d or d2h";
-      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, host_poison), npos) << "d2h wrote past its range";
+      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, host_poison), npos)
+          << "d2h wrote past its range";
 
       // whole device buffers back, to see what the h2d and d2d copies left past their range
       std::memset(out.host_bytes(), host_poison, total);
       dev().copy_async(out, dev_a, s);
       s.synchronize();
-      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, device_poison), npos) << "h2d wrote past its range";
+      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, device_poison), npos)
+          << "h2d wrote past its range";
       std::memset(out.host_bytes(), host_poison, total);
       dev().copy_async(out, dev_b, s);
       s.synchronize();
       EXPECT_EQ(pattern_mismatch(out.host_bytes(), size, seed), npos) << "d2d";
-      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, device_poison2), npos) << "d2d wrote past its range";
+      EXPECT_EQ(value_mismatch(out.host_bytes() + size, pad, device_poison2), npos)
+          << "d2d wrote past its range";
     }
     for (const memory_kind from : {memory_kind::pinned, memory_kind::pageable}) {
       for (const memory_kind to : {memory_kind::pinned, memory_kind::pageable}) {
         if (from == memory_kind::pinned && to == memory_kind::pinned && size > pinned_pair_max) continue;
-        SCOPED_TRACE(::testing::Message() << "size " << size << ", h2h " << to_string(from) << " to "
-                                          << to_string(to));
+        SCOPED_TRACE(::testing::Message()
+                     << "size " << size << ", h2h " << to_string(from) << " to " << to_string(to));
         ++seed;
         buffer src = alloc_host(from, total);
         buffer dst = alloc_host(to, total);
@@ -388,7 +391,8 @@ TEST_P(conformance, copies_are_exact_in_every_direction) {
         dev().copy_async(dst, src, size, s);
         s.synchronize();
         EXPECT_EQ(pattern_mismatch(dst.host_bytes(), size, seed), npos);
-        EXPECT_EQ(value_mismatch(dst.host_bytes() + size, pad, host_poison), npos) << "h2h wrote past its range";
+        EXPECT_EQ(value_mismatch(dst.host_bytes() + size, pad, host_poison), npos)
+            << "h2h wrote past its range";
       }
     }
   }
@@ -479,12 +483,13 @@ TEST_P(conformance, bad_input_is_a_logic_error_that_names_the_values) {
   EXPECT_MESSAGE_HAS(too_big_for_source, "1048576 bytes");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().copy_async(small, big, 0, s); }), "0 bytes");
 
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(small.view(MiB - 10, 11)); }), "1048566");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(small.view(MiB - 10, 11)); }),
+                     "1048566");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(small.view(MiB + 1, 0)); }), "1048576");
 
   for (const std::uintptr_t handle : {std::uintptr_t{0}, std::uintptr_t{1}, std::uintptr_t{2}}) {
-    const std::string msg =
-        message_of<logic_error>([&] { static_cast<void>(dev().adopt_stream(reinterpret_cast<void*>(handle))); });
+    const std::string msg = message_of<logic_error>(
+        [&] { static_cast<void>(dev().adopt_stream(reinterpret_cast<void*>(handle))); });
     EXPECT_MESSAGE_HAS(msg, handle == 0 ? "nullptr" : handle == 1 ? "0x1" : "0x2");
     EXPECT_MESSAGE_HAS(msg, "legacy default stream");
     EXPECT_MESSAGE_HAS(msg, "torch.cuda.Stream()");
@@ -493,14 +498,16 @@ TEST_P(conformance, bad_input_is_a_logic_error_that_names_the_values) {
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().memset_async(big, 0, s); }), "pageable");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().launch_host_func(s, {}); }), "empty");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().spin_async(-1ms, s); }), "negative");
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(device_view(nullptr, 16)); }), "device_view");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(device_view(nullptr, 16)); }),
+                     "device_view");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pinned_view(big.data(), 0)); }),
                      "pinned_view");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pageable_view(nullptr, 1)); }),
                      "pageable_view");
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(small.host_bytes()); }), "device");
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().copy_async(big.view(0, MiB), big.view(MiB / 2, MiB), s); }),
-                     "overlaps");
+  EXPECT_MESSAGE_HAS(
+      message_of<logic_error>([&] { dev().copy_async(big.view(0, MiB), big.view(MiB / 2, MiB), s); }),
+      "overlaps");
 
   // Work on another device's stream or event.
   std::unique_ptr<device> other = make_device_under_test(GetParam());
@@ -544,7 +551,7 @@ TEST_P(conformance, moved_from_owners_are_empty) {
   stream c;
   EXPECT_TRUE(c.empty());
   c = std::move(b);
-  EXPECT_TRUE(b.empty());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(b.empty());   // NOLINT(bugprone-use-after-move)
   c = dev().make_stream();  // destroys the stream c held
   dev().spin_async(1ms, c);
   c.synchronize();

@@ -38,7 +38,6 @@ double ms_since(steady::time_point t0) {
 // Milliseconds a copy of `bytes` takes at `gbps` decimal GB/s.
 double modelled_ms(std::size_t bytes, double gbps) { return static_cast<double>(bytes) / (gbps * 1e6); }
 
-
 // No jitter: these tests time single operations.
 host_device_options quiet_options() {
   host_device_options o;
@@ -278,14 +277,13 @@ TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
   // Asked of the kernel directly: a sanitizer's mlock interceptor would answer yes without asking.
   void* probe = ::mmap(nullptr, 2 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (probe == MAP_FAILED) fail("mmap failed");
-  if (::syscall(SYS_mlock, probe, 2 * MiB) == 0) fail("the kernel does not enforce the lowered RLIMIT_MEMLOCK");
+  if (::syscall(SYS_mlock, probe, 2 * MiB) == 0)
+    fail("the kernel does not enforce the lowered RLIMIT_MEMLOCK");
   ::munmap(probe, 2 * MiB);
 
   try {
     auto dev = make_host_device(quiet_options());
-    {
-      buffer fits = dev->alloc_pinned(limit / 4);
-    }
+    { buffer fits = dev->alloc_pinned(limit / 4); }
     // Past the limit by this device's own count: check_memlock refuses before mlock is tried.
     try {
       buffer too_big = dev->alloc_pinned(4 * limit);
@@ -300,7 +298,8 @@ TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
     if (!mlock_locks_pages()) ::_exit(0);
     const std::size_t elsewhere = limit / 4 * 3;
     void* other = ::mmap(nullptr, elsewhere, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (other == MAP_FAILED || ::mlock(other, elsewhere) != 0) fail("could not lock 3/4 of the limit elsewhere");
+    if (other == MAP_FAILED || ::mlock(other, elsewhere) != 0)
+      fail("could not lock 3/4 of the limit elsewhere");
     try {
       buffer too_big = dev->alloc_pinned(limit / 2);
       fail("alloc_pinned of half RLIMIT_MEMLOCK succeeded with 3/4 of it locked elsewhere");
@@ -308,7 +307,8 @@ TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
       if (std::strstr(e.what(), "RLIMIT_MEMLOCK") == nullptr) {
         fail(std::string("message lacks RLIMIT_MEMLOCK: ") + e.what());
       }
-      if (std::strstr(e.what(), "mlock") == nullptr) fail(std::string("message lacks the failed mlock: ") + e.what());
+      if (std::strstr(e.what(), "mlock") == nullptr)
+        fail(std::string("message lacks the failed mlock: ") + e.what());
     }
     ::munlock(other, elsewhere);
     ::munmap(other, elsewhere);

@@ -35,11 +35,11 @@ std::string describe(const trace::timeline& t) {
   std::string out;
   for (const auto& e : t.events) {
     out += std::string(trace::to_string(e.kind)) + " '" + std::string(t.name_of(e)) + "' stream " +
-           std::to_string(e.stream) + " thread " + std::to_string(e.thread) + " bytes " + std::to_string(e.bytes) +
-           " copy " + std::string(trace::to_string(e.copy)) + " " + std::string(trace::to_string(e.src)) + "->" +
-           std::string(trace::to_string(e.dst)) + (e.async ? " async" : "") + " sync " +
-           std::string(trace::to_string(e.sync)) + " [" + std::to_string(e.start_ns) + ", " +
-           std::to_string(e.end_ns) + "]\n";
+           std::to_string(e.stream) + " thread " + std::to_string(e.thread) + " bytes " +
+           std::to_string(e.bytes) + " copy " + std::string(trace::to_string(e.copy)) + " " +
+           std::string(trace::to_string(e.src)) + "->" + std::string(trace::to_string(e.dst)) +
+           (e.async ? " async" : "") + " sync " + std::string(trace::to_string(e.sync)) + " [" +
+           std::to_string(e.start_ns) + ", " + std::to_string(e.end_ns) + "]\n";
   }
   for (const auto& [k, v] : t.metadata) out += "metadata " + k + " = " + v + "\n";
   return out;
@@ -97,21 +97,20 @@ TEST_P(trace_conformance, records_copies_kernels_memsets_and_synchronizations) {
     EXPECT_LE(e.end_ns, after) << trace::to_string(e.kind) << " '" << t.name_of(e) << "'";
     EXPECT_LE(e.start_ns, e.end_ns);
   }
-  EXPECT_TRUE(std::is_sorted(t.events.begin(), t.events.end(),
-                             [](const trace::event& a, const trace::event& b) { return a.start_ns < b.start_ns; }));
+  EXPECT_TRUE(
+      std::is_sorted(t.events.begin(), t.events.end(),
+                     [](const trace::event& a, const trace::event& b) { return a.start_ns < b.start_ns; }));
 
-  const auto h2d = find_all(t, [](const trace::event& e) {
-    return e.kind == activity::memcpy && e.copy == trace::copy_kind::h2d;
-  });
+  const auto h2d = find_all(
+      t, [](const trace::event& e) { return e.kind == activity::memcpy && e.copy == trace::copy_kind::h2d; });
   ASSERT_EQ(h2d.size(), 1u);
   EXPECT_EQ(h2d[0]->bytes, bytes);
   EXPECT_EQ(h2d[0]->src, trace::mem_kind::pinned);
   EXPECT_EQ(h2d[0]->dst, trace::mem_kind::device);
   EXPECT_TRUE(h2d[0]->async);
 
-  const auto d2h = find_all(t, [](const trace::event& e) {
-    return e.kind == activity::memcpy && e.copy == trace::copy_kind::d2h;
-  });
+  const auto d2h = find_all(
+      t, [](const trace::event& e) { return e.kind == activity::memcpy && e.copy == trace::copy_kind::d2h; });
   ASSERT_EQ(d2h.size(), 1u);
   EXPECT_EQ(d2h[0]->bytes, bytes);
   EXPECT_EQ(d2h[0]->src, trace::mem_kind::device);
@@ -128,14 +127,19 @@ TEST_P(trace_conformance, records_copies_kernels_memsets_and_synchronizations) {
   EXPECT_EQ(d2h[0]->stream, id1);
   const auto kernels = find_all(t, [](const trace::event& e) { return e.kind == activity::kernel; });
   EXPECT_EQ(kernels.size(), 2u);
-  EXPECT_EQ(std::count_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id1; }), 1);
-  EXPECT_EQ(std::count_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id2; }), 1);
+  EXPECT_EQ(
+      std::count_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id1; }),
+      1);
+  EXPECT_EQ(
+      std::count_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id2; }),
+      1);
   for (const auto* e : kernels) {
     EXPECT_FALSE(t.name_of(*e).empty());
     EXPECT_EQ(e->device, dev->info().ordinal);
   }
   // On one stream the GPU runs in order: the H2D copy, the fill kernel, then the D2H copy.
-  const auto fill = std::find_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id1; });
+  const auto fill =
+      std::find_if(kernels.begin(), kernels.end(), [&](const trace::event* e) { return e->stream == id1; });
   if (fill != kernels.end()) {
     EXPECT_GE((*fill)->start_ns, h2d[0]->end_ns);
     EXPECT_GE(d2h[0]->start_ns, (*fill)->end_ns);
@@ -143,9 +147,12 @@ TEST_P(trace_conformance, records_copies_kernels_memsets_and_synchronizations) {
 
   // This thread's waits: a stream synchronize and an event synchronize, as sync or blocking API events.
   auto waited = [&](trace::sync_kind k) {
-    return find_all(t, [&](const trace::event& e) {
-             return (e.kind == activity::sync || e.kind == activity::api) && e.sync == k && e.thread == me;
-           }).size();
+    return find_all(t,
+                    [&](const trace::event& e) {
+                      return (e.kind == activity::sync || e.kind == activity::api) && e.sync == k &&
+                             e.thread == me;
+                    })
+        .size();
   };
   EXPECT_GE(waited(trace::sync_kind::stream), 1u);
   EXPECT_GE(waited(trace::sync_kind::event), 1u);
@@ -164,7 +171,9 @@ TEST_P(trace_conformance, records_copies_kernels_memsets_and_synchronizations) {
       return a.kind == activity::api && a.correlation == e.correlation && a.thread == me;
     });
     EXPECT_EQ(calls.size(), 1u) << trace::to_string(e.kind) << " '" << t.name_of(e) << "'";
-    if (!calls.empty()) EXPECT_LE(calls[0]->start_ns, e.start_ns) << t.name_of(e);
+    if (!calls.empty()) {
+      EXPECT_LE(calls[0]->start_ns, e.start_ns) << t.name_of(e);
+    }
   }
 }
 
@@ -246,7 +255,8 @@ TEST_P(trace_conformance, records_nvtx_ranges_of_other_domains) {
   const trace::timeline t = r.take("test", dev->info().name);
   SCOPED_TRACE(describe(t));
   const auto ranges = find_all(t, [](const trace::event& e) { return e.kind == activity::range; });
-  const auto outer = find_all(t, [&](const trace::event& e) { return e.kind == activity::range && t.name_of(e) == "outer"; });
+  const auto outer = find_all(
+      t, [&](const trace::event& e) { return e.kind == activity::range && t.name_of(e) == "outer"; });
   ASSERT_EQ(outer.size(), 1u) << "no NVTX range captured: was NVTX initialized before trace_begin?";
   EXPECT_EQ(t.domain_of(*outer[0]), "ferry-test");
   EXPECT_EQ(outer[0]->thread, trace::this_thread_id());

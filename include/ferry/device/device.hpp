@@ -112,7 +112,8 @@ class stream {
   [[nodiscard]] bool empty() const noexcept { return handle_.empty(); }
   /// A view of this stream, valid while it lives. Throws logic_error on an empty (moved-from) stream.
   [[nodiscard]] stream_view view() const&;
-  stream_view view() const&& = delete;  // the stream would die at the end of the full expression
+  // On a temporary the view would outlive the stream, which dies at the end of the full expression.
+  stream_view view() const&& = delete;
   operator stream_view() const& { return view(); }  // NOLINT(google-explicit-constructor)
   operator stream_view() const&& = delete;
   void synchronize() const { view().synchronize(); }
@@ -426,19 +427,19 @@ class device {
 /// says where its figures come from; docs/PERFORMANCE.md holds measured ones); change them to ask "what
 /// if the link were slower" without a GPU.
 struct host_device_options {
-  double h2d_gbps = 53.6;           // pinned host to device
-  double d2h_gbps = 54.8;           // pinned device to host
-  double pageable_h2d_gbps = 6.7;   // through a staging buffer
+  double h2d_gbps = 53.6;          // pinned host to device
+  double d2h_gbps = 54.8;          // pinned device to host
+  double pageable_h2d_gbps = 6.7;  // through a staging buffer
   double pageable_d2h_gbps = 11.8;
-  double duplex_gbps = 72.0;        // both directions at once, in total
-  double d2d_gbps = 1500.0;         // device memory to device memory (reads + writes counted once)
+  double duplex_gbps = 72.0;               // both directions at once, in total
+  double d2d_gbps = 1500.0;                // device memory to device memory (reads + writes counted once)
   std::chrono::nanoseconds latency{5000};  // per copy, before the first byte
   std::uint64_t device_memory_bytes = 8 * (std::uint64_t{1} << 30);
   // Seeded random delays injected before stream operations, so tests shake out races.
   std::uint64_t seed = 0;
   double jitter_probability = 0.0;  // chance that an operation is delayed
   std::chrono::nanoseconds jitter_max{0};
-  bool model_link = true;           // false: copies run at memcpy speed
+  bool model_link = true;  // false: copies run at memcpy speed
 };
 
 /// Makes an emulated device: one thread per stream, real copies, an optional link model. Destroying one

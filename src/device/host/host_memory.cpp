@@ -45,10 +45,8 @@ void* aligned_alloc_or_null(std::size_t alignment, std::size_t bytes) noexcept {
 
 void* host_memory::alloc(std::size_t bytes, memory_kind kind) {
   switch (kind) {
-    case memory_kind::device:
-      return alloc_device(bytes);
-    case memory_kind::pinned:
-      return alloc_pinned(bytes);
+    case memory_kind::device: return alloc_device(bytes);
+    case memory_kind::pinned: return alloc_pinned(bytes);
     case memory_kind::pageable: {
       void* p = aligned_alloc_or_null(page_size(), bytes);
       if (p == nullptr) {
@@ -79,9 +77,7 @@ void host_memory::free(void* p, std::size_t bytes, memory_kind kind) noexcept {
       locked_ -= footprint;
       return;
     }
-    case memory_kind::pageable:
-      std::free(p);
-      return;
+    case memory_kind::pageable: std::free(p); return;
   }
 }
 

@@ -81,26 +81,19 @@ trace::event gpu_event(trace::activity kind, std::uint64_t stream, const api_spa
 
 trace::copy_kind to_copy_kind(copy_direction dir) noexcept {
   switch (dir) {
-    case copy_direction::host_to_device:
-      return trace::copy_kind::h2d;
-    case copy_direction::device_to_host:
-      return trace::copy_kind::d2h;
-    case copy_direction::device_to_device:
-      return trace::copy_kind::d2d;
-    case copy_direction::host_to_host:
-      return trace::copy_kind::h2h;
+    case copy_direction::host_to_device: return trace::copy_kind::h2d;
+    case copy_direction::device_to_host: return trace::copy_kind::d2h;
+    case copy_direction::device_to_device: return trace::copy_kind::d2d;
+    case copy_direction::host_to_host: return trace::copy_kind::h2h;
   }
   return trace::copy_kind::none;
 }
 
 trace::mem_kind to_mem_kind(memory_kind k) noexcept {
   switch (k) {
-    case memory_kind::device:
-      return trace::mem_kind::device;
-    case memory_kind::pinned:
-      return trace::mem_kind::pinned;
-    case memory_kind::pageable:
-      return trace::mem_kind::pageable;
+    case memory_kind::device: return trace::mem_kind::device;
+    case memory_kind::pinned: return trace::mem_kind::pinned;
+    case memory_kind::pageable: return trace::mem_kind::pageable;
   }
   return trace::mem_kind::unknown;
 }

@@ -47,14 +47,10 @@ link_model::link_model(const host_device_options& options) : opt_(options) {
 
 double link_model::bandwidth(copy_direction dir, bool pageable) const noexcept {
   switch (dir) {
-    case copy_direction::host_to_device:
-      return pageable ? opt_.pageable_h2d_gbps : opt_.h2d_gbps;
-    case copy_direction::device_to_host:
-      return pageable ? opt_.pageable_d2h_gbps : opt_.d2h_gbps;
-    case copy_direction::device_to_device:
-      return opt_.d2d_gbps;
-    case copy_direction::host_to_host:
-      return 0;  // unmodelled: a host memcpy
+    case copy_direction::host_to_device: return pageable ? opt_.pageable_h2d_gbps : opt_.h2d_gbps;
+    case copy_direction::device_to_host: return pageable ? opt_.pageable_d2h_gbps : opt_.d2h_gbps;
+    case copy_direction::device_to_device: return opt_.d2d_gbps;
+    case copy_direction::host_to_host: return 0;  // unmodelled: a host memcpy
   }
   return 0;
 }
