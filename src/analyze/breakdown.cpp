@@ -33,13 +33,17 @@ void model::breakdown() {
     any_activity = any_activity || cov[cat_d2h] > 0;
     out_.steps.push_back(b);
   }
-  if (!any_activity)
+  if (!any_activity) {
+    // GPU events of zero length cover no time: there is no busy span to name then.
+    const std::string gpu_span =
+        busy().empty() ? std::string("all of zero length")
+                       : fmt::format("the GPU's {:.3f} ms to {:.3f} ms", ms(busy().first()), ms(busy().last()));
     throw input_error(
         fmt::format("the timeline has GPU activity ({} events) but none inside its {} '{}' step spans "
-                    "({:.3f} ms to {:.3f} ms of the GPU's {:.3f} ms to {:.3f} ms); pick the steps with "
-                    "analyze_options::step_prefix",
+                    "({:.3f} ms to {:.3f} ms; {}); pick the steps with analyze_options::step_prefix",
                     gpu_.size(), steps_.size(), out_.step_prefix, ms(steps_.front().start),
-                    ms(steps_.back().end), ms(busy().first()), ms(busy().last())));
+                    ms(steps_.back().end), gpu_span));
+  }
   // Copies: overlap per step (clipped to each step they touch), bytes to the step they start in.
   for (std::size_t i : gpu_) {
     const event& c = t_.events[i];

@@ -162,6 +162,15 @@ TEST(analyze_steps, a_timeline_without_gpu_activity_is_refused_naming_what_it_ho
                      "holds 0 events");
 }
 
+TEST(analyze_steps, gpu_events_of_zero_length_outside_the_steps_are_refused_not_read_past_the_end) {
+  builder b;
+  b.range("step", 0, 100);
+  b.kernel(200, 200);  // no length: covers no time, so the GPU's busy span is empty
+  const std::string msg = ferry::testing::message_of<ferry::input_error>([&] { (void)b.run(); });
+  EXPECT_MESSAGE_HAS(msg, "none inside its 1 'step' step spans");
+  EXPECT_MESSAGE_HAS(msg, "all of zero length");
+}
+
 TEST(analyze_steps, bad_options_are_refused) {
   builder b = busy_steps();
   analyze_options o;
