@@ -309,8 +309,15 @@ void loader::close() { impl_->close(); }
 const loader_options& loader::options() const noexcept { return impl_->opts_; }
 const sampler& loader::batches() const noexcept { return impl_->sampler_; }
 std::size_t loader::batch_bytes() const noexcept { return impl_->layout_.batch_bytes; }
-std::vector<stage_snapshot> loader::stats() const { return impl_->stats_.snapshot(); }
-double loader::pin_seconds() const noexcept { return impl_->pin_seconds_; }
+loader_stats loader::stats() const {
+  loader_stats s;
+  s.samples = impl_->fill_time_.items.load();
+  s.bytes = impl_->fill_time_.bytes.load();
+  s.pin_seconds = impl_->pin_seconds_;
+  s.pinned_bytes = impl_->pool_.size();
+  s.stages = impl_->stats_.snapshot();
+  return s;
+}
 std::size_t loader::field_offset(std::size_t f) const {
   FERRY_EXPECTS(f < impl_->layout_.offset.size(),
                 fmt::format("ingest loader: field {} is out of range; a sample has {} fields", f,

@@ -318,12 +318,14 @@ prefetcher::~prefetcher() = default;
 std::optional<device_batch> prefetcher::next(stream_view consumer) { return impl_->next(consumer); }
 void prefetcher::release(const device_batch& b, stream_view consumer) { impl_->release(b, consumer); }
 void prefetcher::close() { impl_->close(); }
-std::vector<stage_snapshot> prefetcher::stats() const { return impl_->stats_.snapshot(); }
-double prefetcher::h2d_gbps() const {
-  for (const auto& s : impl_->stats_.snapshot()) {
-    if (s.name == "copy") return gb_per_s(s.bytes, static_cast<double>(s.total_ns) * 1e-9);
-  }
-  return 0;
+prefetch_stats prefetcher::stats() const {
+  prefetch_stats s;
+  s.batches = impl_->copy_.items.load();
+  s.bytes = impl_->copy_.bytes.load();
+  s.copy_seconds = static_cast<double>(impl_->copy_.time.sum_ns()) / 1e9;
+  s.h2d_gbps = gb_per_s(s.bytes, s.copy_seconds);
+  s.stages = impl_->stats_.snapshot();
+  return s;
 }
 prefetcher::range prefetcher::batches(stream_view consumer) { return {*this, consumer}; }
 

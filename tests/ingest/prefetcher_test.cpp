@@ -87,11 +87,14 @@ TEST_P(ingest_prefetcher, three_epochs_reach_the_device_intact_in_order_past_a_s
       for (std::uint64_t i = 0; i < 45; ++i) ASSERT_EQ(e[i], i);
     }
     p.close();
-    const auto st = p.stats();
-    ASSERT_NE(find_stage(st, "copy"), nullptr);
-    EXPECT_EQ(find_stage(st, "copy")->count, 3 * per_epoch);
-    EXPECT_EQ(find_stage(st, "copy")->bytes, 3 * 45U * (3 * 1024 + 8));
-    EXPECT_GT(p.h2d_gbps(), 0.0);
+    const prefetch_stats st = p.stats();
+    ASSERT_NE(find_stage(st.stages, "copy"), nullptr);
+    EXPECT_EQ(find_stage(st.stages, "copy")->count, 3 * per_epoch);
+    EXPECT_EQ(find_stage(st.stages, "copy")->bytes, 3 * 45U * (3 * 1024 + 8));
+    EXPECT_EQ(st.batches, 3 * per_epoch);
+    EXPECT_EQ(st.bytes, 3 * 45U * (3 * 1024 + 8));
+    EXPECT_GT(st.copy_seconds, 0.0);
+    EXPECT_GT(st.h2d_gbps, 0.0);
   });
 }
 

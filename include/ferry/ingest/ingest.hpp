@@ -98,6 +98,18 @@ struct loader_options {
   std::uint64_t seed = 0;         // the root of every sample's seed
 };
 
+/// Counters and stage times of a loader; the same shape as egress::pipeline_stats and prefetch_stats.
+struct loader_stats {
+  std::uint64_t samples = 0;         // samples filled
+  std::uint64_t bytes = 0;           // bytes filled
+  double pin_seconds = 0;            // time spent pinning the slots at construction
+  std::uint64_t pinned_bytes = 0;    // size of the slots
+  /// "fill" (wall time per sample), "fill_cpu" (thread CPU time per sample, from
+  /// CLOCK_THREAD_CPUTIME_ID), "wait_slot" (workers waiting for a free slot), "wait_batch" (next()
+  /// waiting for a batch).
+  std::vector<stage_snapshot> stages;
+};
+
 /// A filled batch in pinned host memory, lent to the caller until released. Cheap to copy: `fields_`
 /// views the loader's per-slot field table (whole-slot views), valid while the loader lives.
 struct host_batch {
@@ -142,12 +154,8 @@ class loader {
   [[nodiscard]] const sampler& batches() const noexcept;
   /// Total bytes of one full batch (all fields).
   [[nodiscard]] std::size_t batch_bytes() const noexcept;
-  /// Stage times: "fill" (wall time per sample), "fill_cpu" (thread CPU time per sample, from
-  /// CLOCK_THREAD_CPUTIME_ID), "wait_slot" (workers waiting for a free slot), "wait_batch" (next()
-  /// waiting for a batch). Thread-safe.
-  [[nodiscard]] std::vector<stage_snapshot> stats() const;
-  /// Wall time spent pinning the slots at construction.
-  [[nodiscard]] double pin_seconds() const noexcept;
+  /// Counters, the pinning cost and stage times (loader_stats). Thread-safe.
+  [[nodiscard]] loader_stats stats() const;
   /// Byte offset of field `f` within a slot (a multiple of 256), for slot layouts elsewhere.
   [[nodiscard]] std::size_t field_offset(std::size_t f) const;
 
@@ -173,6 +181,17 @@ struct prefetch_options {
   std::size_t depth = 2;   // device batch slots: batches copied ahead of the consumer
 };
 
+/// Counters and stage times of a prefetcher; the same shape as egress::pipeline_stats and loader_stats.
+struct prefetch_stats {
+  std::uint64_t batches = 0;         // batches copied to the device (their events completed)
+  std::uint64_t bytes = 0;           // bytes copied
+  double copy_seconds = 0;           // sum of H2D copy times (timed with events on the copy stream)
+  double h2d_gbps = 0;               // bytes / copy_seconds / 1e9: the achieved copy bandwidth
+  /// "copy" (event-timed per batch, with items and bytes), "wait_batch" (next() waiting for the
+  /// copier), "wait_slot" (the copier waiting for the consumer to release a device slot).
+  std::vector<stage_snapshot> stages;
+};
+
 /// Copies the loader's batches to the device on its own stream, `depth` ahead of the consumer.
 class prefetcher {
  public:
@@ -195,11 +214,9 @@ class prefetcher {
   /// only after the consumer's work on unreleased batches is done. Idempotent; never throws.
   void close();
 
-  /// Stages: "copy" (event-timed per batch, with items and bytes), "wait_batch" (next() waiting for the
-  /// copier), "wait_slot" (the copier waiting for the consumer to release a device slot). Copies are
-  /// counted once their events completed (all of them after close()).
-  [[nodiscard]] std::vector<stage_snapshot> stats() const;
-  [[nodiscard]] double h2d_gbps() const;
+  /// Counters, the achieved copy bandwidth and stage times (prefetch_stats). Copies are counted once
+  /// their events completed (all of them after close()). Thread-safe.
+  [[nodiscard]] prefetch_stats stats() const;
 
   /// Range-for over the remaining batches on `consumer`; each batch is released on `consumer` when the
   /// iteration moves on (++ releases the current batch, then fetches the next). When a loop ends early
