@@ -40,7 +40,8 @@ void level_tracer::end() {
   dev_.trace_end();  // flushes activity of the window still buffered (CUPTI)
   scope_.reset();
   const device_info info = dev_.info();
-  timeline_ = recorder_->take(info.kind == backend::cuda ? "ferry cuda (CUPTI)" : "ferry host backend", info.name);
+  timeline_ =
+      recorder_->take(info.kind == backend::cuda ? "ferry cuda (CUPTI)" : "ferry host backend", info.name);
 }
 
 std::optional<level_trace> level_tracer::finish(double link_h2d_gbps, double link_d2h_gbps) {
@@ -65,7 +66,8 @@ std::string expected_finding_of(const std::vector<level_info>& levels, const std
   return {};
 }
 
-std::pair<std::string, std::string> keep_trace(std::optional<level_trace> traced, std::vector<level_trace>& traces) {
+std::pair<std::string, std::string> keep_trace(std::optional<level_trace> traced,
+                                               std::vector<level_trace>& traces) {
   if (!traced) return {};
   std::pair<std::string, std::string> first;
   if (traced->analysis) {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ferry/core/bounded_queue.hpp"
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
@@ -24,12 +25,6 @@
 
 namespace ferry::bench {
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 // Step i's output carries seed i + 1, so an output delivered for the wrong step fails its check.
 std::uint64_t seed_of(int step) { return static_cast<std::uint64_t>(step) + 1; }
@@ -43,8 +38,8 @@ class processor {
   void process(std::span<const std::byte> bytes, std::uint64_t seed, std::uint64_t offset) {
     FERRY_RANGE("process output", trace::color::orange);
     if (extra_ms_per_mib_ > 0) {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(
-          static_cast<std::int64_t>(extra_ms_per_mib_ * 1e6 * static_cast<double>(bytes.size()) / (1 << 20))));
+      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<std::int64_t>(
+          extra_ms_per_mib_ * 1e6 * static_cast<double>(bytes.size()) / (1 << 20))));
     }
     if (check_) {
       if (find_pattern_mismatch(bytes, seed, offset)) mismatches_.fetch_add(1, std::memory_order_relaxed);
@@ -64,30 +59,28 @@ class processor {
   std::atomic<std::uint64_t> sink_{0};  // keeps the checksums observable, so they are computed
 };
 
-// The synthetic model and the accounting shared by every level: two device output buffers (the model
-// writes step i into out[i % 2]), timing events around each step's compute, and the timed window.
+// The synthetic model every level shares: two device output buffers (the model writes step i into
+// out[i % 2]) on the compute stream, its steps timed by the level's window.
 class workload {
  public:
-  workload(device& dev, const egress_config& cfg, const std::string& level)
+  workload(device& dev, const egress_config& cfg, level_window& window, processor& proc)
       : dev_(dev),
         cfg_(cfg),
-        tracer_(dev, cfg.trace, "egress", level),
+        window_(window),
+        proc_(proc),
         compute_(dev.make_stream()),
         input_(dev.alloc_device(cfg.input_bytes())) {
     for (auto& o : out_) o = dev.alloc_device(cfg.output_bytes());
     for (auto& f : out_free_) f = dev.make_event();
-    const int total = cfg.warmup + cfg.steps;
-    for (int i = 0; i < total; ++i) {
-      starts_.push_back(dev.make_timing_event());
-      stops_.push_back(dev.make_timing_event());
-    }
     dev.fill_pattern_async(input_, 0, compute_);
     compute_.synchronize();
   }
 
   [[nodiscard]] stream_view compute_stream() const { return compute_.view(); }
   [[nodiscard]] const buffer& output(int step) const { return out_[step % 2]; }
-  [[nodiscard]] int total_steps() const { return cfg_.warmup + cfg_.steps; }
+  [[nodiscard]] int total_steps() const { return window_.total_steps(); }
+  /// The host processing every level does on every delivered byte.
+  [[nodiscard]] processor& proc() const noexcept { return proc_; }
 
   /// Queues step `step` of the model on the compute stream: it first waits until the output buffer it
   /// overwrites has been copied out (when the level said so with output_copied).
@@ -96,10 +89,10 @@ class workload {
     stream_view s = compute_.view();
     event& freed = out_free_[step % 2];
     if (freed.recorded()) s.wait(freed);
-    starts_[step].record(s);
+    window_.compute_started(step, s);
     dev_.spin_async(cfg_.compute, s);
     dev_.fill_pattern_async(out_[step % 2], seed_of(step), s);
-    stops_[step].record(s);
+    window_.compute_done(step, s);
   }
 
   /// The level's copy out of step `step`'s buffer is queued on `s`: the model waits for it before
@@ -108,37 +101,19 @@ class workload {
   /// As above, with an event that completes when the copy is done (egress::pipeline::submit's).
   void output_copied(int step, event copied) { out_free_[step % 2] = std::move(copied); }
 
-  void begin_timing() {
-    dev_.synchronize();
-    tracer_.begin();
-    t0_ = clock_type::now();
-  }
-
+  void begin_timing() { window_.begin(); }
   /// Closes the window and fills the row's times; call after the last output was processed.
-  void end_timing(egress_row& row) {
-    dev_.synchronize();
-    row.seconds = seconds_since(t0_);
-    tracer_.end();
-    row.steps = cfg_.steps;
-    row.steps_per_s = row.seconds > 0 ? cfg_.steps / row.seconds : 0;
-    double busy_ms = 0;
-    for (int i = cfg_.warmup; i < total_steps(); ++i) busy_ms += dev_.elapsed_ms(starts_[i], stops_[i]);
-    row.gpu_idle = row.seconds > 0 ? std::max(0.0, 1.0 - busy_ms * 1e-3 / row.seconds) : 0;
-  }
-
-  [[nodiscard]] bool timed(int step) const { return step >= cfg_.warmup; }
-  [[nodiscard]] level_tracer& tracer() noexcept { return tracer_; }
+  void end_timing(ladder_row& row) { window_.end(row); }
 
  private:
   device& dev_;
   const egress_config& cfg_;
-  level_tracer tracer_;
+  level_window& window_;
+  processor& proc_;
   stream compute_;
   buffer input_;
   buffer out_[2];
   event out_free_[2];
-  std::vector<event> starts_, stops_;
-  clock_type::time_point t0_{};
 };
 
 // A whole output handed from the main thread (or a monitor thread) to the workers.
@@ -153,7 +128,8 @@ struct work_item {
 // warm-up and the timed steps. A worker's exception fails the queue and is rethrown by push and drain.
 class worker_stage {
  public:
-  worker_stage(const char* name, std::size_t workers, std::size_t capacity, std::function<void(work_item&)> fn)
+  worker_stage(const char* name, std::size_t workers, std::size_t capacity,
+               std::function<void(work_item&)> fn)
       : queue_(capacity),
         fn_(std::move(fn)),
         pool_(
@@ -214,13 +190,7 @@ egress::options ferry_options(const egress_config& cfg) {
   return opts;
 }
 
-// The pinned D2H bandwidth rows are compared with: given, or measured now on this device.
-double probed_d2h(device& dev, const egress_config& cfg, progress_fn progress) {
-  return probe::pinned_ceiling(dev, copy_direction::device_to_host, cfg.output_bytes(), cfg.probed_d2h_gbps,
-                               progress);
-}
-
-void run_ideal(const egress_config& cfg, workload& w, egress_row& row) {
+void run_ideal(const egress_config& cfg, workload& w, ladder_row& row) {
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
     FERRY_RANGE("step", trace::color::gray);
@@ -230,7 +200,7 @@ void run_ideal(const egress_config& cfg, workload& w, egress_row& row) {
 }
 
 // L0: compute, a blocking copy into a freshly allocated pageable buffer, and processing inline.
-void run_l0(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc) {
+void run_l0(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
   const std::uint64_t n = cfg.output_bytes();
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
@@ -245,7 +215,7 @@ void run_l0(device& dev, const egress_config& cfg, workload& w, egress_row& row,
 }
 
 // L1: as L0, but N workers process (and free) the fresh buffers while the main thread goes on.
-void run_l1(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc) {
+void run_l1(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
   const std::uint64_t n = cfg.output_bytes();
   worker_stage workers("bench-worker", cfg.workers, cfg.workers, [&](work_item& item) {
     proc.process({item.fresh.host_bytes(), n}, seed_of(item.step), 0);
@@ -274,16 +244,16 @@ enum class pool_level { l2, l3, l4 };
 // buffer to a worker; L4 copies on an egress stream that waits on the compute stream. `pinned` picks
 // real pinned memory; without it the pool is pageable, as the reference's pool became after
 // share_memory_() silently dropped its pinning, which turns every "asynchronous" copy into a blocking one.
-void run_pool(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc, pool_level level,
-              bool pinned) {
+void run_pool(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc,
+              pool_level level, bool pinned) {
   const std::uint64_t n = cfg.output_bytes();
   std::vector<buffer> pool;
-  const auto t_pin = clock_type::now();
+  const auto t_pin = steady_clock::now();
   for (std::size_t i = 0; i < cfg.pool_buffers; ++i) {
     pool.push_back(pinned ? dev.alloc_pinned(n) : dev.alloc_pageable(n));
     std::memset(pool.back().host_bytes(), 0, n);  // fault the pages in before timing, as a real pool would
   }
-  if (pinned) row.pin_seconds = seconds_since(t_pin);
+  if (pinned) row.set_extra("pin_seconds", seconds_since(t_pin));
   bounded_queue<std::size_t> free_list(cfg.pool_buffers);
   for (std::size_t i = 0; i < cfg.pool_buffers; ++i) free_list.push(i);
 
@@ -341,12 +311,13 @@ void run_pool(device& dev, const egress_config& cfg, workload& w, egress_row& ro
 }
 
 // ferry: the egress pipeline, its sink doing the same processing on every chunk as it arrives.
-void run_ferry(device& dev, const egress_config& cfg, workload& w, egress_row& row, processor& proc) {
+void run_ferry(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
   const egress::options opts = ferry_options(cfg);
-  auto sink = std::make_shared<egress::callback_sink>(
-      [&proc](const egress::output_chunk& c) { proc.process(c.bytes, seed_of(static_cast<int>(c.tag)), c.offset); });
+  auto sink = std::make_shared<egress::callback_sink>([&proc](const egress::output_chunk& c) {
+    proc.process(c.bytes, seed_of(static_cast<int>(c.tag)), c.offset);
+  });
   egress::pipeline out(dev, sink, opts);
-  row.pin_seconds = out.stats().pin_seconds;
+  row.set_extra("pin_seconds", out.stats().pin_seconds);
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) {
       out.flush();
@@ -361,7 +332,67 @@ void run_ferry(device& dev, const egress_config& cfg, workload& w, egress_row& r
   out.close();
 }
 
+// The table's columns after the standard ones.
+std::vector<ladder_column> columns() {
+  ladder_column steps{"steps", 6, 0, false, [](const ladder_row& r) { return r.steps * 1.0; }};
+  return standard_columns(copy_direction::device_to_host, {wrong_column(10), std::move(steps)});
+}
+
+using level_args = level_context<egress_config, workload>;
+
+// The ladder's levels, in order: what each does, what bounds it, the analyzer's rule for that
+// bottleneck, and its run function.
+const level_table_of<level_args>& level_table() {
+  static const level_table_of<level_args> table{
+      {{"ideal", "compute only: the same model steps with no output transfer", "the ceiling",
+        "compute_bound"},
+       [](const level_args& a) { run_ideal(a.cfg, a.w, a.row); }},
+      {{"L0", "compute; blocking copy into a fresh pageable buffer; process inline",
+        "first the blocking copy into fresh pageable memory, then the inline processing the GPU idles "
+        "through, which the next level moves to workers",
+        "sync_copy"},
+       [](const level_args& a) { run_l0(a.dev, a.cfg, a.w, a.row, a.w.proc()); }},
+      {{"L1", "as L0, processing on N worker threads",
+        "each step still allocates a fresh buffer (page faults) and copies it with a blocking pageable copy",
+        "sync_copy"},
+       [](const level_args& a) { run_l1(a.dev, a.cfg, a.w, a.row, a.w.proc()); }},
+      {{"L2", "pool of reusable host buffers behind a free list; blocking copy",
+        "the copy is pageable and blocking, so copy and compute run one after the other", "sync_copy"},
+       [](const level_args& a) { run_pool(a.dev, a.cfg, a.w, a.row, a.w.proc(), pool_level::l2, false); }},
+      {{"L3", "asynchronous copy on the compute stream + event + monitor thread, pool not really pinned",
+        "the pool lost its pinning (as the reference's share_memory_()), so each copy is a blocking pageable "
+        "copy serialized with compute",
+        "pageable_async_copy"},
+       [](const level_args& a) { run_pool(a.dev, a.cfg, a.w, a.row, a.w.proc(), pool_level::l3, false); }},
+      {{"L4", "copy on an egress stream that waits on the compute stream, pool not really pinned",
+        "still pageable: the host blocks in every copy, so step N+1 is queued only after copy N",
+        "pageable_async_copy"},
+       [](const level_args& a) { run_pool(a.dev, a.cfg, a.w, a.row, a.w.proc(), pool_level::l4, false); }},
+      {{"L4-pinned", "L4 with the pool really pinned (the reference's fix)",
+        "compute in steady state; but whole-output buffers are processed only once all of an output arrived, "
+        "so the last outputs' processing trails the last step, and the pool pins whole outputs up front",
+        "compute_bound"},
+       [](const level_args& a) { run_pool(a.dev, a.cfg, a.w, a.row, a.w.proc(), pool_level::l4, true); }},
+      {{"ferry",
+        "ferry::egress: slot-sized chunks on an egress stream into a pinned slot ring, N sink workers",
+        "the compute time itself when the sink keeps up; else the sink", "compute_bound"},
+       [](const level_args& a) { run_ferry(a.dev, a.cfg, a.w, a.row, a.w.proc()); }},
+  };
+  return table;
+}
+
 }  // namespace
+
+const ladder_spec& egress_spec() {
+  static const ladder_spec spec{
+      "egress", copy_direction::device_to_host, "output", "bytes", infos_of(level_table()), 10, columns(),
+      {}};
+  return spec;
+}
+
+const std::vector<level_info>& egress_levels() { return egress_spec().levels; }
+
+egress_config::egress_config() : ladder_config(std::chrono::milliseconds(165), names_of(egress_levels())) {}
 
 host_device_options ladder_host_options() {
   host_device_options o;
@@ -378,9 +409,7 @@ host_device_options ladder_host_options() {
 egress_config default_egress_config(backend b) {
   egress_config c;
   if (b == backend::host) {
-    c.batch = 4;
-    c.height = 128;
-    c.width = 128;                       // 5.25 MiB per output
+    c.set_shape({4, c.classes, 128, 128});  // 5.25 MiB per output
     c.compute = std::chrono::milliseconds(20);
     c.workers = 8;  // they mostly sleep (process_ms_per_mib): as many as on cuda
     c.pool_buffers = 3;
@@ -388,119 +417,67 @@ egress_config default_egress_config(backend b) {
     c.slots = 16;
     c.steps = 10;
     // With the ladder link (ladder_host_options), processing one output on one thread costs a third of a
-    // step's compute and the blocking pageable copy about half a step, the order of the cuda ladder on the
-    // H200 machine (checking a 1.41 GB output: 233 ms; copying it into fresh pageable memory: 876 ms;
-    // compute: 165 ms).
+    // step's compute and the blocking pageable copy about half a step: the proportions of the cuda ladder
+    // at the reference shape (docs/PERFORMANCE.md).
     c.process_ms_per_mib = 1.15;
   }
   return c;
 }
 
-const std::vector<level_info>& egress_levels() {
-  static const std::vector<level_info> levels{
-      {"ideal", "compute only: the same model steps with no output transfer", "the ceiling",
-       "compute_bound"},
-      {"L0", "compute; blocking copy into a fresh pageable buffer; process inline",
-       "first the blocking copy into fresh pageable memory (876 ms per step on the H200), then the inline "
-       "processing the GPU idles through (233 ms), which the next level moves to workers",
-       "sync_copy"},
-      {"L1", "as L0, processing on N worker threads",
-       "each step still allocates a fresh buffer (page faults) and copies it with a blocking pageable copy",
-       "sync_copy"},
-      {"L2", "pool of reusable host buffers behind a free list; blocking copy",
-       "the copy is pageable and blocking, so copy and compute run one after the other",
-       "sync_copy"},
-      {"L3", "asynchronous copy on the compute stream + event + monitor thread, pool not really pinned",
-       "the pool lost its pinning (as the reference's share_memory_()), so each copy is a blocking pageable "
-       "copy serialized with compute",
-       "pageable_async_copy"},
-      {"L4", "copy on an egress stream that waits on the compute stream, pool not really pinned",
-       "still pageable: the host blocks in every copy, so step N+1 is queued only after copy N",
-       "pageable_async_copy"},
-      {"L4-pinned", "L4 with the pool really pinned (the reference's fix)",
-       "compute in steady state; but whole-output buffers are processed only once all of an output arrived, "
-       "so the last outputs' processing trails the last step, and the pool pins whole outputs up front",
-       "compute_bound"},
-      {"ferry", "ferry::egress: slot-sized chunks on an egress stream into a pinned slot ring, N sink workers",
-       "the compute time itself when the sink keeps up; else the sink",
-       "compute_bound"},
-  };
-  return levels;
+egress_config default_pure_copy_config(backend b) {
+  egress_config c = default_egress_config(b);
+  if (b == backend::cuda) {
+    c.slot_bytes = 8 * MiB;
+    c.slots = 48;
+    const unsigned cores = std::thread::hardware_concurrency();
+    c.workers = cores > 1 ? cores - 1 : 1;
+  }
+  return c;
 }
 
-const egress_row* egress_result::find(const std::string& level) const noexcept {
-  for (const auto& r : rows)
-    if (r.level == level) return &r;
-  return nullptr;
+egress_config default_both_ways_egress_config(backend b) {
+  egress_config c = default_pure_copy_config(b);
+  const unsigned cores = std::thread::hardware_concurrency();
+  c.workers = cores > 2 ? cores - 2 : 1;
+  return c;
 }
+
+// The JSON fields of the config and of a pure copy's result (nlohmann's to_json, found by ADL).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(egress_config, batch, classes, height, width, input_channels, pool_buffers,
+                                   slot_bytes, slots)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(pure_copy_result, outputs, output_bytes, seconds, gbps, copy_gbps,
+                                   probed_d2h_gbps, link_fraction, mismatches)
 
 egress_result run_egress(device& dev, const egress_config& cfg, progress_fn progress) {
-  FERRY_EXPECTS(cfg.output_bytes() > 0, "egress bench shape has a zero dimension; every dimension must be >= 1");
-  FERRY_EXPECTS(cfg.steps >= 1, fmt::format("egress bench steps is {}; at least 1 timed step is needed", cfg.steps));
-  FERRY_EXPECTS(cfg.warmup >= 0, fmt::format("egress bench warmup is {}; it cannot be negative", cfg.warmup));
-  FERRY_EXPECTS(cfg.workers >= 1 && cfg.pool_buffers >= 1,
-                fmt::format("egress bench needs at least 1 worker and 1 pool buffer (got {} and {})", cfg.workers,
-                            cfg.pool_buffers));
-  for (const auto& level : cfg.levels) {
-    const auto& known = egress_levels();
-    FERRY_EXPECTS(std::any_of(known.begin(), known.end(), [&](const level_info& l) { return l.name == level; }),
-                  fmt::format("unknown egress level \"{}\": expected ideal, L0, L1, L2, L3, L4, L4-pinned or ferry",
-                              level));
-  }
-  auto say = [&](const std::string& line) {
-    if (progress != nullptr) progress(line);
-  };
-
-  egress_result result;
-  result.device = dev.info();
-  result.config = cfg;
-  result.probed_d2h_gbps = probed_d2h(dev, cfg, progress);
-
-  double ideal = 0;
-  for (const auto& level : cfg.levels) {
-    say(fmt::format("{}: {} warm-up + {} timed steps, {} output per step", level, cfg.warmup, cfg.steps,
-                    format_bytes(cfg.output_bytes())));
-    FERRY_RANGE("bench level", trace::color::blue);
-    egress_row row;
-    row.level = level;
+  FERRY_EXPECTS(cfg.output_bytes() > 0,
+                "egress bench shape has a zero dimension; every dimension must be >= 1");
+  FERRY_EXPECTS(cfg.pool_buffers >= 1,
+                fmt::format("egress bench needs at least 1 pool buffer (got {})", cfg.pool_buffers));
+  const auto& table = level_table();
+  auto run = [&](std::size_t index, level_window& window, ladder_row& row) {
     processor proc(cfg.check, cfg.process_ms_per_mib);
-    std::optional<level_trace> traced;
+    row.set_extra("pin_seconds", 0);
     {
-      workload w(dev, cfg, level);
-      if (level == "ideal") run_ideal(cfg, w, row);
-      else if (level == "L0") run_l0(dev, cfg, w, row, proc);
-      else if (level == "L1") run_l1(dev, cfg, w, row, proc);
-      else if (level == "L2") run_pool(dev, cfg, w, row, proc, pool_level::l2, false);
-      else if (level == "L3") run_pool(dev, cfg, w, row, proc, pool_level::l3, false);
-      else if (level == "L4") run_pool(dev, cfg, w, row, proc, pool_level::l4, false);
-      else if (level == "L4-pinned") run_pool(dev, cfg, w, row, proc, pool_level::l4, true);
-      else run_ferry(dev, cfg, w, row, proc);
-      traced = w.tracer().finish(0, result.probed_d2h_gbps);
+      workload w(dev, cfg, window, proc);
+      table[index].run({dev, cfg, w, row});
     }
-    std::tie(row.bottleneck, row.finding) = keep_trace(std::move(traced), result.traces);
-    const bool moves = level != "ideal";
-    row.bytes = moves ? cfg.output_bytes() * static_cast<std::uint64_t>(cfg.steps) : 0;
-    row.d2h_gbps = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
-    row.link_fraction = result.probed_d2h_gbps > 0 ? row.d2h_gbps / result.probed_d2h_gbps : 0;
-    row.checked_bytes = proc.checked();
-    row.mismatches = proc.mismatches();
-    if (moves) {
+    row.checked = proc.checked();
+    row.wrong = proc.mismatches();
+    if (row.level != ideal_level) {
       // Warm-up outputs are processed too; every output of every step must have been seen in full.
       const std::uint64_t expected = cfg.output_bytes() * static_cast<std::uint64_t>(cfg.warmup + cfg.steps);
-      if (row.checked_bytes != expected) {
-        throw logic_error(fmt::format("egress bench level {} processed {} bytes, expected {}: outputs were lost",
-                                      level, row.checked_bytes, expected));
+      if (row.checked != expected) {
+        throw logic_error(
+            fmt::format("egress bench level {} processed {} bytes, expected {}: outputs were lost", row.level,
+                        row.checked, expected));
       }
     }
-    if (level == "ideal") ideal = row.steps_per_s;
-    result.rows.push_back(row);
-  }
-  for (auto& r : result.rows) r.ratio_to_ideal = ideal > 0 ? r.steps_per_s / ideal : 0;
-  return result;
+  };
+  return run_ladder_as<egress_result>(dev, egress_spec(), cfg, cfg.output_bytes(), run, progress);
 }
 
-pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs, progress_fn progress,
-                                      clock_type::time_point deadline) {
+pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs,
+                                      progress_fn progress, steady_clock::time_point deadline) {
   FERRY_EXPECTS(outputs >= 1, fmt::format("pure copy of {} outputs; at least 1 is needed", outputs));
   auto say = [&](const std::string& line) {
     if (progress != nullptr) progress(line);
@@ -509,7 +486,8 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int
   r.device = dev.info();
   r.output_bytes = cfg.output_bytes();
   r.outputs = outputs;
-  r.probed_d2h_gbps = probed_d2h(dev, cfg, progress);
+  r.probed_d2h_gbps = probe::pinned_ceiling(dev, copy_direction::device_to_host, cfg.output_bytes(),
+                                            cfg.probed_gbps, progress);
   buffer out = dev.alloc_device(cfg.output_bytes());
   stream producer = dev.make_stream();
   constexpr std::uint64_t seed = 77;
@@ -525,53 +503,45 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int
   static_cast<void>(pipe.submit(out, producer, 0));  // warm-up: the output is never rewritten
   pipe.flush();
   const egress::pipeline_stats before = pipe.stats();
-  const auto t0 = clock_type::now();
+  const auto t0 = steady_clock::now();
   int submitted = 0;
-  for (; submitted < outputs && clock_type::now() < deadline; ++submitted) {
+  for (; submitted < outputs && steady_clock::now() < deadline; ++submitted) {
     static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(submitted + 1)));
   }
   pipe.flush();
   r.window_start = t0;
-  r.window_end = clock_type::now();
+  r.window_end = steady_clock::now();
   r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
   outputs = submitted;
   r.outputs = submitted;
   const egress::pipeline_stats after = pipe.stats();
   pipe.close();
-  const double bytes = static_cast<double>(cfg.output_bytes()) * outputs;
-  r.gbps = bytes / r.seconds / 1e9;
-  const double copy_s = after.copy_seconds - before.copy_seconds;
-  r.copy_gbps = copy_s > 0 ? bytes / copy_s / 1e9 : 0;
+  const std::uint64_t bytes = cfg.output_bytes() * static_cast<std::uint64_t>(outputs);
+  r.gbps = gb_per_s(bytes, r.seconds);
+  r.copy_gbps = gb_per_s(bytes, after.copy_seconds - before.copy_seconds);
   r.link_fraction = r.probed_d2h_gbps > 0 ? r.gbps / r.probed_d2h_gbps : 0;
   r.mismatches = proc.mismatches();
   const std::uint64_t expected = cfg.output_bytes() * static_cast<std::uint64_t>(outputs + 1);
   if (proc.checked() != expected) {
-    throw logic_error(fmt::format("pure copy processed {} bytes, expected {}: outputs were lost", proc.checked(),
-                                  expected));
+    throw logic_error(fmt::format("pure copy processed {} bytes, expected {}: outputs were lost",
+                                  proc.checked(), expected));
   }
   return r;
 }
 
-std::string format_table(const egress_result& r) {
-  std::string out = fmt::format(
-      "egress ladder on {} ({}): output {} per step, compute {:.1f} ms per step, probed pinned D2H {:.2f} GB/s\n\n",
-      r.device.name, to_string(r.device.kind), format_bytes(r.config.output_bytes()),
-      std::chrono::duration<double, std::milli>(r.config.compute).count(), r.probed_d2h_gbps);
-  out += fmt::format("{:<10} {:>8} {:>8} {:>9} {:>7} {:>8} {:>10} {:>6}\n", "level", "steps/s", "x ideal", "D2H GB/s",
-                     "% link", "GPU idle", "mismatch", "steps");
-  for (const auto& row : r.rows) {
-    out += fmt::format("{:<10} {:>8.3f} {:>8.3f} {:>9.2f} {:>6.1f}% {:>7.1f}% {:>10} {:>6}\n", row.level,
-                       row.steps_per_s, row.ratio_to_ideal, row.d2h_gbps, row.link_fraction * 100, row.gpu_idle * 100,
-                       row.mismatches, row.steps);
-  }
-  out += "\n";
-  for (const auto& row : r.rows) {
-    for (const auto& l : egress_levels()) {
-      if (l.name == row.level) out += fmt::format("{:<10} {}; bound: {}\n", l.name, l.what, l.bottleneck);
-    }
-  }
-  out += format_findings(r.traces, egress_levels());
-  return out;
+std::string format_text(const pure_copy_result& r) {
+  return fmt::format(
+      "pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s end to end ({:.2f} GB/s of copies), "
+      "{:.1f}% of the probed pinned D2H {:.2f} GB/s; {} mismatches\n",
+      r.device.name, r.outputs, format_bytes(r.output_bytes), r.seconds, r.gbps, r.copy_gbps,
+      r.link_fraction * 100, r.probed_d2h_gbps, r.mismatches);
+}
+
+nlohmann::json to_json(const pure_copy_result& r, const egress_config& cfg, const run_stamp& stamp) {
+  nlohmann::json j = stamp_json("ferry bench egress --pure-copy", stamp, r.device);
+  j.update(nlohmann::json(r));
+  j["config"] = ladder_config_json(egress_spec(), cfg, cfg, cfg.output_bytes());
+  return j;
 }
 
 }  // namespace ferry::bench

@@ -1,19 +1,19 @@
 #include "ferry/bench/ingest_bench.hpp"
 
 #include <fmt/format.h>
-#include <time.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <tuple>
-#include <exception>
 
+#include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/units.hpp"
@@ -24,21 +24,9 @@
 namespace ferry::bench {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 std::chrono::nanoseconds decode_per_sample(const ingest_config& cfg) {
-  return std::chrono::nanoseconds(
-      static_cast<std::int64_t>(cfg.make_ms_per_mib * 1e6 * static_cast<double>(cfg.image_bytes()) / (1 << 20)));
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(
+      cfg.make_ms_per_mib * 1e6 * static_cast<double>(cfg.image_bytes()) / (1 << 20)));
 }
 
 // Sample j of batch `step` (every level makes the same samples): its image is the pattern of this seed,
@@ -65,10 +53,12 @@ void make_sample(std::span<std::byte> image, std::span<std::byte> label, std::ui
 }
 
 // Fills samples [from, to) of batch `step` into a contiguous images+labels buffer.
-void make_samples(std::byte* base, const batch_layout& l, std::uint64_t step, std::size_t from, std::size_t to) {
+void make_samples(std::byte* base, const batch_layout& l, std::uint64_t step, std::size_t from,
+                  std::size_t to) {
   FERRY_RANGE("make samples", trace::color::yellow);
   for (std::size_t j = from; j < to; ++j) {
-    make_sample({base + j * l.image_bytes, l.image_bytes}, {base + l.images() + j * 8, 8}, step, j, l.batch, l.decode);
+    make_sample({base + j * l.image_bytes, l.image_bytes}, {base + l.images() + j * 8, 8}, step, j, l.batch,
+                l.decode);
   }
 }
 
@@ -82,61 +72,39 @@ std::pair<std::uint64_t, std::uint64_t> expected_checksums(const batch_layout& l
   return {images, labels};
 }
 
-// The training step and the accounting every level shares: the compute stream, the per-step checksums
-// (images and labels) written to device memory, timing events around each step's compute.
+// The training step every level shares: the compute stream and the per-step checksums (images and
+// labels) written to device memory, its steps timed by the level's window.
 class workload {
  public:
-  workload(device& dev, const ingest_config& cfg, const std::string& level)
+  workload(device& dev, const ingest_config& cfg, level_window& window)
       : dev_(dev),
         cfg_(cfg),
-        tracer_(dev, cfg.trace, "ingest", level),
+        window_(window),
         layout_{cfg.image_bytes(), cfg.batch, decode_per_sample(cfg)},
         compute_(dev.make_stream()),
-        sums_(dev.alloc_device(16 * static_cast<std::size_t>(cfg.warmup + cfg.steps))) {
-    for (int i = 0; i < total_steps(); ++i) {
-      starts_.push_back(dev.make_timing_event());
-      stops_.push_back(dev.make_timing_event());
-    }
-  }
+        sums_(dev.alloc_device(16 * static_cast<std::size_t>(cfg.warmup + cfg.steps))) {}
 
   [[nodiscard]] stream_view compute_stream() const { return compute_.view(); }
-  [[nodiscard]] int total_steps() const { return cfg_.warmup + cfg_.steps; }
-  [[nodiscard]] level_tracer& tracer() noexcept { return tracer_; }
+  [[nodiscard]] int total_steps() const { return window_.total_steps(); }
   [[nodiscard]] const batch_layout& layout() const { return layout_; }
 
   /// Queues training step `step` on the compute stream over the device batch (images, labels).
   void compute(int step, mem_view images, mem_view labels) {
     FERRY_RANGE("train step", trace::color::green);
     stream_view s = compute_.view();
-    starts_[step].record(s);
+    window_.compute_started(step, s);
     dev_.spin_async(cfg_.compute, s);
     dev_.checksum_async(images, sums_.view(16 * static_cast<std::size_t>(step), 8), s);
     dev_.checksum_async(labels, sums_.view(16 * static_cast<std::size_t>(step) + 8, 8), s);
-    stops_[step].record(s);
+    window_.compute_done(step, s);
   }
 
-  void begin_timing() {
-    dev_.synchronize();
-    tracer_.begin();
-    t0_ = clock_type::now();
-    cpu0_ = process_cpu_seconds();
-  }
-
-  void end_timing(ingest_row& row) {
-    dev_.synchronize();
-    row.seconds = seconds_since(t0_);
-    tracer_.end();
-    row.cpu_ms_per_batch = (process_cpu_seconds() - cpu0_) * 1e3 / cfg_.steps;
-    row.steps = cfg_.steps;
-    row.steps_per_s = row.seconds > 0 ? cfg_.steps / row.seconds : 0;
-    double busy_ms = 0;
-    for (int i = cfg_.warmup; i < total_steps(); ++i) busy_ms += dev_.elapsed_ms(starts_[i], stops_[i]);
-    row.gpu_idle = row.seconds > 0 ? std::max(0.0, 1.0 - busy_ms * 1e-3 / row.seconds) : 0;
-  }
+  void begin_timing() { window_.begin(); }
+  void end_timing(ladder_row& row) { window_.end(row); }
 
   /// Compares every step's device checksums with the host's expectation for batch batch_of(step).
   template <class F>
-  void check(ingest_row& row, F batch_of) {
+  void check(ladder_row& row, F batch_of) {
     buffer back = dev_.alloc_pageable(sums_.size());
     dev_.copy(back, sums_, compute_);
     const int n = total_steps();
@@ -153,22 +121,20 @@ class workload {
     for (int i = 0; i < n; ++i) {
       std::uint64_t got[2];
       std::memcpy(got, back.host_bytes() + 16 * static_cast<std::size_t>(i), 16);
-      if (got[0] != want[static_cast<std::size_t>(i)].first || got[1] != want[static_cast<std::size_t>(i)].second)
-        ++row.mismatches;
-      ++row.checked_batches;
+      if (got[0] != want[static_cast<std::size_t>(i)].first ||
+          got[1] != want[static_cast<std::size_t>(i)].second)
+        ++row.wrong;
+      ++row.checked;
     }
   }
 
  private:
   device& dev_;
   const ingest_config& cfg_;
-  level_tracer tracer_;
+  level_window& window_;
   batch_layout layout_;
   stream compute_;
   buffer sums_;
-  std::vector<event> starts_, stops_;
-  clock_type::time_point t0_{};
-  double cpu0_ = 0;
 };
 
 // Host batches made ahead by worker threads, handed out in step order. Each worker makes whole batches
@@ -182,7 +148,8 @@ class batch_makers {
     for (std::size_t w = 0; w < workers; ++w) {
       threads_.emplace_back([=, this](std::stop_token stop) {
         trace::name_this_thread("bench-maker");
-        for (int step = static_cast<int>(w); step < steps_ && !stop.stop_requested(); step += static_cast<int>(workers)) {
+        for (int step = static_cast<int>(w); step < steps_ && !stop.stop_requested();
+             step += static_cast<int>(workers)) {
           std::byte* base = take_buffer(step);
           if (base == nullptr) return;
           make(step, base);
@@ -238,7 +205,9 @@ class host_pool {
     next_step_[i] = step + static_cast<int>(buffers_.size());
     cv_.notify_all();
   }
-  [[nodiscard]] mem_view view(int step) const { return buffers_[static_cast<std::size_t>(step) % buffers_.size()]; }
+  [[nodiscard]] mem_view view(int step) const {
+    return buffers_[static_cast<std::size_t>(step) % buffers_.size()];
+  }
 
  private:
   std::vector<buffer> buffers_;
@@ -247,7 +216,7 @@ class host_pool {
   std::vector<int> next_step_;  // the step each buffer may be taken for next
 };
 
-void run_ideal(device& dev, const ingest_config& cfg, workload& w, ingest_row& row) {
+void run_ideal(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   buffer host = dev.alloc_pinned(cfg.batch_bytes());
   make_samples(host.host_bytes(), l, 0, 0, l.batch);
@@ -264,7 +233,7 @@ void run_ideal(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
 
 // L0: the main thread makes each batch in fresh pageable memory, copies it with a blocking copy, computes,
 // and waits for the step (a naive loop reads its loss back every step).
-void run_l0(device& dev, const ingest_config& cfg, workload& w, ingest_row& row) {
+void run_l0(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   buffer on_device = dev.alloc_device(cfg.batch_bytes());
   for (int step = 0; step < w.total_steps(); ++step) {
@@ -288,7 +257,8 @@ enum class copy_mode {
   copy_stream,        // L3: pinned pool, copy on its own stream one batch ahead; compute waits on an event
 };
 
-void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& row, copy_mode mode, bool collate) {
+void run_pooled(device& dev, const ingest_config& cfg, workload& w, ladder_row& row, copy_mode mode,
+                bool collate) {
   const batch_layout& l = w.layout();
   const bool pinned = mode != copy_mode::blocking_pageable;
   host_pool pool(dev, cfg.host_slots, cfg.batch_bytes(), pinned);
@@ -296,7 +266,8 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& 
   // step copies them into the pinned batch, as a pin-memory thread does.
   std::vector<buffer> sample_scratch;
   if (collate)
-    for (std::size_t i = 0; i < cfg.workers; ++i) sample_scratch.push_back(dev.alloc_pageable(cfg.batch_bytes()));
+    for (std::size_t i = 0; i < cfg.workers; ++i)
+      sample_scratch.push_back(dev.alloc_pageable(cfg.batch_bytes()));
   batch_makers makers(
       cfg.workers, w.total_steps(), [&](int step) { return pool.take(step); },
       [&](int step, std::byte* base) {
@@ -309,7 +280,7 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& 
         FERRY_RANGE("collate", trace::color::purple);
         std::memcpy(base, scratch, cfg.batch_bytes());
       });
-  row.worker_threads = cfg.workers;
+  row.set_extra("worker_threads", static_cast<double>(cfg.workers), true);
 
   const std::size_t device_slots = mode == copy_mode::copy_stream ? cfg.depth : 1;
   std::vector<buffer> on_device;
@@ -375,7 +346,7 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ingest_row& 
 
 // ferry: the loader's workers write samples straight into pinned batch slots; the prefetcher copies
 // them on its own stream `depth` batches ahead and hands out device batches the compute stream waits on.
-void run_ferry(device& dev, const ingest_config& cfg, workload& w, ingest_row& row) {
+void run_ferry(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   ingest::loader_options opts;
   opts.fields = {{"image", static_cast<std::size_t>(l.image_bytes)}, {"label", sizeof(std::int64_t)}};
@@ -390,7 +361,7 @@ void run_ferry(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   ingest::prefetch_options popts;
   popts.depth = cfg.depth;
   ingest::prefetcher gpu(dev, data, popts);
-  row.worker_threads = cfg.workers;
+  row.set_extra("worker_threads", static_cast<double>(cfg.workers), true);
   int step = 0;
   for (ingest::device_batch& b : gpu.batches(w.compute_stream())) {
     if (step == cfg.warmup) w.begin_timing();
@@ -405,115 +376,113 @@ void run_ferry(device& dev, const ingest_config& cfg, workload& w, ingest_row& r
   if (cfg.check) w.check(row, [](int s) { return static_cast<std::uint64_t>(s); });
 }
 
+// The table's columns after the standard ones: sample-making threads, CPU time, wrong batches.
+std::vector<ladder_column> columns() {
+  return standard_columns(copy_direction::host_to_device,
+                          {extra_column("workers", 7, 0, "worker_threads"),
+                           extra_column("CPU ms/step", 11, 1, "cpu_ms_per_step"), wrong_column(8)});
+}
+
+using level_args = level_context<ingest_config, workload>;
+
+// The ladder's levels, in order: what each does, what bounds it, the analyzer's rule for that
+// bottleneck, and its run function.
+const level_table_of<level_args>& level_table() {
+  static const level_table_of<level_args> table{
+      {{"ideal", "compute only: the same steps over a batch already on the device", "the ceiling",
+        "compute_bound"},
+       [](const level_args& a) { run_ideal(a.dev, a.cfg, a.w, a.row); }},
+      {{"L0",
+        "one thread makes each batch in fresh pageable memory, blocking copy, compute, wait for the step",
+        "the GPU idles while the CPU makes the batch and while the pageable copy runs", "gpu_idle"},
+       [](const level_args& a) { run_l0(a.dev, a.cfg, a.w, a.row); }},
+      {{"L1", "N workers make batches ahead (pageable pool); blocking pageable copy",
+        "the blocking copy from pageable memory (staged by the driver) still stalls the GPU every step",
+        "sync_copy"},
+       [](const level_args& a) {
+         run_pooled(a.dev, a.cfg, a.w, a.row, copy_mode::blocking_pageable, false);
+       }},
+      {{"L2", "pinned pool + non-blocking copy on the compute stream",
+        "copy and kernels run one after the other on the one stream", "serialized_copy"},
+       [](const level_args& a) { run_pooled(a.dev, a.cfg, a.w, a.row, copy_mode::async_pinned, false); }},
+      {{"L3", "copy stream: batch N+1 copied while batch N computes; compute waits on an event",
+        "little: copies hide behind compute; the loop itself drives the copies", "compute_bound"},
+       [](const level_args& a) { run_pooled(a.dev, a.cfg, a.w, a.row, copy_mode::copy_stream, false); }},
+      {{"L4",
+        "L3 inside a prefetching iterator fed by a framework-style loader (per-sample memory + collate copy)",
+        "the extra collate copy costs CPU time per batch", "compute_bound"},
+       [](const level_args& a) { run_pooled(a.dev, a.cfg, a.w, a.row, copy_mode::copy_stream, true); }},
+      {{"ferry",
+        "ferry::ingest: workers write samples straight into pinned slots; prefetcher on its own stream",
+        "the compute, when the workers keep up", "compute_bound"},
+       [](const level_args& a) { run_ferry(a.dev, a.cfg, a.w, a.row); }},
+  };
+  return table;
+}
+
 }  // namespace
+
+ingest_config::ingest_config() : ladder_config(std::chrono::milliseconds(66), names_of(ingest_levels())) {}
 
 ingest_config default_ingest_config(backend b) {
   ingest_config c;
   if (b == backend::host) {
-    c.batch = 8;
-    c.height = 128;
-    c.width = 128;                            // 1.5 MiB per batch
+    c.set_shape({8, c.channels, 128, 128});  // 1.5 MiB per batch
     c.compute = std::chrono::milliseconds(10);
     c.workers = 2;
     // With the ladder link (ladder_host_options), make each batch cost 90% of a step on one thread, as
-    // making the reference's batch does on the H200 machine: the proportions of the cuda ladder.
+    // making the reference's batch does on the cuda ladder (docs/PERFORMANCE.md): its proportions.
     c.make_ms_per_mib = 6.0;
   }
   return c;
 }
 
-const std::vector<level_info>& ingest_levels() {
-  static const std::vector<level_info> levels{
-      {"ideal", "compute only: the same steps over a batch already on the device", "the ceiling",
-       "compute_bound"},
-      {"L0", "one thread makes each batch in fresh pageable memory, blocking copy, compute, wait for the step",
-       "the GPU idles while the CPU makes the batch and while the pageable copy runs",
-       "gpu_idle"},
-      {"L1", "N workers make batches ahead (pageable pool); blocking pageable copy",
-       "the blocking copy from pageable memory (staged by the driver) still stalls the GPU every step",
-       "sync_copy"},
-      {"L2", "pinned pool + non-blocking copy on the compute stream",
-       "copy and kernels run one after the other on the one stream",
-       "serialized_copy"},
-      {"L3", "copy stream: batch N+1 copied while batch N computes; compute waits on an event",
-       "little: copies hide behind compute; the loop itself drives the copies",
-       "compute_bound"},
-      {"L4", "L3 inside a prefetching iterator fed by a framework-style loader (per-sample memory + collate copy)",
-       "the extra collate copy costs CPU time per batch",
-       "compute_bound"},
-      {"ferry", "ferry::ingest: workers write samples straight into pinned slots; prefetcher on its own stream",
-       "the compute, when the workers keep up",
-       "compute_bound"},
-  };
-  return levels;
+ingest_config default_both_ways_ingest_config(backend b) {
+  ingest_config c = default_ingest_config(b);
+  c.workers = 2;
+  return c;
 }
 
-const ingest_row* ingest_result::find(const std::string& level) const noexcept {
-  for (const auto& r : rows)
-    if (r.level == level) return &r;
-  return nullptr;
+const ladder_spec& ingest_spec() {
+  static const ladder_spec spec = [] {
+    ladder_spec s{
+        "ingest", copy_direction::host_to_device, "batch", "batches", infos_of(level_table()), 7, columns(),
+        {}};
+    s.json_aliases.emplace_back("cpu_ms_per_batch", "cpu_ms_per_step");  // its name in earlier results
+    return s;
+  }();
+  return spec;
 }
+
+const std::vector<level_info>& ingest_levels() { return ingest_spec().levels; }
+
+// The JSON fields of the config and of a pure copy's result (nlohmann's to_json, found by ADL).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ingest_config, batch, channels, height, width, host_slots, depth)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ingest_pure_copy_result, batches, batch_bytes, seconds, gbps,
+                                   probed_h2d_gbps, link_fraction, mismatches)
 
 ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn progress) {
   FERRY_EXPECTS(cfg.batch_bytes() > 0 && cfg.image_bytes() > 0,
                 "ingest bench shape has a zero dimension; every dimension must be >= 1");
-  FERRY_EXPECTS(cfg.steps >= 1, fmt::format("ingest bench steps is {}; at least 1 timed step is needed", cfg.steps));
-  FERRY_EXPECTS(cfg.warmup >= 0, fmt::format("ingest bench warmup is {}; it cannot be negative", cfg.warmup));
   FERRY_EXPECTS(cfg.workers >= 1 && cfg.host_slots >= 1 && cfg.depth >= 1,
-                fmt::format("ingest bench needs at least 1 worker, host slot and depth (got {}, {}, {})", cfg.workers,
-                            cfg.host_slots, cfg.depth));
-  for (const auto& level : cfg.levels) {
-    const auto& known = ingest_levels();
-    FERRY_EXPECTS(std::any_of(known.begin(), known.end(), [&](const level_info& l) { return l.name == level; }),
-                  fmt::format("unknown ingest level \"{}\": expected ideal, L0, L1, L2, L3, L4 or ferry", level));
-  }
-  auto say = [&](const std::string& line) {
-    if (progress != nullptr) progress(line);
+                fmt::format("ingest bench needs at least 1 worker, host slot and depth (got {}, {}, {})",
+                            cfg.workers, cfg.host_slots, cfg.depth));
+  const auto& table = level_table();
+  auto run = [&](std::size_t index, level_window& window, ladder_row& row) {
+    row.set_extra("worker_threads", 0, true);
+    workload w(dev, cfg, window);
+    table[index].run({dev, cfg, w, row});
   };
-  ingest_result result;
-  result.device = dev.info();
-  result.config = cfg;
-  result.probed_h2d_gbps =
-      probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(), cfg.probed_h2d_gbps, progress);
-  double ideal = 0;
-  for (const auto& level : cfg.levels) {
-    say(fmt::format("{}: {} warm-up + {} timed steps, {} per batch", level, cfg.warmup, cfg.steps,
-                    format_bytes(cfg.batch_bytes())));
-    FERRY_RANGE("bench level", trace::color::blue);
-    ingest_row row;
-    row.level = level;
-    std::optional<level_trace> traced;
-    {
-      workload w(dev, cfg, level);
-      if (level == "ideal") run_ideal(dev, cfg, w, row);
-      else if (level == "L0") run_l0(dev, cfg, w, row);
-      else if (level == "L1") run_pooled(dev, cfg, w, row, copy_mode::blocking_pageable, false);
-      else if (level == "L2") run_pooled(dev, cfg, w, row, copy_mode::async_pinned, false);
-      else if (level == "L3") run_pooled(dev, cfg, w, row, copy_mode::copy_stream, false);
-      else if (level == "L4") run_pooled(dev, cfg, w, row, copy_mode::copy_stream, true);
-      else run_ferry(dev, cfg, w, row);
-      traced = w.tracer().finish(result.probed_h2d_gbps, 0);
-    }
-    std::tie(row.bottleneck, row.finding) = keep_trace(std::move(traced), result.traces);
-    row.bytes = level == "ideal" ? 0 : cfg.batch_bytes() * static_cast<std::uint64_t>(cfg.steps);
-    row.h2d_gbps = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
-    row.link_fraction = result.probed_h2d_gbps > 0 ? row.h2d_gbps / result.probed_h2d_gbps : 0;
-    if (level == "ideal") ideal = row.steps_per_s;
-    result.rows.push_back(row);
-  }
-  for (auto& r : result.rows) r.ratio_to_ideal = ideal > 0 ? r.steps_per_s / ideal : 0;
-  return result;
+  return run_ladder_as<ingest_result>(dev, ingest_spec(), cfg, cfg.batch_bytes(), run, progress);
 }
 
 ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
-                                             progress_fn progress, clock_type::time_point deadline) {
+                                             progress_fn progress, steady_clock::time_point deadline) {
   FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
-  ingest_pure_copy_result r;
-  r.device = dev.info();
-  r.batch_bytes = cfg.batch_bytes();
-  r.batches = batches;
-  r.probed_h2d_gbps =
-      probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(), cfg.probed_h2d_gbps, progress);
+  ingest_pure_copy_result r{};
+  r.probed_h2d_gbps = probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(),
+                                            cfg.probed_gbps, progress);
+  std::tie(r.device, r.batch_bytes, r.batches) = std::tuple(dev.info(), cfg.batch_bytes(), batches);
   const batch_layout l{cfg.image_bytes(), cfg.batch, {}};  // the copy path alone: no modelled decode
   const std::uint64_t slots = cfg.host_slots;
   ingest::loader_options opts;
@@ -538,29 +507,31 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   stream consumer = dev.make_stream();
   buffer sums = dev.alloc_device(16 * static_cast<std::size_t>(batches + 1));
   if (progress != nullptr) {
-    progress(fmt::format("ingest pure copy: {} x {} through ferry::ingest", batches, format_bytes(cfg.batch_bytes())));
+    progress(fmt::format("ingest pure copy: {} x {} through ferry::ingest", batches,
+                         format_bytes(cfg.batch_bytes())));
   }
-  clock_type::time_point t0{};
+  steady_clock::time_point t0{};
   std::uint64_t step = 0;
   for (ingest::device_batch& b : gpu.batches(consumer)) {
     if (step == 1) {
       consumer.synchronize();  // batch 0 is the warm-up
-      t0 = clock_type::now();
+      t0 = steady_clock::now();
     }
     dev.checksum_async(b.field(0), sums.view(16 * step, 8), consumer);
     dev.checksum_async(b.field(1), sums.view(16 * step + 8, 8), consumer);
     ++step;
-    if (step > 1 && clock_type::now() >= deadline) break;
+    if (step > 1 && steady_clock::now() >= deadline) break;
   }
   consumer.synchronize();
   r.window_start = t0;
-  r.window_end = clock_type::now();
+  r.window_end = steady_clock::now();
   r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
   gpu.close();
-  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) || deadline != clock_type::time_point::max()),
+  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) ||
+                              deadline != steady_clock::time_point::max()),
                 fmt::format("ingest pure copy delivered {} batches, expected {}", step, batches + 1));
   r.batches = static_cast<int>(step - 1);
-  r.gbps = static_cast<double>(cfg.batch_bytes()) * r.batches / r.seconds / 1e9;
+  r.gbps = gb_per_s(cfg.batch_bytes() * static_cast<std::uint64_t>(r.batches), r.seconds);
   r.link_fraction = r.probed_h2d_gbps > 0 ? r.gbps / r.probed_h2d_gbps : 0;
   buffer back = dev.alloc_pageable(sums.size());
   dev.copy(back, sums, consumer);
@@ -588,11 +559,11 @@ both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, const e
   }
   ingest_config in = in_cfg;
   egress_config out = out_cfg;
-  if (in.probed_h2d_gbps <= 0) in.probed_h2d_gbps = 1;  // the ratio that matters here is the two-way one
-  if (out.probed_d2h_gbps <= 0) out.probed_d2h_gbps = 1;
+  if (in.probed_gbps <= 0) in.probed_gbps = 1;  // the ratio that matters here is the two-way one
+  if (out.probed_gbps <= 0) out.probed_gbps = 1;
   // Both sides run until one deadline, far enough out that their set-up (pinning, first fills) is a small
   // part of it, so their timed windows overlap.
-  const auto deadline = clock_type::now() + duration;
+  const auto deadline = steady_clock::now() + duration;
   std::exception_ptr egress_error;
   std::thread egress_thread([&] {
     try {
@@ -617,30 +588,49 @@ both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, const e
                       std::max(r.ingest.window_start, r.egress.window_start);
   const auto longer = std::max(r.ingest.window_end, r.egress.window_end) -
                       std::min(r.ingest.window_start, r.egress.window_start);
-  r.overlap = std::max(0.0, std::chrono::duration<double>(common).count() / std::chrono::duration<double>(longer).count());
+  r.overlap = std::max(
+      0.0, std::chrono::duration<double>(common).count() / std::chrono::duration<double>(longer).count());
   r.total_gbps = r.ingest.gbps + r.egress.gbps;
   r.link_fraction = r.probed_duplex_gbps > 0 ? r.total_gbps / r.probed_duplex_gbps : 0;
   return r;
 }
 
-std::string format_table(const ingest_result& r) {
-  std::string out = fmt::format(
-      "ingest ladder on {} ({}): batch {} per step, compute {:.1f} ms per step, probed pinned H2D {:.2f} GB/s\n\n",
-      r.device.name, to_string(r.device.kind), format_bytes(r.config.batch_bytes()),
-      std::chrono::duration<double, std::milli>(r.config.compute).count(), r.probed_h2d_gbps);
-  out += fmt::format("{:<7} {:>8} {:>8} {:>9} {:>7} {:>8} {:>7} {:>11} {:>8}\n", "level", "steps/s", "x ideal",
-                     "H2D GB/s", "% link", "GPU idle", "workers", "CPU ms/step", "mismatch");
-  for (const auto& row : r.rows) {
-    out += fmt::format("{:<7} {:>8.3f} {:>8.3f} {:>9.2f} {:>6.1f}% {:>7.1f}% {:>7} {:>11.1f} {:>8}\n", row.level,
-                       row.steps_per_s, row.ratio_to_ideal, row.h2d_gbps, row.link_fraction * 100, row.gpu_idle * 100,
-                       row.worker_threads, row.cpu_ms_per_batch, row.mismatches);
-  }
-  out += "\n";
-  for (const auto& row : r.rows)
-    for (const auto& l : ingest_levels())
-      if (l.name == row.level) out += fmt::format("{:<7} {}; bound: {}\n", l.name, l.what, l.bottleneck);
-  out += format_findings(r.traces, ingest_levels());
-  return out;
+std::string format_text(const ingest_pure_copy_result& r) {
+  return fmt::format(
+      "ingest pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s, {:.1f}% of the probed pinned H2D "
+      "{:.2f} GB/s; {} mismatches\n",
+      r.device.name, r.batches, format_bytes(r.batch_bytes), r.seconds, r.gbps, r.link_fraction * 100,
+      r.probed_h2d_gbps, r.mismatches);
+}
+
+nlohmann::json to_json(const ingest_pure_copy_result& r, const run_stamp& stamp) {
+  nlohmann::json j = stamp_json("ferry bench ingest --pure-copy", stamp, r.device);
+  j.update(nlohmann::json(r));
+  return j;
+}
+
+std::string format_text(const both_ways_result& r) {
+  return fmt::format(
+      "both ways on {}: ingest {:.2f} GB/s + egress {:.2f} GB/s = {:.2f} GB/s, {:.1f}% of the probed "
+      "two-way {:.2f} GB/s (windows overlap {:.0f}%); {} mismatches\n",
+      r.ingest.device.name, r.ingest.gbps, r.egress.gbps, r.total_gbps, r.link_fraction * 100,
+      r.probed_duplex_gbps, r.overlap * 100, r.ingest.mismatches + r.egress.mismatches);
+}
+
+nlohmann::json to_json(const both_ways_result& r, const run_stamp& stamp) {
+  nlohmann::json j = stamp_json("ferry bench ingest --both-ways", stamp, r.ingest.device);
+  j.update({{"ingest", r.ingest},
+            {"egress",
+             {{"outputs", r.egress.outputs},
+              {"output_bytes", r.egress.output_bytes},
+              {"seconds", r.egress.seconds},
+              {"gbps", r.egress.gbps},
+              {"mismatches", r.egress.mismatches}}},
+            {"overlap", r.overlap},
+            {"total_gbps", r.total_gbps},
+            {"probed_duplex_gbps", r.probed_duplex_gbps},
+            {"link_fraction", r.link_fraction}});
+  return j;
 }
 
 }  // namespace ferry::bench

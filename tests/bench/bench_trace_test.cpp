@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ingest_bench.hpp"
-#include "ferry/analyze/analyze.hpp"
 #include "ferry/trace/trace_io.hpp"
 
 namespace {
@@ -17,7 +17,8 @@ namespace {
 using namespace ferry;
 
 // Checks one level's trace: it holds the timed steps, and live and read back it names the expected rule.
-void check_level(const bench::level_trace& t, const std::string& expected, int steps, const std::string& bench) {
+void check_level(const bench::level_trace& t, const std::string& expected, int steps,
+                 const std::string& bench) {
   SCOPED_TRACE(bench + " " + t.level);
   ASSERT_TRUE(t.analysis.has_value()) << t.analysis_error;
   EXPECT_EQ(t.timeline.dropped, 0u);
@@ -37,21 +38,23 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
   const host_device_options link = bench::ladder_host_options();
   auto dev = make_host_device(link);
   bench::egress_config cfg = bench::default_egress_config(backend::host);
-  cfg.probed_d2h_gbps = link.d2h_gbps;  // the modelled pinned D2H: skip the probe
+  cfg.probed_gbps = link.d2h_gbps;  // the modelled pinned D2H: skip the probe
   cfg.steps = 6;
   cfg.trace.enabled = true;
   const auto r = bench::run_egress(*dev, cfg);
   ASSERT_EQ(r.traces.size(), cfg.levels.size());
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    EXPECT_EQ(r.rows[i].mismatches, 0u);
+    EXPECT_EQ(r.rows[i].wrong, 0u);
     EXPECT_EQ(r.traces[i].level, r.rows[i].level);
-    check_level(r.traces[i], bench::expected_finding_of(bench::egress_levels(), r.rows[i].level), cfg.steps, "egress");
+    check_level(r.traces[i], bench::expected_finding_of(bench::egress_levels(), r.rows[i].level), cfg.steps,
+                "egress");
     EXPECT_EQ(r.rows[i].bottleneck, bench::expected_finding_of(bench::egress_levels(), r.rows[i].level));
     if (r.rows[i].level == "L0" && r.traces[i].analysis) {
       // Behind the blocking copy, what the next level (L1) removes: the GPU idles while the main thread
       // processes the output.
       const auto& fs = r.traces[i].analysis->findings;
-      const auto idle = std::find_if(fs.begin(), fs.end(), [](const auto& f) { return f.rule == "gpu_idle"; });
+      const auto idle =
+          std::find_if(fs.begin(), fs.end(), [](const auto& f) { return f.rule == "gpu_idle"; });
       ASSERT_NE(idle, fs.end()) << trace::format_text(*r.traces[i].analysis);
       EXPECT_NE(idle->evidence.find("'process output'"), std::string::npos) << idle->evidence;
     }
@@ -65,21 +68,22 @@ TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes
   const host_device_options link = bench::ladder_host_options();
   auto dev = make_host_device(link);
   bench::ingest_config cfg = bench::default_ingest_config(backend::host);
-  cfg.probed_h2d_gbps = link.h2d_gbps;
+  cfg.probed_gbps = link.h2d_gbps;
   cfg.steps = 6;
   cfg.trace.enabled = true;
   const auto r = bench::run_ingest(*dev, cfg);
   ASSERT_EQ(r.traces.size(), cfg.levels.size());
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    EXPECT_EQ(r.rows[i].mismatches, 0u);
-    check_level(r.traces[i], bench::expected_finding_of(bench::ingest_levels(), r.rows[i].level), cfg.steps, "ingest");
+    EXPECT_EQ(r.rows[i].wrong, 0u);
+    check_level(r.traces[i], bench::expected_finding_of(bench::ingest_levels(), r.rows[i].level), cfg.steps,
+                "ingest");
   }
 }
 
 TEST(bench_trace, a_ladder_without_tracing_records_nothing) {
   auto dev = make_host_device();
   bench::egress_config cfg = bench::default_egress_config(backend::host);
-  cfg.probed_d2h_gbps = 54.8;
+  cfg.probed_gbps = 54.8;
   cfg.levels = {"ideal", "ferry"};
   cfg.steps = 2;
   const auto r = bench::run_egress(*dev, cfg);
@@ -90,7 +94,7 @@ TEST(bench_trace, a_ladder_without_tracing_records_nothing) {
 TEST(bench_trace, a_full_recorder_reports_its_drops) {
   auto dev = make_host_device();
   bench::ingest_config cfg = bench::default_ingest_config(backend::host);
-  cfg.probed_h2d_gbps = 53.6;
+  cfg.probed_gbps = 53.6;
   cfg.levels = {"L2"};
   cfg.steps = 4;
   cfg.trace.enabled = true;
@@ -99,7 +103,9 @@ TEST(bench_trace, a_full_recorder_reports_its_drops) {
   ASSERT_EQ(r.traces.size(), 1u);
   EXPECT_EQ(r.traces[0].timeline.events.size(), 10u);
   EXPECT_GT(r.traces[0].timeline.dropped, 0u);
-  if (r.traces[0].analysis) EXPECT_EQ(r.traces[0].analysis->dropped, r.traces[0].timeline.dropped);
+  if (r.traces[0].analysis) {
+    EXPECT_EQ(r.traces[0].analysis->dropped, r.traces[0].timeline.dropped);
+  }
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ ferry::bench::egress_config tiny() {
   c.pool_buffers = 2;
   c.slot_bytes = 16 * 1024;
   c.slots = 4;
-  c.probed_d2h_gbps = 10;  // skip the probe: the test checks the ladder, not the link
+  c.probed_gbps = 10;  // skip the probe: the test checks the ladder, not the link
   return c;
 }
 
@@ -36,7 +36,7 @@ TEST(egress_bench, every_level_delivers_and_checks_every_byte) {
   ASSERT_EQ(r.rows.size(), cfg.levels.size());
   for (const auto& row : r.rows) {
     SCOPED_TRACE(row.level);
-    EXPECT_EQ(row.mismatches, 0u);
+    EXPECT_EQ(row.wrong, 0u);
     EXPECT_EQ(row.steps, cfg.steps);
     EXPECT_GT(row.steps_per_s, 0.0);
     EXPECT_GE(row.gpu_idle, 0.0);
@@ -46,8 +46,8 @@ TEST(egress_bench, every_level_delivers_and_checks_every_byte) {
       EXPECT_EQ(row.bytes, 0u);
     } else {
       EXPECT_EQ(row.bytes, cfg.output_bytes() * cfg.steps);
-      EXPECT_EQ(row.checked_bytes, cfg.output_bytes() * (cfg.steps + cfg.warmup));
-      EXPECT_GT(row.d2h_gbps, 0.0);
+      EXPECT_EQ(row.checked, cfg.output_bytes() * (cfg.steps + cfg.warmup));
+      EXPECT_GT(row.gbps, 0.0);
     }
   }
   // No level can beat the compute-only ceiling by more than timing noise (generous: CI machines are loaded).

@@ -18,7 +18,7 @@ ferry::bench::ingest_config tiny() {
   c.steps = 5;
   c.workers = 2;
   c.host_slots = 2;
-  c.probed_h2d_gbps = 10;  // skip the probe: the test checks the ladder, not the link
+  c.probed_gbps = 10;  // skip the probe: the test checks the ladder, not the link
   return c;
 }
 
@@ -33,8 +33,8 @@ TEST(ingest_bench, every_level_delivers_every_batch_intact) {
   ASSERT_EQ(r.rows.size(), cfg.levels.size());
   for (const auto& row : r.rows) {
     SCOPED_TRACE(row.level);
-    EXPECT_EQ(row.mismatches, 0u);
-    EXPECT_EQ(row.checked_batches, static_cast<std::uint64_t>(cfg.warmup + cfg.steps));
+    EXPECT_EQ(row.wrong, 0u);
+    EXPECT_EQ(row.checked, static_cast<std::uint64_t>(cfg.warmup + cfg.steps));
     EXPECT_GT(row.steps_per_s, 0.0);
     EXPECT_LT(row.ratio_to_ideal, 1.3);  // nothing beats the compute-only ceiling beyond noise
     EXPECT_EQ(row.bytes, row.level == "ideal" ? 0u : cfg.batch_bytes() * cfg.steps);
@@ -57,7 +57,7 @@ TEST(ingest_bench, pure_copy_and_both_ways_check_every_batch) {
   out.width = 32;
   out.slot_bytes = 4096;
   out.slots = 4;
-  out.probed_d2h_gbps = 10;
+  out.probed_gbps = 10;
   const auto b = ferry::bench::run_both_ways(*dev, cfg, out, std::chrono::milliseconds(300));
   EXPECT_EQ(b.ingest.mismatches + b.egress.mismatches, 0u);
   EXPECT_GT(b.total_gbps, 0.0);

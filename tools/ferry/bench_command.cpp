@@ -1,13 +1,14 @@
-// `ferry bench egress` and `ferry bench ingest`: the device-to-host and host-to-device ladders.
+// `ferry bench egress` and `ferry bench ingest`: the device-to-host and host-to-device ladders. The
+// ladders, their tables and their JSON live in ferry_bench; this file maps flags onto their configs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
-#include <thread>
-#include <algorithm>
 
 #include "commands.hpp"
 #include "ferry/bench/egress_bench.hpp"
@@ -53,7 +54,9 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
   for (const auto& t : traces) {
     const auto trace_file = level_path(b, t.level, ext);
     trace::write_chrome_trace(t.timeline, trace_file);
-    nlohmann::json j{{"level", t.level}, {"trace_file", trace_file.string()}, {"events", t.timeline.events.size()},
+    nlohmann::json j{{"level", t.level},
+                     {"trace_file", trace_file.string()},
+                     {"events", t.timeline.events.size()},
                      {"dropped", t.timeline.dropped}};
     j["expected_finding"] = bench::expected_finding_of(levels, t.level);
     if (t.analysis) {
@@ -62,10 +65,14 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
       j["html_file"] = html_file.string();
       j["bottleneck"] = t.analysis->bottleneck();
       j["analysis"] = nlohmann::json::parse(trace::to_json(*t.analysis));
-      if (!quiet) fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, trace_file.string(), html_file.string());
+      if (!quiet)
+        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, trace_file.string(),
+                   html_file.string());
     } else {
       j["analysis_error"] = t.analysis_error;
-      if (!quiet) fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level, trace_file.string(), t.analysis_error);
+      if (!quiet)
+        fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level, trace_file.string(),
+                   t.analysis_error);
     }
     out.push_back(std::move(j));
   }
@@ -80,7 +87,18 @@ struct egress_flags : ladder_flags {
   double probed_d2h = 0;
 };
 
-std::vector<std::size_t> parse_shape(const std::string& text) {
+struct ingest_flags : ladder_flags {
+  std::size_t host_slots = 0;
+  std::size_t depth = 0;
+  double probed_h2d = 0;
+  int pure_copy = 0;
+  int both_ways = 0;
+  std::size_t egress_workers = 0;
+  std::string egress_slot_bytes;
+  std::size_t egress_slots = 0;
+};
+
+std::array<std::size_t, 4> parse_shape(const std::string& text) {
   std::vector<std::size_t> dims;
   std::stringstream in(text);
   std::string part;
@@ -92,44 +110,25 @@ std::vector<std::size_t> parse_shape(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    FERRY_EXPECTS(used == part.size() && !part.empty() && v > 0,
-                  fmt::format("--shape \"{}\": \"{}\" is not a positive dimension; expected BxCxHxW", text, part));
+    FERRY_EXPECTS(
+        used == part.size() && !part.empty() && v > 0,
+        fmt::format("--shape \"{}\": \"{}\" is not a positive dimension; expected BxCxHxW", text, part));
     dims.push_back(static_cast<std::size_t>(v));
   }
   FERRY_EXPECTS(dims.size() == 4,
-                fmt::format("--shape \"{}\" has {} dimensions; expected 4 (batch x classes x height x width)", text,
-                            dims.size()));
-  return dims;
+                fmt::format("--shape \"{}\" has {} dimensions; expected 4 (batch x classes x height x width)",
+                            text, dims.size()));
+  return {dims[0], dims[1], dims[2], dims[3]};
 }
 
 void progress_line(const std::string& line) { fmt::print(stderr, "bench: {}\n", line); }
 
-nlohmann::json config_json(const bench::egress_config& c) {
-  return {{"batch", c.batch},
-          {"classes", c.classes},
-          {"height", c.height},
-          {"width", c.width},
-          {"input_channels", c.input_channels},
-          {"output_bytes", c.output_bytes()},
-          {"compute_ms", std::chrono::duration<double, std::milli>(c.compute).count()},
-          {"warmup", c.warmup},
-          {"steps", c.steps},
-          {"workers", c.workers},
-          {"pool_buffers", c.pool_buffers},
-          {"slot_bytes", c.slot_bytes},
-          {"slots", c.slots},
-          {"check", c.check}};
-}
-
-nlohmann::json device_json(const device_info& d) {
-  return {{"name", d.name}, {"backend", to_string(d.kind)}, {"pci_bus_id", d.pci_bus_id}};
-}
-
-// Applies the flags every ladder shares to its config; `set_shape` takes the four dimensions.
-template <class Config, class SetShape>
-void apply_ladder_flags(const ladder_flags& f, Config& cfg, SetShape set_shape) {
-  if (!f.shape.empty()) set_shape(parse_shape(f.shape));
-  if (f.compute_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
+// Applies the flags every ladder shares to its config.
+template <class Config>
+void apply_ladder_flags(const ladder_flags& f, Config& cfg) {
+  if (!f.shape.empty()) cfg.set_shape(parse_shape(f.shape));
+  if (f.compute_ms >= 0)
+    cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
   if (f.steps != 0) cfg.steps = f.steps;
   if (f.warmup >= 0) cfg.warmup = f.warmup;
   if (f.workers != 0) cfg.workers = f.workers;
@@ -146,284 +145,194 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg, SetShape set_shape) 
   }
 }
 
-// Adds the flags every ladder shares to its subcommand.
-void add_ladder_flags(CLI::App& app, ladder_flags& f, const std::string& shape_help, const std::string& compute_help,
-                      const std::string& workers_help, const std::string& levels_help) {
-  add_device_options(app, f.dev);
-  app.add_option("--shape", f.shape, shape_help);
-  app.add_option("--compute-ms", f.compute_ms, compute_help);
-  app.add_option("--steps", f.steps, "Timed steps per level (default 10)");
-  app.add_option("--warmup", f.warmup, "Untimed steps per level (default 2)");
-  app.add_option("--workers", f.workers, workers_help);
-  app.add_option("--levels", f.levels, levels_help);
-  app.add_flag("--no-check", f.no_check, "Skip checking the delivered bytes (egress checksums them instead)");
-  app.add_flag("--json", f.json, "Print JSON on stdout instead of the table");
-  app.add_option("--trace", f.trace,
-                 "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
-                 "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
-  app.add_option("--trace-events", f.trace_events, "Events the recorder keeps per level (default 1048576)");
+// "A on cuda, B on host", or "A" where the two backends' defaults agree: a flag's default in its help.
+template <class Config, class Show>
+std::string per_backend(const Config& cuda, const Config& host, Show show) {
+  const std::string c = fmt::format("{}", show(cuda));
+  const std::string h = fmt::format("{}", show(host));
+  return c == h ? c : fmt::format("{} on cuda, {} on host", c, h);
 }
 
-int run_egress(const egress_flags& f) {
+// Adds the flags every ladder shares to its subcommand; help defaults come from the two backends' default
+// configs. `shape_what` and `workers_what` name what the shape and the workers are in this ladder.
+template <class Config>
+void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const Config& host,
+                      const std::string& shape_what, const std::string& workers_what) {
+  auto defaults = [&](auto show) { return per_backend(cuda, host, show); };
+  add_device_options(app, f.dev);
+  app.add_option("--shape", f.shape,
+                 fmt::format("{} BxCxHxW (default {})", shape_what, defaults([](const Config& c) {
+                               return fmt::format("{}", fmt::join(c.shape(), "x"));
+                             })));
+  app.add_option("--compute-ms", f.compute_ms,
+                 fmt::format("Compute time per step in ms (default {})", defaults([](const Config& c) {
+                               return std::chrono::duration<double, std::milli>(c.compute).count();
+                             })));
+  app.add_option(
+      "--steps", f.steps,
+      fmt::format("Timed steps per level (default {})", defaults([](const Config& c) { return c.steps; })));
+  app.add_option("--warmup", f.warmup,
+                 fmt::format("Untimed steps per level (default {})",
+                             defaults([](const Config& c) { return c.warmup; })));
+  app.add_option(
+      "--workers", f.workers,
+      fmt::format("{} (default {})", workers_what, defaults([](const Config& c) { return c.workers; })));
+  app.add_option("--levels", f.levels,
+                 fmt::format("Comma-separated levels (default {})", defaults([](const Config& c) {
+                               return fmt::format("{}", fmt::join(c.levels, ","));
+                             })));
+  app.add_flag("--no-check", f.no_check, "Skip checking the delivered bytes (egress checksums them instead)");
+  app.add_flag("--json", f.json, "Print JSON on stdout instead of the table");
+  app.add_option(
+      "--trace", f.trace,
+      "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
+      "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
+  app.add_option("--trace-events", f.trace_events,
+                 fmt::format("Events the recorder keeps per level (default {})",
+                             defaults([](const Config& c) { return c.trace.capacity; })));
+}
+
+// Prints a ladder run (table or JSON, with its traces written when asked); 2 when a level got wrong bytes.
+int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const bench::run_stamp& stamp) {
+  if (f.json) {
+    nlohmann::json json = bench::ladder_json(r, stamp);
+    if (!f.trace.empty()) json["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
+    std::cout << json.dump(2) << '\n';
+  } else {
+    std::cout << bench::format_table(r);
+    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
+  }
+  return r.wrong() == 0 ? 0 : 2;
+}
+
+// Prints a one-shot result: JSON or its line of text; 2 when bytes arrived wrong.
+int report_once(bool json, const nlohmann::json& j, const std::string& text, std::uint64_t mismatches) {
+  if (json) {
+    std::cout << j.dump(2) << '\n';
+  } else {
+    std::cout << text;
+  }
+  return mismatches == 0 ? 0 : 2;
+}
+
+int run_egress(const egress_flags& f, const std::string& command) {
+  const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
-  bench::egress_config cfg = bench::default_egress_config(dev->kind());
-  apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
-    cfg.batch = d[0];
-    cfg.classes = d[1];
-    cfg.height = d[2];
-    cfg.width = d[3];
-  });
+  bench::egress_config cfg = f.pure_copy > 0 ? bench::default_pure_copy_config(dev->kind())
+                                             : bench::default_egress_config(dev->kind());
+  apply_ladder_flags(f, cfg);
   if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
   if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
   if (f.slots != 0) cfg.slots = f.slots;
-  cfg.probed_d2h_gbps = f.probed_d2h;
+  cfg.probed_gbps = f.probed_d2h;
 
-  FERRY_EXPECTS(f.trace.empty() || f.pure_copy == 0,
-                "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
+  FERRY_EXPECTS(
+      f.trace.empty() || f.pure_copy == 0,
+      "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
   if (f.pure_copy > 0) {
-    // Pure copy is bound by how fast the host checks what arrives: small slots keep each chunk in the
-    // CPU's last-level cache between the copy that writes it and the check that reads it, and every core
-    // but one checks (measured on the H200 machine: docs/PERFORMANCE.md).
-    if (dev->kind() == backend::cuda) {
-      if (f.slot_bytes.empty()) cfg.slot_bytes = 8 * MiB;
-      if (f.slots == 0) cfg.slots = 48;
-      const unsigned cores = std::thread::hardware_concurrency();
-      if (f.workers == 0) cfg.workers = cores > 1 ? cores - 1 : 1;
-    }
     const bench::pure_copy_result r = bench::run_egress_pure_copy(*dev, cfg, f.pure_copy, progress_line);
-    if (f.json) {
-      nlohmann::json j{{"tool", "ferry bench egress --pure-copy"},
-                       {"device", device_json(r.device)},
-                       {"config", config_json(cfg)},
-                       {"outputs", r.outputs},
-                       {"output_bytes", r.output_bytes},
-                       {"seconds", r.seconds},
-                       {"gbps", r.gbps},
-                       {"copy_gbps", r.copy_gbps},
-                       {"probed_d2h_gbps", r.probed_d2h_gbps},
-                       {"link_fraction", r.link_fraction},
-                       {"mismatches", r.mismatches}};
-      std::cout << j.dump(2) << '\n';
-    } else {
-      fmt::print("pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s end to end ({:.2f} GB/s of copies), "
-                 "{:.1f}% of the probed pinned D2H {:.2f} GB/s; {} mismatches\n",
-                 r.device.name, r.outputs, format_bytes(r.output_bytes), r.seconds, r.gbps, r.copy_gbps,
-                 r.link_fraction * 100, r.probed_d2h_gbps, r.mismatches);
-    }
-    return r.mismatches == 0 ? 0 : 2;
+    return report_once(f.json, bench::to_json(r, cfg, stamp), bench::format_text(r), r.mismatches);
   }
-
-  const bench::egress_result r = bench::run_egress(*dev, cfg, progress_line);
-  std::uint64_t mismatches = 0;
-  for (const auto& row : r.rows) mismatches += row.mismatches;
-  if (f.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& row : r.rows) {
-      rows.push_back({{"level", row.level},
-                      {"steps", row.steps},
-                      {"seconds", row.seconds},
-                      {"steps_per_s", row.steps_per_s},
-                      {"ratio_to_ideal", row.ratio_to_ideal},
-                      {"bytes", row.bytes},
-                      {"d2h_gbps", row.d2h_gbps},
-                      {"link_fraction", row.link_fraction},
-                      {"gpu_idle", row.gpu_idle},
-                      {"checked_bytes", row.checked_bytes},
-                      {"mismatches", row.mismatches},
-                      {"pin_seconds", row.pin_seconds},
-                      {"bottleneck", row.bottleneck},
-                      {"finding", row.finding}});
-    }
-    nlohmann::json j{{"tool", "ferry bench egress"},
-                     {"device", device_json(r.device)},
-                     {"config", config_json(cfg)},
-                     {"probed_d2h_gbps", r.probed_d2h_gbps},
-                     {"rows", rows}};
-    if (!f.trace.empty()) j["traces"] = write_level_traces(r.traces, f.trace, bench::egress_levels(), true);
-    std::cout << j.dump(2) << '\n';
-  } else {
-    std::cout << bench::format_table(r);
-    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, bench::egress_levels(), false));
-  }
-  return mismatches == 0 ? 0 : 2;
+  return report_ladder(f, bench::run_egress(*dev, cfg, progress_line), stamp);
 }
-
-struct ingest_flags : ladder_flags {
-  std::size_t host_slots = 0;
-  std::size_t depth = 0;
-  double probed_h2d = 0;
-  int pure_copy = 0;
-  int both_ways = 0;
-  std::size_t egress_workers = 0;
-  std::string egress_slot_bytes;
-  std::size_t egress_slots = 0;
-};
-
-nlohmann::json ingest_pure_copy_json(const bench::ingest_pure_copy_result& r) {
-  return {{"batches", r.batches},         {"batch_bytes", r.batch_bytes},
-          {"seconds", r.seconds},         {"gbps", r.gbps},
-          {"probed_h2d_gbps", r.probed_h2d_gbps}, {"link_fraction", r.link_fraction},
-          {"mismatches", r.mismatches}};
-}
-
-int run_ingest(const ingest_flags& f);
 
 // Both ways: ingest and egress pure copies at once, each sized to move about the same bytes.
-int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config& cfg) {
-  bench::egress_config out = bench::default_egress_config(dev.kind());
-  if (dev.kind() == backend::cuda) {
-    out.slot_bytes = 8 * MiB;
-    out.slots = 48;
-  }
+int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config& in,
+                  const bench::run_stamp& stamp) {
+  bench::egress_config out = bench::default_both_ways_egress_config(dev.kind());
   if (!f.egress_slot_bytes.empty()) out.slot_bytes = parse_bytes(f.egress_slot_bytes);
   if (f.egress_slots != 0) out.slots = f.egress_slots;
-  // The egress side checks every byte it receives; the ingest side only rewrites labels, so most cores
-  // go to the egress checks.
-  const unsigned cores = std::thread::hardware_concurrency();
-  out.workers = f.egress_workers != 0 ? f.egress_workers : (cores > 2 ? cores - 2 : 1);
-  bench::ingest_config in = cfg;
-  if (f.workers == 0) in.workers = 2;
+  if (f.egress_workers != 0) out.workers = f.egress_workers;
   const bench::both_ways_result r =
       bench::run_both_ways(dev, in, out, std::chrono::milliseconds(f.both_ways), progress_line);
-  const std::uint64_t mismatches = r.ingest.mismatches + r.egress.mismatches;
-  if (f.json) {
-    nlohmann::json j{{"tool", "ferry bench ingest --both-ways"},
-                     {"device", device_json(r.ingest.device)},
-                     {"ingest", ingest_pure_copy_json(r.ingest)},
-                     {"egress",
-                      {{"outputs", r.egress.outputs},
-                       {"output_bytes", r.egress.output_bytes},
-                       {"seconds", r.egress.seconds},
-                       {"gbps", r.egress.gbps},
-                       {"mismatches", r.egress.mismatches}}},
-                     {"overlap", r.overlap},
-                     {"total_gbps", r.total_gbps},
-                     {"probed_duplex_gbps", r.probed_duplex_gbps},
-                     {"link_fraction", r.link_fraction}};
-    std::cout << j.dump(2) << '\n';
-  } else {
-    fmt::print("both ways on {}: ingest {:.2f} GB/s + egress {:.2f} GB/s = {:.2f} GB/s, {:.1f}% of the probed "
-               "two-way {:.2f} GB/s (windows overlap {:.0f}%); {} mismatches\n",
-               r.ingest.device.name, r.ingest.gbps, r.egress.gbps, r.total_gbps, r.link_fraction * 100,
-               r.probed_duplex_gbps, r.overlap * 100, mismatches);
-  }
-  return mismatches == 0 ? 0 : 2;
+  return report_once(f.json, bench::to_json(r, stamp), bench::format_text(r),
+                     r.ingest.mismatches + r.egress.mismatches);
 }
 
-int run_ingest(const ingest_flags& f) {
-  auto dev = open_device(f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
-  bench::ingest_config cfg = bench::default_ingest_config(dev->kind());
-  apply_ladder_flags(f, cfg, [&cfg](const std::vector<std::size_t>& d) {
-    cfg.batch = d[0];
-    cfg.channels = d[1];
-    cfg.height = d[2];
-    cfg.width = d[3];
-  });
+int run_ingest(const ingest_flags& f, const std::string& command) {
+  const bench::run_stamp stamp = bench::stamp_now(command);
+  auto dev = open_device(
+      f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
+  bench::ingest_config cfg = f.both_ways > 0 ? bench::default_both_ways_ingest_config(dev->kind())
+                                             : bench::default_ingest_config(dev->kind());
+  apply_ladder_flags(f, cfg);
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;
-  cfg.probed_h2d_gbps = f.probed_h2d;
+  cfg.probed_gbps = f.probed_h2d;
   FERRY_EXPECTS(f.trace.empty() || (f.pure_copy == 0 && f.both_ways == 0),
                 "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
-  if (f.both_ways > 0) return run_both_ways(f, *dev, cfg);
+  if (f.both_ways > 0) return run_both_ways(f, *dev, cfg, stamp);
   if (f.pure_copy > 0) {
-    const bench::ingest_pure_copy_result r = bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_line);
-    if (f.json) {
-      nlohmann::json j = ingest_pure_copy_json(r);
-      j["tool"] = "ferry bench ingest --pure-copy";
-      j["device"] = device_json(r.device);
-      std::cout << j.dump(2) << '\n';
-    } else {
-      fmt::print("ingest pure copy on {}: {} x {} in {:.3f} s = {:.2f} GB/s, {:.1f}% of the probed pinned H2D "
-                 "{:.2f} GB/s; {} mismatches\n",
-                 r.device.name, r.batches, format_bytes(r.batch_bytes), r.seconds, r.gbps, r.link_fraction * 100,
-                 r.probed_h2d_gbps, r.mismatches);
-    }
-    return r.mismatches == 0 ? 0 : 2;
+    const bench::ingest_pure_copy_result r =
+        bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_line);
+    return report_once(f.json, bench::to_json(r, stamp), bench::format_text(r), r.mismatches);
   }
-  const bench::ingest_result r = bench::run_ingest(*dev, cfg, progress_line);
-  std::uint64_t mismatches = 0;
-  for (const auto& row : r.rows) mismatches += row.mismatches;
-  if (f.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& row : r.rows) {
-      rows.push_back({{"level", row.level},
-                      {"steps", row.steps},
-                      {"seconds", row.seconds},
-                      {"steps_per_s", row.steps_per_s},
-                      {"ratio_to_ideal", row.ratio_to_ideal},
-                      {"bytes", row.bytes},
-                      {"h2d_gbps", row.h2d_gbps},
-                      {"link_fraction", row.link_fraction},
-                      {"gpu_idle", row.gpu_idle},
-                      {"worker_threads", row.worker_threads},
-                      {"cpu_ms_per_batch", row.cpu_ms_per_batch},
-                      {"checked_batches", row.checked_batches},
-                      {"mismatches", row.mismatches},
-                      {"bottleneck", row.bottleneck},
-                      {"finding", row.finding}});
-    }
-    nlohmann::json j{{"tool", "ferry bench ingest"},
-                     {"device", device_json(r.device)},
-                     {"config",
-                      {{"batch", cfg.batch},
-                       {"channels", cfg.channels},
-                       {"height", cfg.height},
-                       {"width", cfg.width},
-                       {"batch_bytes", cfg.batch_bytes()},
-                       {"compute_ms", std::chrono::duration<double, std::milli>(cfg.compute).count()},
-                       {"warmup", cfg.warmup},
-                       {"steps", cfg.steps},
-                       {"workers", cfg.workers},
-                       {"host_slots", cfg.host_slots},
-                       {"depth", cfg.depth},
-                       {"check", cfg.check}}},
-                     {"probed_h2d_gbps", r.probed_h2d_gbps},
-                     {"rows", rows}};
-    if (!f.trace.empty()) j["traces"] = write_level_traces(r.traces, f.trace, bench::ingest_levels(), true);
-    std::cout << j.dump(2) << '\n';
-  } else {
-    std::cout << bench::format_table(r);
-    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, bench::ingest_levels(), false));
-  }
-  return mismatches == 0 ? 0 : 2;
+  return report_ladder(f, bench::run_ingest(*dev, cfg, progress_line), stamp);
 }
 
 }  // namespace
 
-std::function<int()> add_bench_command(CLI::App& app) {
-  auto f = std::make_shared<egress_flags>();
-  CLI::App* bench_cmd = app.add_subcommand("bench", "Run a data-path ladder against its compute-only ceiling");
+std::function<int()> add_bench_command(CLI::App& app, std::string command) {
+  CLI::App* bench_cmd =
+      app.add_subcommand("bench", "Run a data-path ladder against its compute-only ceiling");
   bench_cmd->require_subcommand(1);
-  CLI::App* eg = bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
-  add_ladder_flags(*eg, *f, "Output shape BxCxHxW (default 64x21x512x512 on cuda, 4x21x128x128 on host)",
-                   "Compute time per step in ms (default 165 on cuda, 20 on host)",
-                   "Host processing threads (default 8)",
-                   "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,L4-pinned,ferry)");
-  eg->add_option("--pool-buffers", f->pool_buffers, "Whole-output buffers in the L2..L4 pools");
-  eg->add_option("--slot-bytes", f->slot_bytes, "ferry's pinned slot size (default 64MiB on cuda)");
-  eg->add_option("--slots", f->slots, "ferry's pinned slots (default 32 on cuda: above the chunks of one output)");
-  eg->add_option("--pure-copy", f->pure_copy,
-                 "Pure-copy mode: drain this many outputs with no compute (on cuda: 8MiB x 48 slots, all cores "
-                 "but one checking, unless given)");
+
+  auto f = std::make_shared<egress_flags>();
+  const bench::egress_config eg_cuda = bench::default_egress_config(backend::cuda);
+  const bench::egress_config eg_host = bench::default_egress_config(backend::host);
+  const bench::egress_config pure = bench::default_pure_copy_config(backend::cuda);
+  CLI::App* eg =
+      bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
+  add_ladder_flags(*eg, *f, eg_cuda, eg_host, "Output shape", "Host processing threads");
+  eg->add_option("--pool-buffers", f->pool_buffers,
+                 fmt::format("Whole-output buffers in the L2..L4 pools (default {})",
+                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.pool_buffers; })));
+  eg->add_option(
+      "--slot-bytes", f->slot_bytes,
+      fmt::format("ferry's pinned slot size (default {})",
+                  per_backend(eg_cuda, eg_host, [](const auto& c) { return format_bytes(c.slot_bytes); })));
+  eg->add_option("--slots", f->slots,
+                 fmt::format("ferry's pinned slots (default {}: above the chunks of one output)",
+                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.slots; })));
+  eg->add_option(
+      "--pure-copy", f->pure_copy,
+      fmt::format("Pure-copy mode: drain this many outputs with no compute (on cuda unless given: {} x {} "
+                  "slots, and all cores but one checking: {} here)",
+                  format_bytes(pure.slot_bytes), pure.slots, pure.workers));
   eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
+
   auto g = std::make_shared<ingest_flags>();
+  const bench::ingest_config in_cuda = bench::default_ingest_config(backend::cuda);
+  const bench::ingest_config in_host = bench::default_ingest_config(backend::host);
+  const bench::egress_config both = bench::default_both_ways_egress_config(backend::cuda);
   CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
-  add_ladder_flags(*in, *g, "Image batch BxCxHxW (default 64x3x512x512 on cuda, 8x3x128x128 on host)",
-                   "Compute time per step in ms (default 66 on cuda, 10 on host)",
-                   "Sample-making threads (default 8 on cuda, 2 on host)",
-                   "Comma-separated levels (default ideal,L0,L1,L2,L3,L4,ferry)");
-  in->add_option("--host-slots", g->host_slots, "Pinned batches made ahead (default 4)");
-  in->add_option("--depth", g->depth, "Device batches copied ahead (default 2)");
+  add_ladder_flags(*in, *g, in_cuda, in_host, "Image batch", "Sample-making threads");
+  in->add_option("--host-slots", g->host_slots,
+                 fmt::format("Pinned batches made ahead (default {})",
+                             per_backend(in_cuda, in_host, [](const auto& c) { return c.host_slots; })));
+  in->add_option("--depth", g->depth,
+                 fmt::format("Device batches copied ahead (default {})",
+                             per_backend(in_cuda, in_host, [](const auto& c) { return c.depth; })));
   in->add_option("--probed-h2d", g->probed_h2d, "Pinned H2D GB/s to compare with (default: measured first)");
   in->add_option("--pure-copy", g->pure_copy, "Pure-copy mode: move this many batches with no compute");
-  in->add_option("--both-ways", g->both_ways,
-                 "Ingest and egress pure copies at once for this many milliseconds, against the probed two-way total");
-  in->add_option("--egress-workers", g->egress_workers, "With --both-ways: the egress side's checking threads");
-  in->add_option("--egress-slot-bytes", g->egress_slot_bytes, "With --both-ways: the egress side's slot size");
-  in->add_option("--egress-slots", g->egress_slots, "With --both-ways: the egress side's slot count");
-  return [f, eg, g, in]() -> int {
-    if (eg->parsed()) return run_egress(*f);
-    if (in->parsed()) return run_ingest(*g);
+  in->add_option(
+      "--both-ways", g->both_ways,
+      fmt::format("Ingest and egress pure copies at once for this many milliseconds, against the probed "
+                  "two-way total ({} sample-making threads unless given)",
+                  bench::default_both_ways_ingest_config(backend::cuda).workers));
+  in->add_option(
+      "--egress-workers", g->egress_workers,
+      fmt::format("With --both-ways: the egress side's checking threads (default all cores but two: {} here)",
+                  both.workers));
+  in->add_option("--egress-slot-bytes", g->egress_slot_bytes,
+                 fmt::format("With --both-ways: the egress side's slot size (default {} on cuda)",
+                             format_bytes(both.slot_bytes)));
+  in->add_option(
+      "--egress-slots", g->egress_slots,
+      fmt::format("With --both-ways: the egress side's slot count (default {} on cuda)", both.slots));
+  return [f, eg, g, in, command]() -> int {
+    if (eg->parsed()) return run_egress(*f, command);
+    if (in->parsed()) return run_ingest(*g, command);
     return 0;
   };
 }

@@ -23,10 +23,16 @@ void add_device_options(CLI::App& app, device_options& opts);
 
 /// Makes the device the options ask for and says on stderr which backend it chose and why. `host`
 /// configures the emulated device when that is the one made.
-[[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts, const host_device_options& host = {});
+[[nodiscard]] std::unique_ptr<device> open_device(const device_options& opts,
+                                                  const host_device_options& host = {});
 
-/// Registers `ferry bench` and its ladders; the returned function runs the one parsed.
-[[nodiscard]] std::function<int()> add_bench_command(CLI::App& app);
+/// The command line as a shell would take it back: arguments joined by spaces, those with characters a
+/// shell reads quoted. JSON results record it.
+[[nodiscard]] std::string command_line(int argc, const char* const argv[]);
+
+/// Registers `ferry bench` and its ladders; the returned function runs the one parsed. `command` (the
+/// command line) goes into every JSON result.
+[[nodiscard]] std::function<int()> add_bench_command(CLI::App& app, std::string command);
 
 /// Registers `ferry analyze`; the returned function runs it after parsing.
 [[nodiscard]] std::function<int()> add_analyze_command(CLI::App& app);

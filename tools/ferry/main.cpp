@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
+#include <string_view>
 
 #include "commands.hpp"
 #include "ferry/core/error.hpp"
@@ -12,17 +14,38 @@
 namespace ferry::cli {
 
 void add_device_options(CLI::App& app, device_options& opts) {
-  app.add_option("--backend", opts.backend,
-                 "Device backend: cuda (a GPU), host (the emulated device), or auto (cuda when a GPU is visible)")
+  app.add_option(
+         "--backend", opts.backend,
+         "Device backend: cuda (a GPU), host (the emulated device), or auto (cuda when a GPU is visible)")
       ->check(CLI::IsMember({"auto", "host", "cuda"}))
       ->capture_default_str();
   app.add_option("--gpu", opts.gpu, "GPU ordinal for the cuda backend")->capture_default_str();
 }
 
+std::string command_line(int argc, const char* const argv[]) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (i > 0) out += ' ';
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789-_./=:,+@%") == std::string_view::npos;
+    if (plain) {
+      out += arg;
+      continue;
+    }
+    out += '\'';
+    for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
 std::unique_ptr<device> open_device(const device_options& opts, const host_device_options& host) {
   if (opts.backend == "auto") {
     if (!cuda_available()) {
-      fmt::print(stderr, "ferry: backend host (using the emulated host device: {})\n", cuda_unavailable_reason());
+      fmt::print(stderr, "ferry: backend host (using the emulated host device: {})\n",
+                 cuda_unavailable_reason());
       return make_host_device(host);
     }
     std::string reason;
@@ -46,7 +69,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry: keeps GPUs fed and drained, and measures where they still wait"};
   app.require_subcommand(1);
   std::function<int()> run_probe = ferry::cli::add_probe_command(app);
-  std::function<int()> run_bench = ferry::cli::add_bench_command(app);
+  std::function<int()> run_bench = ferry::cli::add_bench_command(app, ferry::cli::command_line(argc, argv));
   std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
   try {
     app.parse(argc, argv);

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/device/device.hpp"
 #include "ferry/analyze/analyze.hpp"
+#include "ferry/device/device.hpp"
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::bench {
@@ -25,7 +25,8 @@ struct level_info {
 };
 
 /// The expected finding of `level` among `levels`; empty for an unknown level.
-[[nodiscard]] std::string expected_finding_of(const std::vector<level_info>& levels, const std::string& level);
+[[nodiscard]] std::string expected_finding_of(const std::vector<level_info>& levels,
+                                              const std::string& level);
 
 struct trace_options {
   bool enabled = false;

@@ -8,38 +8,37 @@
 // pattern (or, with check off, a checksum over every byte), so each row does the same host work.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "ferry/bench/bench_trace.hpp"
+#include "ferry/bench/ladder.hpp"
+#include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
 
-/// The egress bench's workload and levels.
-struct egress_config {
+/// The egress bench's workload; the settings every ladder shares are in ladder_config.
+struct egress_config : ladder_config {
   std::size_t batch = 64;
   std::size_t input_channels = 3;
   std::size_t classes = 21;
   std::size_t height = 512;
   std::size_t width = 512;
-  std::chrono::nanoseconds compute{std::chrono::milliseconds(165)};  // per step: the reference's rate
-  int warmup = 2;                          // untimed steps per level
-  int steps = 10;                          // timed steps per level
-  std::size_t workers = 8;                 // host processing threads (L1..L4 and ferry's sink workers)
-  std::size_t pool_buffers = 4;            // whole-output host buffers of the L2..L4 pools
-  std::size_t slot_bytes = 64 * (std::size_t{1} << 20);  // ferry's pinned slot
-  std::size_t slots = 32;                  // ferry's pinned slots: above an output's chunk count
-  bool check = true;                       // verify every delivered byte (else checksum them)
-  std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "L4-pinned", "ferry"};
-  double probed_d2h_gbps = 0;              // 0: measure pinned D2H first
-  trace_options trace;                     // record and analyze each level's timed steps
+  std::size_t pool_buffers = 4;       // whole-output host buffers of the L2..L4 pools
+  std::size_t slot_bytes = 64 * MiB;  // ferry's pinned slot
+  std::size_t slots = 32;             // ferry's pinned slots: above an output's chunk count
   // Modelled extra processing time (the processing thread sleeps) per MiB of output, on top of checking
   // it: a stand-in for a heavier post-processing step. 0 on cuda.
   double process_ms_per_mib = 0;
+
+  /// The reference workload's rate (compute per step), every level, 8 host processing threads (L1..L4
+  /// and ferry's sink workers). With check off, every delivered byte is checksummed instead of verified.
+  egress_config();
 
   [[nodiscard]] std::uint64_t output_bytes() const noexcept {
     return std::uint64_t{batch} * classes * height * width * sizeof(float);
@@ -47,49 +46,41 @@ struct egress_config {
   [[nodiscard]] std::uint64_t input_bytes() const noexcept {
     return std::uint64_t{batch} * input_channels * height * width * sizeof(float);
   }
+  /// The output as {batch, classes, height, width}.
+  [[nodiscard]] std::array<std::size_t, 4> shape() const noexcept { return {batch, classes, height, width}; }
+  void set_shape(const std::array<std::size_t, 4>& s) noexcept {
+    std::tie(batch, classes, height, width) = std::tuple_cat(s);
+  }
 };
 
 /// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
 [[nodiscard]] egress_config default_egress_config(backend b);
 
-/// The host device the ladders run on without a GPU: the reference link (53.6 / 54.8 GB/s pinned, 6.7 /
-/// 11.8 pageable) slowed down 24 times, so that the host defaults' small batches and outputs keep the
-/// reference workloads' copy-to-compute proportions (a memcpy could not emulate 55 GB/s anyway).
+/// Pure copy's settings. Pure copy is bound by how fast the host checks what arrives: on cuda, small
+/// slots keep each chunk in the CPU's last-level cache between the copy that writes it and the check that
+/// reads it, and every core but one checks (docs/PERFORMANCE.md). Elsewhere the ladder's settings.
+[[nodiscard]] egress_config default_pure_copy_config(backend b);
+
+/// Both ways' egress side: pure copy's slots, and every core but two checking (the ingest side only
+/// rewrites labels, so most cores go to the egress checks).
+[[nodiscard]] egress_config default_both_ways_egress_config(backend b);
+
+/// The host device the ladders run on without a GPU: the reference link slowed down 24 times, so that
+/// the host defaults' small batches and outputs keep the reference workloads' copy-to-compute
+/// proportions (a memcpy could not emulate the reference link's speed anyway).
 [[nodiscard]] host_device_options ladder_host_options();
+
+/// The egress ladder: its levels, table columns and JSON names.
+[[nodiscard]] const ladder_spec& egress_spec();
 
 /// Every level the bench knows, with what it does and what bounds it.
 [[nodiscard]] const std::vector<level_info>& egress_levels();
 
-/// One row of the ladder.
-struct egress_row {
-  std::string level;
-  int steps = 0;
-  double seconds = 0;            // wall time of the timed steps, until their last byte was processed
-  double steps_per_s = 0;
-  double ratio_to_ideal = 0;     // steps_per_s / ideal's (0 when ideal was not run)
-  std::uint64_t bytes = 0;       // bytes moved device to host in the timed steps
-  double d2h_gbps = 0;           // bytes / seconds / 1e9
-  double link_fraction = 0;      // d2h_gbps / probed pinned D2H
-  double gpu_idle = 0;           // 1 - (compute-stream busy time / wall time)
-  std::uint64_t checked_bytes = 0;  // bytes compared against the pattern (or checksummed)
-  std::uint64_t mismatches = 0;  // outputs (chunks for ferry) with a wrong byte
-  double pin_seconds = 0;        // pinning done by the level before timing
-  std::string bottleneck;        // with tracing: the analyzer's first finding (its rule id)
-  std::string finding;           // and its title
-};
-
-/// A full ladder run.
-struct egress_result {
-  device_info device;
+/// A full ladder run. Rows count checked bytes and wrong outputs (chunks for ferry); extra: pin_seconds
+/// (pinning the level did before timing).
+struct egress_result : ladder_result {
   egress_config config;
-  double probed_d2h_gbps = 0;
-  std::vector<egress_row> rows;
-  std::vector<level_trace> traces;  // with tracing: one per level, in order
-  [[nodiscard]] const egress_row* find(const std::string& level) const noexcept;
 };
-
-/// Progress lines, for stderr.
-using progress_fn = void (*)(const std::string&);
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape,
 /// out_of_memory when buffers cannot be had.
@@ -100,13 +91,13 @@ using progress_fn = void (*)(const std::string&);
 struct pure_copy_result {
   device_info device;
   std::uint64_t output_bytes = 0;
-  int outputs = 0;               // outputs timed (fewer than asked when a deadline stopped it)
+  int outputs = 0;  // outputs timed (fewer than asked when a deadline stopped it)
   double seconds = 0;
   std::chrono::steady_clock::time_point window_start{}, window_end{};
-  double gbps = 0;               // end to end: bytes delivered and checked / wall time
-  double copy_gbps = 0;          // the pipeline's copies alone (event-timed)
+  double gbps = 0;       // end to end: bytes delivered and checked / wall time
+  double copy_gbps = 0;  // the pipeline's copies alone (event-timed)
   double probed_d2h_gbps = 0;
-  double link_fraction = 0;      // gbps / probed_d2h_gbps
+  double link_fraction = 0;  // gbps / probed_d2h_gbps
   std::uint64_t mismatches = 0;
 };
 /// `deadline`: stop submitting then (the result counts the outputs submitted before it), so that two
@@ -115,7 +106,9 @@ struct pure_copy_result {
     device& dev, const egress_config& cfg, int outputs, progress_fn progress = nullptr,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
-/// The text table of a ladder run.
-[[nodiscard]] std::string format_table(const egress_result& r);
+/// The pure copy's result as one line of text, and as JSON (with the config it ran).
+[[nodiscard]] std::string format_text(const pure_copy_result& r);
+[[nodiscard]] nlohmann::json to_json(const pure_copy_result& r, const egress_config& cfg,
+                                     const run_stamp& stamp);
 
 }  // namespace ferry::bench

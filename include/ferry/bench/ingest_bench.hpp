@@ -8,84 +8,69 @@
 // every device checksum is compared with the checksum the host expects for that batch.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ferry/bench/egress_bench.hpp"
+#include "ferry/bench/ladder.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
 
-/// The ingest bench's workload and levels.
-struct ingest_config {
+/// The ingest bench's workload; the settings every ladder shares are in ladder_config.
+struct ingest_config : ladder_config {
   std::size_t batch = 64;
   std::size_t channels = 3;
   std::size_t height = 512;
   std::size_t width = 512;
-  std::chrono::nanoseconds compute{std::chrono::milliseconds(66)};  // per step: the reference's rate
-  int warmup = 2;
-  int steps = 10;
-  std::size_t workers = 8;        // sample-making threads (L1..L4 and ferry)
-  std::size_t host_slots = 4;     // pinned batches the workers may fill ahead (L2..L4, ferry)
-  std::size_t depth = 2;          // device batches copied ahead (L3, L4, ferry)
-  bool check = true;              // compare every batch's device checksum with the host's
-  std::vector<std::string> levels{"ideal", "L0", "L1", "L2", "L3", "L4", "ferry"};
-  double probed_h2d_gbps = 0;     // 0: measure pinned H2D first
+  std::size_t host_slots = 4;  // pinned batches the workers may fill ahead (L2..L4, ferry)
+  std::size_t depth = 2;       // device batches copied ahead (L3, L4, ferry)
   // Modelled decode time (the making thread sleeps) per MiB of image, on top of writing the bytes: a
   // stand-in for decoding and augmentation. 0 on cuda, where making the reference batch already costs.
   double make_ms_per_mib = 0;
-  trace_options trace;            // record and analyze each level's timed steps
+
+  /// The reference workload's rate (compute per step), every level, 8 sample-making threads (L1..L4 and
+  /// ferry).
+  ingest_config();
 
   [[nodiscard]] std::uint64_t image_bytes() const noexcept {
     return std::uint64_t{channels} * height * width * sizeof(float);
   }
   [[nodiscard]] std::uint64_t sample_bytes() const noexcept { return image_bytes() + sizeof(std::int64_t); }
   [[nodiscard]] std::uint64_t batch_bytes() const noexcept { return sample_bytes() * batch; }
+  /// The image batch as {batch, channels, height, width}.
+  [[nodiscard]] std::array<std::size_t, 4> shape() const noexcept { return {batch, channels, height, width}; }
+  void set_shape(const std::array<std::size_t, 4>& s) noexcept {
+    std::tie(batch, channels, height, width) = std::tuple_cat(s);
+  }
 };
 
 /// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
 [[nodiscard]] ingest_config default_ingest_config(backend b);
 
+/// Both ways' ingest side: the ladder's workload with 2 sample-making threads (after the first pass it
+/// only rewrites labels), leaving the cores to the egress side's checks.
+[[nodiscard]] ingest_config default_both_ways_ingest_config(backend b);
+
+/// The ingest ladder: its levels, table columns and JSON names.
+[[nodiscard]] const ladder_spec& ingest_spec();
+
 /// Every level the bench knows, with what it does and what bounds it.
 [[nodiscard]] const std::vector<level_info>& ingest_levels();
 
-/// One row of the ladder.
-struct ingest_row {
-  std::string level;
-  int steps = 0;
-  double seconds = 0;
-  double steps_per_s = 0;
-  double ratio_to_ideal = 0;
-  std::uint64_t bytes = 0;          // bytes moved host to device in the timed steps
-  double h2d_gbps = 0;
-  double link_fraction = 0;         // h2d_gbps / probed pinned H2D
-  double gpu_idle = 0;
-  std::size_t worker_threads = 0;   // threads making samples (besides the main thread)
-  double cpu_ms_per_batch = 0;      // process CPU time over the timed steps / steps
-  std::uint64_t checked_batches = 0;
-  std::uint64_t mismatches = 0;     // batches whose device checksum differs from the host's
-  std::string bottleneck;           // with tracing: the analyzer's first finding (its rule id)
-  std::string finding;              // and its title
-};
-
-/// A full ladder run.
-struct ingest_result {
-  device_info device;
+/// A full ladder run. Rows count checked and wrong batches; extras: worker_threads (threads making
+/// samples besides the main thread) and cpu_ms_per_step (process CPU time over the timed steps / steps).
+struct ingest_result : ladder_result {
   ingest_config config;
-  double probed_h2d_gbps = 0;
-  std::vector<ingest_row> rows;
-  std::vector<level_trace> traces;  // with tracing: one per level, in order
-  [[nodiscard]] const ingest_row* find(const std::string& level) const noexcept;
 };
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape.
 [[nodiscard]] ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn progress = nullptr);
-
-/// The text table of a ladder run.
-[[nodiscard]] std::string format_table(const ingest_result& r);
 
 /// Pure copy: ferry's loader + prefetcher moving `batches` batches with no compute, every batch's device
 /// checksum compared with the host's. The samples' images are made in full only on the first pass over
@@ -94,10 +79,10 @@ struct ingest_result {
 struct ingest_pure_copy_result {
   device_info device;
   std::uint64_t batch_bytes = 0;
-  int batches = 0;               // batches timed (fewer than asked when a deadline stopped it)
+  int batches = 0;  // batches timed (fewer than asked when a deadline stopped it)
   double seconds = 0;
   std::chrono::steady_clock::time_point window_start{}, window_end{};
-  double gbps = 0;               // bytes delivered to the device and checked / wall time
+  double gbps = 0;  // bytes delivered to the device and checked / wall time
   double probed_h2d_gbps = 0;
   double link_fraction = 0;
   std::uint64_t mismatches = 0;
@@ -111,13 +96,21 @@ struct ingest_pure_copy_result {
 struct both_ways_result {
   ingest_pure_copy_result ingest;
   pure_copy_result egress;
-  double overlap = 0;            // the two timed windows' common part over the longer window
-  double total_gbps = 0;         // ingest GB/s + egress GB/s, each over its own (overlapping) window
+  double overlap = 0;     // the two timed windows' common part over the longer window
+  double total_gbps = 0;  // ingest GB/s + egress GB/s, each over its own (overlapping) window
   double probed_duplex_gbps = 0;
   double link_fraction = 0;
 };
 [[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg,
                                              const egress_config& out_cfg, std::chrono::milliseconds duration,
                                              progress_fn progress = nullptr);
+
+/// The ingest pure copy's result as one line of text, and as JSON.
+[[nodiscard]] std::string format_text(const ingest_pure_copy_result& r);
+[[nodiscard]] nlohmann::json to_json(const ingest_pure_copy_result& r, const run_stamp& stamp);
+
+/// Both ways' result as one line of text, and as JSON.
+[[nodiscard]] std::string format_text(const both_ways_result& r);
+[[nodiscard]] nlohmann::json to_json(const both_ways_result& r, const run_stamp& stamp);
 
 }  // namespace ferry::bench
