@@ -68,8 +68,9 @@ std::unique_ptr<device> open_device(const device_options& opts, const host_devic
 int main(int argc, char** argv) {
   CLI::App app{"ferry: keeps GPUs fed and drained, and measures where they still wait"};
   app.require_subcommand(1);
-  std::function<int()> run_probe = ferry::cli::add_probe_command(app);
-  std::function<int()> run_bench = ferry::cli::add_bench_command(app, ferry::cli::command_line(argc, argv));
+  const std::string command = ferry::cli::command_line(argc, argv);  // JSON results record it
+  std::function<int()> run_probe = ferry::cli::add_probe_command(app, command);
+  std::function<int()> run_bench = ferry::cli::add_bench_command(app, command);
   std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "ferry/bench/ladder.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/probe/probe.hpp"
@@ -27,20 +28,24 @@ struct probe_flags {
   bool no_p2p = false;
 };
 
-nlohmann::json to_json(const probe::result& r) {
+nlohmann::json to_json(const probe::result& r, const bench::run_stamp& stamp) {
   nlohmann::json j;
   j["tool"] = "ferry probe";
+  j["date"] = stamp.date;
+  j["command"] = stamp.command;
+  j["version"] = stamp.version;
   j["device"] = {{"name", r.device.name},
                  {"backend", to_string(r.device.kind)},
                  {"ordinal", r.device.ordinal},
                  {"memory_bytes", r.device.memory_bytes},
                  {"pci_bus_id", r.device.pci_bus_id},
                  {"copy_engines", r.device.copy_engines}};
-  j["memlock"] = {{"soft_bytes", r.memlock.unlimited ? nlohmann::json(nullptr) : nlohmann::json(r.memlock.soft_bytes)},
-                  {"hard_bytes", r.memlock.hard_bytes},
-                  {"unlimited", r.memlock.unlimited},
-                  {"cap_ipc_lock", r.memlock.cap_ipc_lock},
-                  {"enforced", r.memlock.enforced()}};
+  j["memlock"] = {
+      {"soft_bytes", r.memlock.unlimited ? nlohmann::json(nullptr) : nlohmann::json(r.memlock.soft_bytes)},
+      {"hard_bytes", r.memlock.hard_bytes},
+      {"unlimited", r.memlock.unlimited},
+      {"cap_ipc_lock", r.memlock.cap_ipc_lock},
+      {"enforced", r.memlock.enforced()}};
   j["options"] = {{"copy_bytes", r.used.copy_bytes},
                   {"warmup", r.used.warmup},
                   {"iterations", r.used.iterations},
@@ -98,29 +103,50 @@ int run_topology(const probe_flags& flags, int iterations, int warmup) {
   return 0;
 }
 
+// "A on cuda, B on host", or "A" where both backends' defaults agree.
+std::string per_backend(const std::string& cuda, const std::string& host) {
+  return cuda == host ? cuda : fmt::format("{} on cuda, {} on host", cuda, host);
+}
+
 }  // namespace
 
-std::function<int()> add_probe_command(CLI::App& app) {
+std::function<int()> add_probe_command(CLI::App& app, std::string command) {
+  const probe::options cuda = probe::default_options(backend::cuda);
+  const probe::options host = probe::default_options(backend::host);
+  const probe::topology_options topo;
   auto flags = std::make_shared<probe_flags>();
-  CLI::App* sub = app.add_subcommand("probe", "Measure the host-device link: the ceilings benches compare to");
+  CLI::App* sub =
+      app.add_subcommand("probe", "Measure the host-device link: the ceilings benches compare to");
   add_device_options(*sub, flags->dev);
-  sub->add_option("--bytes", flags->bytes, "Bytes per copy, e.g. 256MiB (default: 256MiB on cuda, 32MiB on host)");
-  CLI::Option* iterations =
-      sub->add_option("--iterations", flags->iterations, "Timed copies per link (default: 10 on cuda, 5 on host)");
-  CLI::Option* warmup = sub->add_option("--warmup", flags->warmup, "Untimed copies per link before timing");
-  sub->add_option("--pin-bytes", flags->pin_bytes, "Pinned allocation timed for the cost of pinning (default 1GiB)");
+  sub->add_option("--bytes", flags->bytes,
+                  fmt::format("Bytes per copy, e.g. 256MiB (default: {})",
+                              per_backend(format_bytes(cuda.copy_bytes), format_bytes(host.copy_bytes))));
+  CLI::Option* iterations = sub->add_option(
+      "--iterations", flags->iterations,
+      fmt::format("Timed copies per link (default: {})",
+                  per_backend(std::to_string(cuda.iterations), std::to_string(host.iterations))));
+  CLI::Option* warmup =
+      sub->add_option("--warmup", flags->warmup,
+                      fmt::format("Untimed copies per link before timing (default: {})",
+                                  per_backend(std::to_string(cuda.warmup), std::to_string(host.warmup))));
+  sub->add_option("--pin-bytes", flags->pin_bytes,
+                  fmt::format("Pinned allocation timed for the cost of pinning (default {})",
+                              per_backend(format_bytes(cuda.pin_bytes), format_bytes(host.pin_bytes))));
   sub->add_flag("--no-pin-cost", flags->no_pin_cost, "Skip timing the cost of pinning");
   sub->add_flag("--no-check", flags->no_check, "Skip verifying the copied bytes");
   sub->add_flag("--json", flags->json, "Print JSON on stdout instead of the table");
-  sub->add_flag("--topology", flags->topology,
-                "Print how CPUs, NUMA nodes and GPUs connect (like nvidia-smi topo -m), each GPU's PCIe link "
-                "and the GPU-to-GPU bandwidth, instead of the link probe; --bytes, --iterations and --warmup "
-                "then size the P2P copies (default 256MiB, 5, 1)");
+  sub->add_flag(
+      "--topology", flags->topology,
+      fmt::format("Print how CPUs, NUMA nodes and GPUs connect (like nvidia-smi topo -m), each GPU's "
+                  "PCIe link and the GPU-to-GPU bandwidth, instead of the link probe; --bytes, "
+                  "--iterations and --warmup then size the P2P copies (default {}, {}, {})",
+                  format_bytes(topo.p2p_bytes), topo.p2p_iterations, topo.p2p_warmup));
   sub->add_flag("--no-p2p", flags->no_p2p, "With --topology: skip measuring GPU-to-GPU bandwidth");
-  return [flags, iterations, warmup] {
+  return [flags, iterations, warmup, command] {
     if (flags->topology)
       return run_topology(*flags, iterations->count() > 0 ? flags->iterations : 0,
                           warmup->count() > 0 ? flags->warmup : -1);
+    const bench::run_stamp stamp = bench::stamp_now(command);
     auto dev = open_device(flags->dev);
     probe::options opts = probe::default_options(dev->kind());
     if (!flags->bytes.empty()) opts.copy_bytes = parse_bytes(flags->bytes);
@@ -131,7 +157,7 @@ std::function<int()> add_probe_command(CLI::App& app) {
     opts.measure_pin_cost = !flags->no_pin_cost;
     const probe::result r = probe::run(*dev, opts, progress_line);
     if (flags->json) {
-      std::cout << to_json(r).dump(2) << '\n';
+      std::cout << to_json(r, stamp).dump(2) << '\n';
     } else {
       std::cout << probe::format_table(r);
     }
