@@ -63,7 +63,7 @@ class processor {
 // out[i % 2]) on the compute stream, its steps timed by the level's window.
 class workload {
  public:
-  workload(device& dev, const egress_config& cfg, level_window& window, processor& proc)
+  workload(device& dev, const egress_options& cfg, level_window& window, processor& proc)
       : dev_(dev),
         cfg_(cfg),
         window_(window),
@@ -107,7 +107,7 @@ class workload {
 
  private:
   device& dev_;
-  const egress_config& cfg_;
+  const egress_options& cfg_;
   level_window& window_;
   processor& proc_;
   stream compute_;
@@ -181,7 +181,7 @@ class worker_stage {
 };
 
 // ferry's pipeline as the bench configures it: delivery as completed, since the checks are independent.
-egress::options ferry_options(const egress_config& cfg) {
+egress::options ferry_options(const egress_options& cfg) {
   egress::options opts;
   opts.slot_bytes = cfg.slot_bytes;
   opts.slots = cfg.slots;
@@ -190,7 +190,7 @@ egress::options ferry_options(const egress_config& cfg) {
   return opts;
 }
 
-void run_ideal(const egress_config& cfg, workload& w, ladder_row& row) {
+void run_ideal(const egress_options& cfg, workload& w, ladder_row& row) {
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
     FERRY_RANGE("step", trace::color::gray);
@@ -200,7 +200,7 @@ void run_ideal(const egress_config& cfg, workload& w, ladder_row& row) {
 }
 
 // L0: compute, a blocking copy into a freshly allocated pageable buffer, and processing inline.
-void run_l0(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
+void run_l0(device& dev, const egress_options& cfg, workload& w, ladder_row& row, processor& proc) {
   const std::uint64_t n = cfg.output_bytes();
   for (int step = 0; step < w.total_steps(); ++step) {
     if (step == cfg.warmup) w.begin_timing();
@@ -215,7 +215,7 @@ void run_l0(device& dev, const egress_config& cfg, workload& w, ladder_row& row,
 }
 
 // L1: as L0, but N workers process (and free) the fresh buffers while the main thread goes on.
-void run_l1(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
+void run_l1(device& dev, const egress_options& cfg, workload& w, ladder_row& row, processor& proc) {
   const std::uint64_t n = cfg.output_bytes();
   worker_stage workers("bench-worker", cfg.workers, cfg.workers, [&](work_item& item) {
     proc.process({item.fresh.host_bytes(), n}, seed_of(item.step), 0);
@@ -244,7 +244,7 @@ enum class pool_level { l2, l3, l4 };
 // buffer to a worker; L4 copies on an egress stream that waits on the compute stream. `pinned` picks
 // real pinned memory; without it the pool is pageable, as the reference's pool became after
 // share_memory_() silently dropped its pinning, which turns every "asynchronous" copy into a blocking one.
-void run_pool(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc,
+void run_pool(device& dev, const egress_options& cfg, workload& w, ladder_row& row, processor& proc,
               pool_level level, bool pinned) {
   const std::uint64_t n = cfg.output_bytes();
   std::vector<buffer> pool;
@@ -311,7 +311,7 @@ void run_pool(device& dev, const egress_config& cfg, workload& w, ladder_row& ro
 }
 
 // ferry: the egress pipeline, its sink doing the same processing on every chunk as it arrives.
-void run_ferry(device& dev, const egress_config& cfg, workload& w, ladder_row& row, processor& proc) {
+void run_ferry(device& dev, const egress_options& cfg, workload& w, ladder_row& row, processor& proc) {
   const egress::options opts = ferry_options(cfg);
   auto sink = std::make_shared<egress::callback_sink>([&proc](const egress::output_chunk& c) {
     proc.process(c.bytes, seed_of(static_cast<int>(c.tag)), c.offset);
@@ -338,7 +338,7 @@ std::vector<ladder_column> columns() {
   return standard_columns(copy_direction::device_to_host, {wrong_column(10), std::move(steps)});
 }
 
-using level_args = level_context<egress_config, workload>;
+using level_args = level_context<egress_options, workload>;
 
 // The ladder's levels, in order: what each does, what bounds it, the analyzer's rule for that
 // bottleneck, and its run function.
@@ -392,7 +392,7 @@ const ladder_spec& egress_spec() {
 
 const std::vector<level_info>& egress_levels() { return egress_spec().levels; }
 
-egress_config::egress_config() : ladder_config(std::chrono::milliseconds(165), names_of(egress_levels())) {}
+egress_options::egress_options() : ladder_options(std::chrono::milliseconds(165), names_of(egress_levels())) {}
 
 host_device_options ladder_host_options() {
   host_device_options o;
@@ -406,8 +406,8 @@ host_device_options ladder_host_options() {
   return o;
 }
 
-egress_config default_egress_config(backend b) {
-  egress_config c;
+egress_options default_egress_options(backend b) {
+  egress_options c;
   if (b == backend::host) {
     c.set_shape({4, c.classes, 128, 128});  // 5.25 MiB per output
     c.compute = std::chrono::milliseconds(20);
@@ -424,8 +424,8 @@ egress_config default_egress_config(backend b) {
   return c;
 }
 
-egress_config default_pure_copy_config(backend b) {
-  egress_config c = default_egress_config(b);
+egress_options default_pure_copy_options(backend b) {
+  egress_options c = default_egress_options(b);
   if (b == backend::cuda) {
     c.slot_bytes = 8 * MiB;
     c.slots = 48;
@@ -435,20 +435,20 @@ egress_config default_pure_copy_config(backend b) {
   return c;
 }
 
-egress_config default_both_ways_egress_config(backend b) {
-  egress_config c = default_pure_copy_config(b);
+egress_options default_both_ways_egress_options(backend b) {
+  egress_options c = default_pure_copy_options(b);
   const unsigned cores = std::thread::hardware_concurrency();
   c.workers = cores > 2 ? cores - 2 : 1;
   return c;
 }
 
 // The JSON fields of the config and of a pure copy's result (nlohmann's to_json, found by ADL).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(egress_config, batch, classes, height, width, input_channels, pool_buffers,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(egress_options, batch, classes, height, width, input_channels, pool_buffers,
                                    slot_bytes, slots)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(pure_copy_result, outputs, output_bytes, seconds, gbps, copy_gbps,
                                    probed_d2h_gbps, link_fraction, mismatches)
 
-egress_result run_egress(device& dev, const egress_config& cfg, progress_fn progress) {
+egress_result run_egress(device& dev, const egress_options& cfg, progress_fn progress) {
   FERRY_EXPECTS(cfg.output_bytes() > 0,
                 "egress bench shape has a zero dimension; every dimension must be >= 1");
   FERRY_EXPECTS(cfg.pool_buffers >= 1,
@@ -476,7 +476,7 @@ egress_result run_egress(device& dev, const egress_config& cfg, progress_fn prog
   return run_ladder_as<egress_result>(dev, egress_spec(), cfg, cfg.output_bytes(), run, progress);
 }
 
-pure_copy_result run_egress_pure_copy(device& dev, const egress_config& cfg, int outputs,
+pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, int outputs,
                                       progress_fn progress, steady_clock::time_point deadline) {
   FERRY_EXPECTS(outputs >= 1, fmt::format("pure copy of {} outputs; at least 1 is needed", outputs));
   auto say = [&](const std::string& line) {
@@ -537,10 +537,10 @@ std::string format_text(const pure_copy_result& r) {
       r.link_fraction * 100, r.probed_d2h_gbps, r.mismatches);
 }
 
-nlohmann::json to_json(const pure_copy_result& r, const egress_config& cfg, const run_stamp& stamp) {
+nlohmann::json to_json(const pure_copy_result& r, const egress_options& cfg, const run_stamp& stamp) {
   nlohmann::json j = stamp_json("ferry bench egress --pure-copy", stamp, r.device);
   j.update(nlohmann::json(r));
-  j["config"] = ladder_config_json(egress_spec(), cfg, cfg, cfg.output_bytes());
+  j["config"] = ladder_options_json(egress_spec(), cfg, cfg, cfg.output_bytes());
   return j;
 }
 

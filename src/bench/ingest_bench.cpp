@@ -24,7 +24,7 @@
 namespace ferry::bench {
 namespace {
 
-std::chrono::nanoseconds decode_per_sample(const ingest_config& cfg) {
+std::chrono::nanoseconds decode_per_sample(const ingest_options& cfg) {
   return std::chrono::nanoseconds(static_cast<std::int64_t>(
       cfg.make_ms_per_mib * 1e6 * static_cast<double>(cfg.image_bytes()) / (1 << 20)));
 }
@@ -39,7 +39,7 @@ std::uint64_t sample_seed(std::uint64_t step, std::size_t j, std::size_t batch) 
 struct batch_layout {
   std::uint64_t image_bytes;
   std::size_t batch;
-  std::chrono::nanoseconds decode{0};  // modelled decode time per sample (ingest_config::make_ms_per_mib)
+  std::chrono::nanoseconds decode{0};  // modelled decode time per sample (ingest_options::make_ms_per_mib)
   [[nodiscard]] std::uint64_t images() const noexcept { return image_bytes * batch; }
   [[nodiscard]] std::uint64_t labels() const noexcept { return sizeof(std::int64_t) * batch; }
 };
@@ -76,7 +76,7 @@ std::pair<std::uint64_t, std::uint64_t> expected_checksums(const batch_layout& l
 // labels) written to device memory, its steps timed by the level's window.
 class workload {
  public:
-  workload(device& dev, const ingest_config& cfg, level_window& window)
+  workload(device& dev, const ingest_options& cfg, level_window& window)
       : dev_(dev),
         cfg_(cfg),
         window_(window),
@@ -130,7 +130,7 @@ class workload {
 
  private:
   device& dev_;
-  const ingest_config& cfg_;
+  const ingest_options& cfg_;
   level_window& window_;
   batch_layout layout_;
   stream compute_;
@@ -216,7 +216,7 @@ class host_pool {
   std::vector<int> next_step_;  // the step each buffer may be taken for next
 };
 
-void run_ideal(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
+void run_ideal(device& dev, const ingest_options& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   buffer host = dev.alloc_pinned(cfg.batch_bytes());
   make_samples(host.host_bytes(), l, 0, 0, l.batch);
@@ -233,7 +233,7 @@ void run_ideal(device& dev, const ingest_config& cfg, workload& w, ladder_row& r
 
 // L0: the main thread makes each batch in fresh pageable memory, copies it with a blocking copy, computes,
 // and waits for the step (a naive loop reads its loss back every step).
-void run_l0(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
+void run_l0(device& dev, const ingest_options& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   buffer on_device = dev.alloc_device(cfg.batch_bytes());
   for (int step = 0; step < w.total_steps(); ++step) {
@@ -257,7 +257,7 @@ enum class copy_mode {
   copy_stream,        // L3: pinned pool, copy on its own stream one batch ahead; compute waits on an event
 };
 
-void run_pooled(device& dev, const ingest_config& cfg, workload& w, ladder_row& row, copy_mode mode,
+void run_pooled(device& dev, const ingest_options& cfg, workload& w, ladder_row& row, copy_mode mode,
                 bool collate) {
   const batch_layout& l = w.layout();
   const bool pinned = mode != copy_mode::blocking_pageable;
@@ -346,7 +346,7 @@ void run_pooled(device& dev, const ingest_config& cfg, workload& w, ladder_row& 
 
 // ferry: the loader's workers write samples straight into pinned batch slots; the prefetcher copies
 // them on its own stream `depth` batches ahead and hands out device batches the compute stream waits on.
-void run_ferry(device& dev, const ingest_config& cfg, workload& w, ladder_row& row) {
+void run_ferry(device& dev, const ingest_options& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   ingest::loader_options opts;
   opts.fields = {{"image", static_cast<std::size_t>(l.image_bytes)}, {"label", sizeof(std::int64_t)}};
@@ -383,7 +383,7 @@ std::vector<ladder_column> columns() {
                            extra_column("CPU ms/step", 11, 1, "cpu_ms_per_step"), wrong_column(8)});
 }
 
-using level_args = level_context<ingest_config, workload>;
+using level_args = level_context<ingest_options, workload>;
 
 // The ladder's levels, in order: what each does, what bounds it, the analyzer's rule for that
 // bottleneck, and its run function.
@@ -422,10 +422,10 @@ const level_table_of<level_args>& level_table() {
 
 }  // namespace
 
-ingest_config::ingest_config() : ladder_config(std::chrono::milliseconds(66), names_of(ingest_levels())) {}
+ingest_options::ingest_options() : ladder_options(std::chrono::milliseconds(66), names_of(ingest_levels())) {}
 
-ingest_config default_ingest_config(backend b) {
-  ingest_config c;
+ingest_options default_ingest_options(backend b) {
+  ingest_options c;
   if (b == backend::host) {
     c.set_shape({8, c.channels, 128, 128});  // 1.5 MiB per batch
     c.compute = std::chrono::milliseconds(10);
@@ -437,8 +437,8 @@ ingest_config default_ingest_config(backend b) {
   return c;
 }
 
-ingest_config default_both_ways_ingest_config(backend b) {
-  ingest_config c = default_ingest_config(b);
+ingest_options default_both_ways_ingest_options(backend b) {
+  ingest_options c = default_ingest_options(b);
   c.workers = 2;
   return c;
 }
@@ -457,11 +457,11 @@ const ladder_spec& ingest_spec() {
 const std::vector<level_info>& ingest_levels() { return ingest_spec().levels; }
 
 // The JSON fields of the config and of a pure copy's result (nlohmann's to_json, found by ADL).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ingest_config, batch, channels, height, width, host_slots, depth)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ingest_options, batch, channels, height, width, host_slots, depth)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ingest_pure_copy_result, batches, batch_bytes, seconds, gbps,
                                    probed_h2d_gbps, link_fraction, mismatches)
 
-ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn progress) {
+ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn progress) {
   FERRY_EXPECTS(cfg.batch_bytes() > 0 && cfg.image_bytes() > 0,
                 "ingest bench shape has a zero dimension; every dimension must be >= 1");
   FERRY_EXPECTS(cfg.workers >= 1 && cfg.host_slots >= 1 && cfg.depth >= 1,
@@ -476,7 +476,7 @@ ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn prog
   return run_ladder_as<ingest_result>(dev, ingest_spec(), cfg, cfg.batch_bytes(), run, progress);
 }
 
-ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& cfg, int batches,
+ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& cfg, int batches,
                                              progress_fn progress, steady_clock::time_point deadline) {
   FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
   ingest_pure_copy_result r{};
@@ -547,7 +547,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_config& c
   return r;
 }
 
-both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, const egress_config& out_cfg,
+both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const egress_options& out_cfg,
                                std::chrono::milliseconds duration, progress_fn progress) {
   both_ways_result r;
   {
@@ -557,8 +557,8 @@ both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg, const e
     if (progress != nullptr) progress("probing both directions at once");
     r.probed_duplex_gbps = probe::run(dev, po).duplex.total_gbps;
   }
-  ingest_config in = in_cfg;
-  egress_config out = out_cfg;
+  ingest_options in = in_cfg;
+  egress_options out = out_cfg;
   if (in.probed_gbps <= 0) in.probed_gbps = 1;  // the ratio that matters here is the two-way one
   if (out.probed_gbps <= 0) out.probed_gbps = 1;
   // Both sides run until one deadline, far enough out that their set-up (pinning, first fills) is a small

@@ -128,7 +128,7 @@ std::uint64_t ladder_result::wrong() const noexcept {
   return n;
 }
 
-level_window::level_window(device& dev, const ladder_config& cfg, const std::string& ladder,
+level_window::level_window(device& dev, const ladder_options& cfg, const std::string& ladder,
                            const std::string& level)
     : dev_(dev), warmup_(cfg.warmup), steps_(cfg.steps), tracer_(dev, cfg.trace, ladder, level) {
   for (int i = 0; i < total_steps(); ++i) {
@@ -168,7 +168,7 @@ std::optional<level_trace> level_window::finish(double link_h2d_gbps, double lin
   return tracer_.finish(link_h2d_gbps, link_d2h_gbps);
 }
 
-ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_config& cfg,
+ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_options& cfg,
                          std::uint64_t step_bytes, nlohmann::json own_config, const level_runner& run,
                          progress_fn progress) {
   FERRY_EXPECTS(cfg.steps >= 1,
@@ -185,7 +185,7 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_conf
   result.device = dev.info();
   result.step_bytes = step_bytes;
   result.compute = cfg.compute;
-  result.config_json = ladder_config_json(spec, cfg, std::move(own_config), step_bytes);
+  result.config_json = ladder_options_json(spec, cfg, std::move(own_config), step_bytes);
   result.probed_gbps = probe::pinned_ceiling(dev, spec.direction, step_bytes, cfg.probed_gbps, progress);
   const bool h2d = spec.direction == copy_direction::host_to_device;
   const bool d2h = spec.direction == copy_direction::device_to_host;
@@ -261,7 +261,7 @@ nlohmann::json stamp_json(std::string_view tool, const run_stamp& stamp, const d
            {{"name", device.name}, {"backend", to_string(device.kind)}, {"pci_bus_id", device.pci_bus_id}}}};
 }
 
-nlohmann::json ladder_config_json(const ladder_spec& spec, const ladder_config& cfg, nlohmann::json own,
+nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg, nlohmann::json own,
                                   std::uint64_t step_bytes) {
   own.update({{"compute_ms", std::chrono::duration<double, std::milli>(cfg.compute).count()},
               {"warmup", cfg.warmup},

@@ -53,7 +53,7 @@ std::string describe_options(const options& o) {
 }  // namespace
 
 struct pipeline::impl {
-  impl(device& dev, std::shared_ptr<sink> out, const options& opts);
+  impl(device& dev, std::shared_ptr<sink> out, const egress::options& opts);
   impl(const impl&) = delete;
   impl& operator=(const impl&) = delete;
   ~impl() = default;
@@ -66,12 +66,12 @@ struct pipeline::impl {
   void rethrow_error();
   void report_uncollected() noexcept;
   [[nodiscard]] pipeline_stats stats() const;
-  [[nodiscard]] const options& config() const noexcept { return opts_; }
+  [[nodiscard]] const egress::options& config() const noexcept { return opts_; }
   [[nodiscard]] std::size_t free_slots() const { return ring_.count(slot_state::free); }
   [[nodiscard]] bool on_sink_worker() const noexcept;
 
  private:
-  static options validated(const options& o, bool has_sink);
+  static egress::options validated(const egress::options& o, bool has_sink);
   [[nodiscard]] std::size_t chunks_of(std::size_t bytes) const noexcept {
     return bytes / opts_.slot_bytes + (bytes % opts_.slot_bytes != 0 ? 1 : 0);
   }
@@ -108,7 +108,7 @@ struct pipeline::impl {
 
   device& dev_;
   std::shared_ptr<sink> sink_;
-  const options opts_;  // validated before anything below is built from it
+  const egress::options opts_;  // validated before anything below is built from it
   const std::size_t pool_bytes_ = opts_.slots * opts_.slot_bytes;
 
   stats_registry stats_;
@@ -168,7 +168,7 @@ namespace {
 thread_local const void* current_sink_worker = nullptr;
 }  // namespace
 
-options pipeline::impl::validated(const options& o, bool has_sink) {
+egress::options pipeline::impl::validated(const egress::options& o, bool has_sink) {
   FERRY_EXPECTS(has_sink, "egress pipeline of a null sink: pass a sink (null_sink discards everything)");
   FERRY_EXPECTS(o.slots > 0, fmt::format("egress options::slots is 0 ({}): the pool needs at least one slot",
                                          describe_options(o)));
@@ -188,7 +188,7 @@ options pipeline::impl::validated(const options& o, bool has_sink) {
   return o;
 }
 
-pipeline::impl::impl(device& dev, std::shared_ptr<sink> out, const options& opts)
+pipeline::impl::impl(device& dev, std::shared_ptr<sink> out, const egress::options& opts)
     : dev_(dev), sink_(std::move(out)), opts_(validated(opts, sink_ != nullptr)) {
   const auto pin_start = steady::now();
   pool_ = dev_.alloc_pinned(pool_bytes_);
@@ -631,7 +631,7 @@ pipeline_stats pipeline::impl::stats() const {
 
 // ---- pipeline ----------------------------------------------------------------------------------
 
-pipeline::pipeline(device& dev, std::shared_ptr<sink> out, const options& opts)
+pipeline::pipeline(device& dev, std::shared_ptr<sink> out, const egress::options& opts)
     : impl_(std::make_unique<impl>(dev, std::move(out), opts)) {}
 
 pipeline::~pipeline() {
@@ -663,7 +663,7 @@ void pipeline::close() {
 
 pipeline_stats pipeline::stats() const { return impl_->stats(); }
 
-const options& pipeline::config() const noexcept { return impl_->config(); }
+const egress::options& pipeline::options() const noexcept { return impl_->config(); }
 
 std::size_t pipeline::free_slots() const { return impl_->free_slots(); }
 

@@ -37,7 +37,7 @@ void check_level(const bench::level_trace& t, const std::string& expected, int s
 TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes) {
   const host_device_options link = bench::ladder_host_options();
   auto dev = make_host_device(link);
-  bench::egress_config cfg = bench::default_egress_config(backend::host);
+  bench::egress_options cfg = bench::default_egress_options(backend::host);
   cfg.probed_gbps = link.d2h_gbps;  // the modelled pinned D2H: skip the probe
   cfg.steps = 6;
   cfg.trace.enabled = true;
@@ -67,7 +67,7 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
 TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes) {
   const host_device_options link = bench::ladder_host_options();
   auto dev = make_host_device(link);
-  bench::ingest_config cfg = bench::default_ingest_config(backend::host);
+  bench::ingest_options cfg = bench::default_ingest_options(backend::host);
   cfg.probed_gbps = link.h2d_gbps;
   cfg.steps = 6;
   cfg.trace.enabled = true;
@@ -82,7 +82,7 @@ TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes
 
 TEST(bench_trace, a_ladder_without_tracing_records_nothing) {
   auto dev = make_host_device();
-  bench::egress_config cfg = bench::default_egress_config(backend::host);
+  bench::egress_options cfg = bench::default_egress_options(backend::host);
   cfg.probed_gbps = 54.8;
   cfg.levels = {"ideal", "ferry"};
   cfg.steps = 2;
@@ -93,7 +93,7 @@ TEST(bench_trace, a_ladder_without_tracing_records_nothing) {
 
 TEST(bench_trace, a_full_recorder_reports_its_drops) {
   auto dev = make_host_device();
-  bench::ingest_config cfg = bench::default_ingest_config(backend::host);
+  bench::ingest_options cfg = bench::default_ingest_options(backend::host);
   cfg.probed_gbps = 53.6;
   cfg.levels = {"L2"};
   cfg.steps = 4;

@@ -8,8 +8,8 @@
 
 namespace {
 
-ferry::bench::egress_config tiny() {
-  ferry::bench::egress_config c = ferry::bench::default_egress_config(ferry::backend::host);
+ferry::bench::egress_options tiny() {
+  ferry::bench::egress_options c = ferry::bench::default_egress_options(ferry::backend::host);
   c.batch = 2;
   c.classes = 3;
   c.height = 64;

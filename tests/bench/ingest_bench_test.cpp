@@ -8,8 +8,8 @@
 
 namespace {
 
-ferry::bench::ingest_config tiny() {
-  ferry::bench::ingest_config c = ferry::bench::default_ingest_config(ferry::backend::host);
+ferry::bench::ingest_options tiny() {
+  ferry::bench::ingest_options c = ferry::bench::default_ingest_options(ferry::backend::host);
   c.batch = 4;
   c.height = 32;
   c.width = 33;
@@ -50,7 +50,7 @@ TEST(ingest_bench, pure_copy_and_both_ways_check_every_batch) {
   EXPECT_EQ(r.mismatches, 0u);
   EXPECT_EQ(r.batches, 9);
   EXPECT_GT(r.gbps, 0.0);
-  ferry::bench::egress_config out = ferry::bench::default_egress_config(ferry::backend::host);
+  ferry::bench::egress_options out = ferry::bench::default_egress_options(ferry::backend::host);
   out.batch = 1;
   out.classes = 2;
   out.height = 32;

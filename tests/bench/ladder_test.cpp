@@ -21,8 +21,8 @@ namespace {
 
 using namespace ferry;
 
-bench::ingest_config tiny_ingest() {
-  bench::ingest_config c = bench::default_ingest_config(backend::host);
+bench::ingest_options tiny_ingest() {
+  bench::ingest_options c = bench::default_ingest_options(backend::host);
   c.batch = 2;
   c.height = 16;
   c.width = 17;
@@ -36,8 +36,8 @@ bench::ingest_config tiny_ingest() {
   return c;
 }
 
-bench::egress_config tiny_egress() {
-  bench::egress_config c = bench::default_egress_config(backend::host);
+bench::egress_options tiny_egress() {
+  bench::egress_options c = bench::default_egress_options(backend::host);
   c.batch = 1;
   c.classes = 2;
   c.height = 16;
@@ -197,8 +197,8 @@ TEST(ladder, an_unknown_level_is_refused_naming_every_known_level) {
 }
 
 TEST(ladder, default_levels_are_every_level_of_the_table_in_order) {
-  EXPECT_EQ(bench::default_ingest_config(backend::host).levels, bench::names_of(bench::ingest_levels()));
-  EXPECT_EQ(bench::default_egress_config(backend::cuda).levels, bench::names_of(bench::egress_levels()));
+  EXPECT_EQ(bench::default_ingest_options(backend::host).levels, bench::names_of(bench::ingest_levels()));
+  EXPECT_EQ(bench::default_egress_options(backend::cuda).levels, bench::names_of(bench::egress_levels()));
   EXPECT_EQ(bench::ingest_spec().levels.size(), bench::ingest_levels().size());
 }
 
@@ -214,7 +214,7 @@ TEST(ladder, the_harness_fills_the_shared_fields_from_what_a_level_did) {
   spec.levels = {{"ideal", "compute", "the ceiling", "compute_bound"},
                  {"copy", "compute, copy back", "", ""}};
   spec.columns = bench::standard_columns(spec.direction);
-  bench::ladder_config cfg;
+  bench::ladder_options cfg;
   cfg.compute = std::chrono::milliseconds(2);
   cfg.warmup = 1;
   cfg.steps = 3;

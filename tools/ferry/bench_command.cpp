@@ -218,8 +218,8 @@ int report_once(bool json, const nlohmann::json& j, const std::string& text, std
 int run_egress(const egress_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
-  bench::egress_config cfg = f.pure_copy > 0 ? bench::default_pure_copy_config(dev->kind())
-                                             : bench::default_egress_config(dev->kind());
+  bench::egress_options cfg = f.pure_copy > 0 ? bench::default_pure_copy_options(dev->kind())
+                                             : bench::default_egress_options(dev->kind());
   apply_ladder_flags(f, cfg);
   if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
   if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
@@ -237,9 +237,9 @@ int run_egress(const egress_flags& f, const std::string& command) {
 }
 
 // Both ways: ingest and egress pure copies at once, each sized to move about the same bytes.
-int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_config& in,
+int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_options& in,
                   const bench::run_stamp& stamp) {
-  bench::egress_config out = bench::default_both_ways_egress_config(dev.kind());
+  bench::egress_options out = bench::default_both_ways_egress_options(dev.kind());
   if (!f.egress_slot_bytes.empty()) out.slot_bytes = parse_bytes(f.egress_slot_bytes);
   if (f.egress_slots != 0) out.slots = f.egress_slots;
   if (f.egress_workers != 0) out.workers = f.egress_workers;
@@ -253,8 +253,8 @@ int run_ingest(const ingest_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(
       f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
-  bench::ingest_config cfg = f.both_ways > 0 ? bench::default_both_ways_ingest_config(dev->kind())
-                                             : bench::default_ingest_config(dev->kind());
+  bench::ingest_options cfg = f.both_ways > 0 ? bench::default_both_ways_ingest_options(dev->kind())
+                                             : bench::default_ingest_options(dev->kind());
   apply_ladder_flags(f, cfg);
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;
@@ -278,9 +278,9 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   bench_cmd->require_subcommand(1);
 
   auto f = std::make_shared<egress_flags>();
-  const bench::egress_config eg_cuda = bench::default_egress_config(backend::cuda);
-  const bench::egress_config eg_host = bench::default_egress_config(backend::host);
-  const bench::egress_config pure = bench::default_pure_copy_config(backend::cuda);
+  const bench::egress_options eg_cuda = bench::default_egress_options(backend::cuda);
+  const bench::egress_options eg_host = bench::default_egress_options(backend::host);
+  const bench::egress_options pure = bench::default_pure_copy_options(backend::cuda);
   CLI::App* eg =
       bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
   add_ladder_flags(*eg, *f, eg_cuda, eg_host, "Output shape", "Host processing threads");
@@ -302,9 +302,9 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
 
   auto g = std::make_shared<ingest_flags>();
-  const bench::ingest_config in_cuda = bench::default_ingest_config(backend::cuda);
-  const bench::ingest_config in_host = bench::default_ingest_config(backend::host);
-  const bench::egress_config both = bench::default_both_ways_egress_config(backend::cuda);
+  const bench::ingest_options in_cuda = bench::default_ingest_options(backend::cuda);
+  const bench::ingest_options in_host = bench::default_ingest_options(backend::host);
+  const bench::egress_options both = bench::default_both_ways_egress_options(backend::cuda);
   CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
   add_ladder_flags(*in, *g, in_cuda, in_host, "Image batch", "Sample-making threads");
   in->add_option("--host-slots", g->host_slots,
@@ -319,7 +319,7 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
       "--both-ways", g->both_ways,
       fmt::format("Ingest and egress pure copies at once for this many milliseconds, against the probed "
                   "two-way total ({} sample-making threads unless given)",
-                  bench::default_both_ways_ingest_config(backend::cuda).workers));
+                  bench::default_both_ways_ingest_options(backend::cuda).workers));
   in->add_option(
       "--egress-workers", g->egress_workers,
       fmt::format("With --both-ways: the egress side's checking threads (default all cores but two: {} here)",

@@ -22,8 +22,8 @@
 
 namespace ferry::bench {
 
-/// The egress bench's workload; the settings every ladder shares are in ladder_config.
-struct egress_config : ladder_config {
+/// The egress bench's workload; the settings every ladder shares are in ladder_options.
+struct egress_options : ladder_options {
   std::size_t batch = 64;
   std::size_t input_channels = 3;
   std::size_t classes = 21;
@@ -38,7 +38,7 @@ struct egress_config : ladder_config {
 
   /// The reference workload's rate (compute per step), every level, 8 host processing threads (L1..L4
   /// and ferry's sink workers). With check off, every delivered byte is checksummed instead of verified.
-  egress_config();
+  egress_options();
 
   [[nodiscard]] std::uint64_t output_bytes() const noexcept {
     return std::uint64_t{batch} * classes * height * width * sizeof(float);
@@ -54,16 +54,16 @@ struct egress_config : ladder_config {
 };
 
 /// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
-[[nodiscard]] egress_config default_egress_config(backend b);
+[[nodiscard]] egress_options default_egress_options(backend b);
 
 /// Pure copy's settings. Pure copy is bound by how fast the host checks what arrives: on cuda, small
 /// slots keep each chunk in the CPU's last-level cache between the copy that writes it and the check that
 /// reads it, and every core but one checks (docs/PERFORMANCE.md). Elsewhere the ladder's settings.
-[[nodiscard]] egress_config default_pure_copy_config(backend b);
+[[nodiscard]] egress_options default_pure_copy_options(backend b);
 
 /// Both ways' egress side: pure copy's slots, and every core but two checking (the ingest side only
 /// rewrites labels, so most cores go to the egress checks).
-[[nodiscard]] egress_config default_both_ways_egress_config(backend b);
+[[nodiscard]] egress_options default_both_ways_egress_options(backend b);
 
 /// The host device the ladders run on without a GPU: the reference link slowed down 24 times, so that
 /// the host defaults' small batches and outputs keep the reference workloads' copy-to-compute
@@ -79,12 +79,12 @@ struct egress_config : ladder_config {
 /// A full ladder run. Rows count checked bytes and wrong outputs (chunks for ferry); extra: pin_seconds
 /// (pinning the level did before timing).
 struct egress_result : ladder_result {
-  egress_config config;
+  egress_options config;
 };
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape,
 /// out_of_memory when buffers cannot be had.
-[[nodiscard]] egress_result run_egress(device& dev, const egress_config& cfg, progress_fn progress = nullptr);
+[[nodiscard]] egress_result run_egress(device& dev, const egress_options& cfg, progress_fn progress = nullptr);
 
 /// Pure copy: ferry's egress pipeline draining one device output again and again with no compute, every
 /// byte checked; compared with the probed pinned D2H bandwidth.
@@ -103,12 +103,12 @@ struct pure_copy_result {
 /// `deadline`: stop submitting then (the result counts the outputs submitted before it), so that two
 /// modes running at once can share one window.
 [[nodiscard]] pure_copy_result run_egress_pure_copy(
-    device& dev, const egress_config& cfg, int outputs, progress_fn progress = nullptr,
+    device& dev, const egress_options& cfg, int outputs, progress_fn progress = nullptr,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// The pure copy's result as one line of text, and as JSON (with the config it ran).
 [[nodiscard]] std::string format_text(const pure_copy_result& r);
-[[nodiscard]] nlohmann::json to_json(const pure_copy_result& r, const egress_config& cfg,
+[[nodiscard]] nlohmann::json to_json(const pure_copy_result& r, const egress_options& cfg,
                                      const run_stamp& stamp);
 
 }  // namespace ferry::bench

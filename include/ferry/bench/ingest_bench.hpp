@@ -22,8 +22,8 @@
 
 namespace ferry::bench {
 
-/// The ingest bench's workload; the settings every ladder shares are in ladder_config.
-struct ingest_config : ladder_config {
+/// The ingest bench's workload; the settings every ladder shares are in ladder_options.
+struct ingest_options : ladder_options {
   std::size_t batch = 64;
   std::size_t channels = 3;
   std::size_t height = 512;
@@ -36,7 +36,7 @@ struct ingest_config : ladder_config {
 
   /// The reference workload's rate (compute per step), every level, 8 sample-making threads (L1..L4 and
   /// ferry).
-  ingest_config();
+  ingest_options();
 
   [[nodiscard]] std::uint64_t image_bytes() const noexcept {
     return std::uint64_t{channels} * height * width * sizeof(float);
@@ -51,11 +51,11 @@ struct ingest_config : ladder_config {
 };
 
 /// The reference workload on cuda; on the host backend a small shape, so the demo ends in seconds.
-[[nodiscard]] ingest_config default_ingest_config(backend b);
+[[nodiscard]] ingest_options default_ingest_options(backend b);
 
 /// Both ways' ingest side: the ladder's workload with 2 sample-making threads (after the first pass it
 /// only rewrites labels), leaving the cores to the egress side's checks.
-[[nodiscard]] ingest_config default_both_ways_ingest_config(backend b);
+[[nodiscard]] ingest_options default_both_ways_ingest_options(backend b);
 
 /// The ingest ladder: its levels, table columns and JSON names.
 [[nodiscard]] const ladder_spec& ingest_spec();
@@ -66,11 +66,11 @@ struct ingest_config : ladder_config {
 /// A full ladder run. Rows count checked and wrong batches; extras: worker_threads (threads making
 /// samples besides the main thread) and cpu_ms_per_step (process CPU time over the timed steps / steps).
 struct ingest_result : ladder_result {
-  ingest_config config;
+  ingest_options config;
 };
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape.
-[[nodiscard]] ingest_result run_ingest(device& dev, const ingest_config& cfg, progress_fn progress = nullptr);
+[[nodiscard]] ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn progress = nullptr);
 
 /// Pure copy: ferry's loader + prefetcher moving `batches` batches with no compute, every batch's device
 /// checksum compared with the host's. The samples' images are made in full only on the first pass over
@@ -88,7 +88,7 @@ struct ingest_pure_copy_result {
   std::uint64_t mismatches = 0;
 };
 [[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(
-    device& dev, const ingest_config& cfg, int batches, progress_fn progress = nullptr,
+    device& dev, const ingest_options& cfg, int batches, progress_fn progress = nullptr,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
@@ -101,8 +101,8 @@ struct both_ways_result {
   double probed_duplex_gbps = 0;
   double link_fraction = 0;
 };
-[[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_config& in_cfg,
-                                             const egress_config& out_cfg, std::chrono::milliseconds duration,
+[[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg,
+                                             const egress_options& out_cfg, std::chrono::milliseconds duration,
                                              progress_fn progress = nullptr);
 
 /// The ingest pure copy's result as one line of text, and as JSON.

@@ -30,7 +30,7 @@ using progress_fn = void (*)(const std::string&);
 inline constexpr std::string_view ideal_level = "ideal";
 
 /// Settings every ladder shares; each ladder's config adds its workload's shape and pipeline sizes.
-struct ladder_config {
+struct ladder_options {
   std::chrono::nanoseconds compute{};  // per step: the reference workload's rate
   int warmup = 2;                      // untimed steps per level
   int steps = 10;                      // timed steps per level
@@ -40,9 +40,9 @@ struct ladder_config {
   double probed_gbps = 0;              // the pinned link of the ladder's direction; 0: measure it first
   trace_options trace;                 // record and analyze each level's timed steps
 
-  ladder_config() = default;
+  ladder_options() = default;
   /// A ladder's defaults: the reference workload's compute per step, and every level of the ladder.
-  ladder_config(std::chrono::nanoseconds compute_per_step, std::vector<std::string> all_levels)
+  ladder_options(std::chrono::nanoseconds compute_per_step, std::vector<std::string> all_levels)
       : compute(compute_per_step), levels(std::move(all_levels)) {}
 };
 
@@ -170,7 +170,7 @@ struct ladder_result {
 /// the process's CPU time, and the level's trace recording.
 class level_window {
  public:
-  level_window(device& dev, const ladder_config& cfg, const std::string& ladder, const std::string& level);
+  level_window(device& dev, const ladder_options& cfg, const std::string& ladder, const std::string& level);
   level_window(const level_window&) = delete;
   level_window& operator=(const level_window&) = delete;
   ~level_window() = default;
@@ -206,7 +206,7 @@ using level_runner = std::function<void(std::size_t index, level_window& window,
 /// direction (unless cfg.probed_gbps is given), runs each level of cfg.levels in order, and fills every
 /// row's shared fields. `own_config`: the ladder's own settings as JSON, for the result's config. Throws
 /// logic_error for an unknown level or a setting out of range.
-[[nodiscard]] ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_config& cfg,
+[[nodiscard]] ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_options& cfg,
                                        std::uint64_t step_bytes, nlohmann::json own_config,
                                        const level_runner& run, progress_fn progress = nullptr);
 
@@ -246,7 +246,7 @@ struct run_stamp {
 
 /// A ladder's config as JSON: `own` (the ladder's own fields), the settings every ladder shares, and
 /// "<step_bytes_name>_bytes": the bytes one step moves.
-[[nodiscard]] nlohmann::json ladder_config_json(const ladder_spec& spec, const ladder_config& cfg,
+[[nodiscard]] nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg,
                                                 nlohmann::json own, std::uint64_t step_bytes);
 
 /// A ladder run as JSON: the stamp, the ladder and its direction, its config, the probed link and the rows

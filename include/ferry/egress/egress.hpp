@@ -103,7 +103,7 @@ class pipeline {
   /// Throws logic_error for zero slots, slot bytes or workers, slot bytes that are not a multiple of 8,
   /// or a null sink; out_of_memory when the pool cannot be pinned (the message names the pool size and
   /// RLIMIT_MEMLOCK where it applies).
-  pipeline(device& dev, std::shared_ptr<sink> out, const options& opts = {});
+  pipeline(device& dev, std::shared_ptr<sink> out, const egress::options& opts = {});
   pipeline(const pipeline&) = delete;
   pipeline& operator=(const pipeline&) = delete;
   /// close()s, reporting (not throwing) an error the caller never collected.
@@ -144,7 +144,7 @@ class pipeline {
   /// Counters and stage times so far. Thread-safe.
   [[nodiscard]] pipeline_stats stats() const;
   /// The options the pipeline was made with.
-  [[nodiscard]] const options& config() const noexcept;
+  [[nodiscard]] const egress::options& options() const noexcept;
   /// Slots free now. Equals config().slots once everything submitted was consumed (or dropped after a
   /// failure): the pool has returned to full.
   [[nodiscard]] std::size_t free_slots() const;
