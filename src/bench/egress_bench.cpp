@@ -480,7 +480,7 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, in
                                       progress_fn progress, steady_clock::time_point deadline) {
   FERRY_EXPECTS(outputs >= 1, fmt::format("pure copy of {} outputs; at least 1 is needed", outputs));
   auto say = [&](const std::string& line) {
-    if (progress != nullptr) progress(line);
+    if (progress) progress(line);
   };
   pure_copy_result r;
   r.device = dev.info();

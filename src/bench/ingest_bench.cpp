@@ -506,7 +506,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
   ingest::prefetcher gpu(dev, data, popts);
   stream consumer = dev.make_stream();
   buffer sums = dev.alloc_device(16 * static_cast<std::size_t>(batches + 1));
-  if (progress != nullptr) {
+  if (progress) {
     progress(fmt::format("ingest pure copy: {} x {} through ferry::ingest", batches,
                          format_bytes(cfg.batch_bytes())));
   }
@@ -554,7 +554,7 @@ both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const 
     probe::options po = probe::default_options(dev.kind());
     po.measure_pin_cost = false;
     po.iterations = 20;  // the two-way figure varies more from copy to copy than one direction
-    if (progress != nullptr) progress("probing both directions at once");
+    if (progress) progress("probing both directions at once");
     r.probed_duplex_gbps = probe::run(dev, po).duplex.total_gbps;
   }
   ingest_options in = in_cfg;

@@ -193,7 +193,7 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
   double ideal = 0;
   for (const std::size_t index : order) {
     const level_info& level = spec.levels[index];
-    if (progress != nullptr) {
+    if (progress) {
       progress(fmt::format("{}: {} warm-up + {} timed steps, {} {} per step", level.name, cfg.warmup,
                            cfg.steps, spec.step_bytes_name, format_bytes(step_bytes)));
     }

@@ -84,7 +84,7 @@ struct egress_result : ladder_result {
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape,
 /// out_of_memory when buffers cannot be had.
-[[nodiscard]] egress_result run_egress(device& dev, const egress_options& cfg, progress_fn progress = nullptr);
+[[nodiscard]] egress_result run_egress(device& dev, const egress_options& cfg, progress_fn progress = {});
 
 /// Pure copy: ferry's egress pipeline draining one device output again and again with no compute, every
 /// byte checked; compared with the probed pinned D2H bandwidth.
@@ -103,7 +103,7 @@ struct pure_copy_result {
 /// `deadline`: stop submitting then (the result counts the outputs submitted before it), so that two
 /// modes running at once can share one window.
 [[nodiscard]] pure_copy_result run_egress_pure_copy(
-    device& dev, const egress_options& cfg, int outputs, progress_fn progress = nullptr,
+    device& dev, const egress_options& cfg, int outputs, progress_fn progress = {},
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// The pure copy's result as one line of text, and as JSON (with the config it ran).

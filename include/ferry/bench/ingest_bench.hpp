@@ -70,7 +70,7 @@ struct ingest_result : ladder_result {
 };
 
 /// Runs the configured levels in order. Throws logic_error for an unknown level or a zero-sized shape.
-[[nodiscard]] ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn progress = nullptr);
+[[nodiscard]] ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn progress = {});
 
 /// Pure copy: ferry's loader + prefetcher moving `batches` batches with no compute, every batch's device
 /// checksum compared with the host's. The samples' images are made in full only on the first pass over
@@ -88,7 +88,7 @@ struct ingest_pure_copy_result {
   std::uint64_t mismatches = 0;
 };
 [[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(
-    device& dev, const ingest_options& cfg, int batches, progress_fn progress = nullptr,
+    device& dev, const ingest_options& cfg, int batches, progress_fn progress = {},
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 /// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
@@ -103,7 +103,7 @@ struct both_ways_result {
 };
 [[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg,
                                              const egress_options& out_cfg, std::chrono::milliseconds duration,
-                                             progress_fn progress = nullptr);
+                                             progress_fn progress = {});
 
 /// The ingest pure copy's result as one line of text, and as JSON.
 [[nodiscard]] std::string format_text(const ingest_pure_copy_result& r);

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "ferry/bench/bench_trace.hpp"
+#include "ferry/core/progress.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
 
-/// Progress lines, for stderr.
-using progress_fn = void (*)(const std::string&);
+using ferry::progress_fn;  // progress lines, for stderr (ferry/core/progress.hpp)
 
 /// The level every ladder is measured against: the same compute steps with no transfer.
 inline constexpr std::string_view ideal_level = "ideal";
@@ -208,7 +208,7 @@ using level_runner = std::function<void(std::size_t index, level_window& window,
 /// logic_error for an unknown level or a setting out of range.
 [[nodiscard]] ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_options& cfg,
                                        std::uint64_t step_bytes, nlohmann::json own_config,
-                                       const level_runner& run, progress_fn progress = nullptr);
+                                       const level_runner& run, progress_fn progress = {});
 
 /// run_ladder for a ladder whose result type (derived from ladder_result) keeps its typed config; the
 /// config's own JSON fields come from the to_json its ladder defines.
