@@ -35,9 +35,9 @@ void model::breakdown() {
   }
   if (!any_activity) {
     // GPU events of zero length cover no time: there is no busy span to name then.
-    const std::string gpu_span =
-        busy().empty() ? std::string("all of zero length")
-                       : fmt::format("the GPU's {:.3f} ms to {:.3f} ms", ms(busy().first()), ms(busy().last()));
+    const std::string gpu_span = busy().empty() ? std::string("all of zero length")
+                                                : fmt::format("the GPU's {:.3f} ms to {:.3f} ms",
+                                                              ms(busy().first()), ms(busy().last()));
     throw input_error(
         fmt::format("the timeline has GPU activity ({} events) but none inside its {} '{}' step spans "
                     "({:.3f} ms to {:.3f} ms; {}); pick the steps with analyze_options::step_prefix",

@@ -23,14 +23,10 @@ category category_of(const event& e, std::string_view name) {
   if (e.kind == activity::kernel) return is_comm_kernel(name) ? cat_comm : cat_compute;
   if (e.kind == activity::memset) return cat_d2d;
   switch (e.copy) {
-    case copy_kind::p2p:
-      return cat_comm;
-    case copy_kind::h2d:
-      return cat_h2d;
-    case copy_kind::d2h:
-      return cat_d2h;
-    default:
-      return cat_d2d;  // d2d, and the rare h2h or unknown copy the GPU timeline shows
+    case copy_kind::p2p: return cat_comm;
+    case copy_kind::h2d: return cat_h2d;
+    case copy_kind::d2h: return cat_d2h;
+    default: return cat_d2d;  // d2d, and the rare h2h or unknown copy the GPU timeline shows
   }
 }
 
@@ -39,12 +35,9 @@ bool is_cpu(const event& e) {
   switch (e.kind) {
     case activity::api:
     case activity::sync:
-    case activity::stage:
-      return true;
-    case activity::range:
-      return !(e.device >= 0 && e.thread == 0);
-    default:
-      return false;
+    case activity::stage: return true;
+    case activity::range: return !(e.device >= 0 && e.thread == 0);
+    default: return false;
   }
 }
 

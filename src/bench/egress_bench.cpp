@@ -392,7 +392,8 @@ const ladder_spec& egress_spec() {
 
 const std::vector<level_info>& egress_levels() { return egress_spec().levels; }
 
-egress_options::egress_options() : ladder_options(std::chrono::milliseconds(165), names_of(egress_levels())) {}
+egress_options::egress_options()
+    : ladder_options(std::chrono::milliseconds(165), names_of(egress_levels())) {}
 
 host_device_options ladder_host_options() {
   host_device_options o;
@@ -443,8 +444,8 @@ egress_options default_both_ways_egress_options(backend b) {
 }
 
 // The JSON fields of the config and of a pure copy's result (nlohmann's to_json, found by ADL).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(egress_options, batch, classes, height, width, input_channels, pool_buffers,
-                                   slot_bytes, slots)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(egress_options, batch, classes, height, width, input_channels,
+                                   pool_buffers, slot_bytes, slots)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(pure_copy_result, outputs, output_bytes, seconds, gbps, copy_gbps,
                                    probed_d2h_gbps, link_fraction, mismatches)
 

@@ -76,14 +76,10 @@ std::vector<std::string> names_of(const std::vector<level_info>& levels) {
 
 std::string link_name(copy_direction d) {
   switch (d) {
-    case copy_direction::host_to_device:
-      return "H2D";
-    case copy_direction::device_to_host:
-      return "D2H";
-    case copy_direction::device_to_device:
-      return "D2D";
-    case copy_direction::host_to_host:
-      return "H2H";
+    case copy_direction::host_to_device: return "H2D";
+    case copy_direction::device_to_host: return "D2H";
+    case copy_direction::device_to_device: return "D2D";
+    case copy_direction::host_to_host: return "H2H";
   }
   return "link";
 }
@@ -262,7 +258,7 @@ nlohmann::json stamp_json(std::string_view tool, const run_stamp& stamp, const d
 }
 
 nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg, nlohmann::json own,
-                                  std::uint64_t step_bytes) {
+                                   std::uint64_t step_bytes) {
   own.update({{"compute_ms", std::chrono::duration<double, std::milli>(cfg.compute).count()},
               {"warmup", cfg.warmup},
               {"steps", cfg.steps},

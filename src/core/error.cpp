@@ -62,7 +62,8 @@ void throw_logic_error(const std::string& msg, std::source_location where) {
 void report_destructor_error(const std::string& msg, std::source_location where) noexcept {
   if (!first_report_from(where)) return;
   try {
-    const std::string line = "ferry: ignored error (reported where throwing is not allowed): " + with_location(msg, where) + "\n";
+    const std::string line =
+        "ferry: ignored error (reported where throwing is not allowed): " + with_location(msg, where) + "\n";
     std::fputs(line.c_str(), stderr);
   } catch (...) {
     std::fputs("ferry: ignored error (message lost: out of memory)\n", stderr);

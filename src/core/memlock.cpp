@@ -77,9 +77,10 @@ void check_memlock(std::uint64_t request_bytes, std::uint64_t locked_bytes, cons
       limit_text(info.hard_bytes));
   // `ulimit -l` cannot go past the hard limit without privilege, so say where that one is set.
   if (needed > info.hard_bytes) {
-    message += fmt::format("; {} is above the hard limit too, which is raised in "
-                           "/etc/security/limits.conf or the service's LimitMEMLOCK",
-                           format_bytes(needed));
+    message += fmt::format(
+        "; {} is above the hard limit too, which is raised in "
+        "/etc/security/limits.conf or the service's LimitMEMLOCK",
+        format_bytes(needed));
   }
   throw out_of_memory(message);
 }

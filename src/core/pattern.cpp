@@ -15,7 +15,8 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed, std::uint64_t of
   std::size_t i = 0;
   for (; i < out.size() && (offset + i) % 8 != 0; ++i) out[i] = pattern_byte(seed, offset + i);
   // Whole words; memcpy keeps the stores unaligned-safe and little-endian on the hosts ferry supports.
-  for (std::uint64_t w = pattern_word(seed, (offset + i) / 8); i + 8 <= out.size(); i += 8, w += pattern_stride) {
+  for (std::uint64_t w = pattern_word(seed, (offset + i) / 8); i + 8 <= out.size();
+       i += 8, w += pattern_stride) {
     std::memcpy(out.data() + i, &w, 8);
   }
   for (; i < out.size(); ++i) out[i] = pattern_byte(seed, offset + i);
@@ -62,7 +63,8 @@ std::uint64_t checksum64(std::span<const std::byte> bytes, std::uint64_t first_w
   }
   if (const std::size_t rest = bytes.size() % 8; rest != 0) {
     std::uint64_t w = 0;
-    for (std::size_t k = 0; k < rest; ++k) w |= std::uint64_t{std::to_integer<std::uint8_t>(p[8 * words + k])} << (8 * k);
+    for (std::size_t k = 0; k < rest; ++k)
+      w |= std::uint64_t{std::to_integer<std::uint8_t>(p[8 * words + k])} << (8 * k);
     sum += checksum_term(w, first_word + words);
   }
   return sum;

@@ -192,8 +192,8 @@ void slot_ring::fail(std::exception_ptr error) {
 slot_state slot_ring::state(std::size_t slot) const {
   const std::lock_guard lock(mu_);
   FERRY_EXPECTS(slot < size(),
-                fmt::format("slot_ring::state({}): slot {} is out of range for a ring of {} slots", slot, slot,
-                            size()));
+                fmt::format("slot_ring::state({}): slot {} is out of range for a ring of {} slots", slot,
+                            slot, size()));
   return states_[slot];
 }
 
@@ -235,8 +235,9 @@ bool slot_ring::wait_all_free_within(std::chrono::nanoseconds timeout) {
 }
 
 void slot_ring::expect_state(std::string_view op, std::size_t slot, slot_state expected) const {
-  FERRY_EXPECTS(slot < size(), fmt::format("slot_ring::{}({}): slot {} is out of range for a ring of {} slots",
-                                           op, slot, slot, size()));
+  FERRY_EXPECTS(slot < size(),
+                fmt::format("slot_ring::{}({}): slot {} is out of range for a ring of {} slots", op, slot,
+                            slot, size()));
   const slot_state actual = states_[slot];
   if (actual == expected) return;
   // cancel() accepts ready too; name both so the message matches what the caller may do.

@@ -26,10 +26,10 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; 
 char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
 
 [[noreturn]] void bad_size(std::string_view text, std::string_view why) {
-  throw logic_error(fmt::format(
-      "cannot parse size \"{}\": {}; expected a non-negative number with an optional binary unit "
-      "(B, K/KiB, M/MiB, G/GiB, T/TiB), such as 64MiB, 1.5GiB, 512k or 4096",
-      text, why));
+  throw logic_error(
+      fmt::format("cannot parse size \"{}\": {}; expected a non-negative number with an optional binary unit "
+                  "(B, K/KiB, M/MiB, G/GiB, T/TiB), such as 64MiB, 1.5GiB, 512k or 4096",
+                  text, why));
 }
 
 // Returns log2 of the unit's multiple, or -1 when `unit` is not a unit ferry accepts.

@@ -33,7 +33,8 @@ worker_pool::~worker_pool() {
     try {
       std::rethrow_exception(error_);
     } catch (const std::exception& e) {
-      FERRY_ASSERT_NOTHROW(false, fmt::format("worker_pool destroyed with an uncollected failure: {}", e.what()));
+      FERRY_ASSERT_NOTHROW(false,
+                           fmt::format("worker_pool destroyed with an uncollected failure: {}", e.what()));
     } catch (...) {
       FERRY_ASSERT_NOTHROW(false, "worker_pool destroyed with an uncollected failure of unknown type");
     }
@@ -88,7 +89,8 @@ void worker_pool::rethrow_if_failed() const {
 void worker_pool::request_stop() noexcept { stop_.request_stop(); }
 
 void worker_pool::join() {
-  FERRY_EXPECTS(current_pool != this, "worker_pool::join called from one of its own workers; it would deadlock");
+  FERRY_EXPECTS(current_pool != this,
+                "worker_pool::join called from one of its own workers; it would deadlock");
   {
     const std::lock_guard lock(join_mu_);
     for (auto& t : threads_) {

@@ -7,13 +7,13 @@
 #include <cstring>
 #include <memory>
 
-#include "ferry/cuda/detail/cuda_try.hpp"
 #include "cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"
-#include "ferry/device/device.hpp"
+#include "ferry/cuda/detail/cuda_try.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
+#include "ferry/device/device.hpp"
 
 namespace ferry {
 namespace {
@@ -63,7 +63,8 @@ class cuda_device final : public device {
     // Host threads that wait for the device (event and stream synchronize) sleep rather than spin, so a
     // pipeline's waiting threads leave the CPU cores to the threads that make and check data. A context a
     // framework created earlier keeps its own choice (the call then fails harmlessly).
-    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) static_cast<void>(cudaGetLastError());
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+      static_cast<void>(cudaGetLastError());
     FERRY_CUDA_TRY(cudaFree(nullptr));  // create the primary context now, not inside the first timed call
     cudaDeviceProp prop{};
     FERRY_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal_));
@@ -87,7 +88,9 @@ class cuda_device final : public device {
     FERRY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return s;
   }
-  void do_stream_destroy(void* s) noexcept override { FERRY_CUDA_TRY_NOTHROW(cudaStreamDestroy(as_stream(s))); }
+  void do_stream_destroy(void* s) noexcept override {
+    FERRY_CUDA_TRY_NOTHROW(cudaStreamDestroy(as_stream(s)));
+  }
   void do_stream_synchronize(void* s) override { FERRY_CUDA_TRY(cudaStreamSynchronize(as_stream(s))); }
   void do_stream_wait(void* s, void* e) override {
     FERRY_CUDA_TRY(cudaStreamWaitEvent(as_stream(s), as_event(e), 0));
@@ -103,7 +106,9 @@ class cuda_device final : public device {
     return e;
   }
   void do_event_destroy(void* e) noexcept override { FERRY_CUDA_TRY_NOTHROW(cudaEventDestroy(as_event(e))); }
-  void do_event_record(void* e, void* s) override { FERRY_CUDA_TRY(cudaEventRecord(as_event(e), as_stream(s))); }
+  void do_event_record(void* e, void* s) override {
+    FERRY_CUDA_TRY(cudaEventRecord(as_event(e), as_stream(s)));
+  }
   void do_event_synchronize(void* e) override { FERRY_CUDA_TRY(cudaEventSynchronize(as_event(e))); }
   bool do_event_query(void* e) override {
     const cudaError_t status = cudaEventQuery(as_event(e));
@@ -149,7 +154,8 @@ class cuda_device final : public device {
       case memory_kind::pageable: {
         constexpr std::size_t page = 4096;
         p = std::aligned_alloc(page, (bytes + page - 1) / page * page);
-        if (p == nullptr) throw out_of_memory(fmt::format("pageable buffer of {} cannot be allocated", format_bytes(bytes)));
+        if (p == nullptr)
+          throw out_of_memory(fmt::format("pageable buffer of {} cannot be allocated", format_bytes(bytes)));
         return p;
       }
     }
@@ -164,8 +170,8 @@ class cuda_device final : public device {
     }
   }
 
-  void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir, memory_kind /*src_kind*/,
-                     memory_kind /*dst_kind*/, void* s) override {
+  void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir,
+                     memory_kind /*src_kind*/, memory_kind /*dst_kind*/, void* s) override {
     FERRY_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(dir), as_stream(s)));
   }
 
@@ -188,7 +194,8 @@ class cuda_device final : public device {
   void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
     select();
     FERRY_CUDA_TRY(cudaMemsetAsync(result, 0, sizeof(std::uint64_t), as_stream(s)));
-    FERRY_CUDA_TRY(cuda_kernels::launch_checksum(src, bytes, static_cast<std::uint64_t*>(result), as_stream(s)));
+    FERRY_CUDA_TRY(
+        cuda_kernels::launch_checksum(src, bytes, static_cast<std::uint64_t*>(result), as_stream(s)));
   }
 
   void do_launch_host_func(void* s, std::function<void()> fn) override {
@@ -237,7 +244,8 @@ class cuda_device final : public device {
       static_cast<void>(cudaFreeHost(p));
       throw cuda_error(static_cast<int>(cudaErrorInvalidValue),
                        fmt::format("buffer of {} returned by cudaHostAlloc is not registered as pinned "
-                                   "(pointer type {})", format_bytes(bytes), static_cast<int>(attr.type)));
+                                   "(pointer type {})",
+                                   format_bytes(bytes), static_cast<int>(attr.type)));
     }
   }
 

@@ -66,16 +66,16 @@ const shim::cupti_api& api() { return shim::cupti(); }
     hint = "; another profiler (Nsight Systems, the PyTorch profiler) may hold CUPTI in this process";
   else if (status == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
     hint = "; the driver restricts profiling to admin users (NVreg_RestrictProfilingToAdminUsers)";
-  throw cuda_error(static_cast<int>(status),
-                   fmt::format("{} failed: {} (CUPTI result {}){}", call, text, static_cast<int>(status), hint));
+  throw cuda_error(static_cast<int>(status), fmt::format("{} failed: {} (CUPTI result {}){}", call, text,
+                                                         static_cast<int>(status), hint));
 }
 
 // `what` names the CUPTI function as its documentation does (the call goes through ferry::shim's table).
-#define FERRY_CUPTI_TRY(call, what)                                            \
-  do {                                                                         \
-    const CUptiResult ferry_cupti_status_ = (call);                            \
-    if (ferry_cupti_status_ != CUPTI_SUCCESS) [[unlikely]]                     \
-      throw_cupti_error(ferry_cupti_status_, what);                            \
+#define FERRY_CUPTI_TRY(call, what)                        \
+  do {                                                     \
+    const CUptiResult ferry_cupti_status_ = (call);        \
+    if (ferry_cupti_status_ != CUPTI_SUCCESS) [[unlikely]] \
+      throw_cupti_error(ferry_cupti_status_, what);        \
   } while (0)
 
 std::uint64_t CUPTIAPI ferry_timestamp() { return static_cast<std::uint64_t>(trace::now_ns()); }
@@ -160,8 +160,8 @@ sync_kind api_sync_kind(std::string_view name) noexcept {
 std::string kernel_display_name(const char* mangled) {
   if (mangled == nullptr) return "kernel";
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                                        &std::free);
+  std::unique_ptr<char, decltype(&std::free)> demangled(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
   std::string name = status == 0 && demangled ? demangled.get() : mangled;
   if (!name.empty() && name.back() == ')') {
     int depth = 0;
@@ -185,7 +185,8 @@ class buffer_pool {
     while (free_.size() < count) {
       void* p = std::aligned_alloc(buffer_align, buffer_bytes);
       if (p == nullptr)
-        throw out_of_memory(fmt::format("CUPTI activity buffer of {} MiB cannot be allocated", buffer_bytes >> 20));
+        throw out_of_memory(
+            fmt::format("CUPTI activity buffer of {} MiB cannot be allocated", buffer_bytes >> 20));
       free_.push_back(static_cast<std::uint8_t*>(p));
     }
     open_ = true;
@@ -315,7 +316,8 @@ void convert_kernel(session& s, const CUpti_ActivityKernel10& k) {
   if (!set_times(s, e, k.start, k.end)) return;
   const std::string mangled = k.name != nullptr ? k.name : "";
   auto it = s.kernels.find(mangled);
-  if (it == s.kernels.end()) it = s.kernels.emplace(mangled, s.rec->intern(kernel_display_name(k.name))).first;
+  if (it == s.kernels.end())
+    it = s.kernels.emplace(mangled, s.rec->intern(kernel_display_name(k.name))).first;
   e.name = it->second;
   e.device = static_cast<std::int32_t>(k.deviceId);
   e.stream = k.streamId;
@@ -427,13 +429,21 @@ void convert(session& s, const CUpti_Activity* record) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
       convert_kernel(s, *reinterpret_cast<const CUpti_ActivityKernel10*>(record));
       break;
-    case CUPTI_ACTIVITY_KIND_MEMCPY: convert_memcpy(s, *reinterpret_cast<const CUpti_ActivityMemcpy6*>(record)); break;
-    case CUPTI_ACTIVITY_KIND_MEMSET: convert_memset(s, *reinterpret_cast<const CUpti_ActivityMemset4*>(record)); break;
-    case CUPTI_ACTIVITY_KIND_RUNTIME: convert_api(s, *reinterpret_cast<const CUpti_ActivityAPI*>(record)); break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      convert_memcpy(s, *reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      convert_memset(s, *reinterpret_cast<const CUpti_ActivityMemset4*>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+      convert_api(s, *reinterpret_cast<const CUpti_ActivityAPI*>(record));
+      break;
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
       convert_sync(s, *reinterpret_cast<const CUpti_ActivitySynchronization2*>(record));
       break;
-    case CUPTI_ACTIVITY_KIND_MARKER: convert_marker(s, *reinterpret_cast<const CUpti_ActivityMarker2*>(record)); break;
+    case CUPTI_ACTIVITY_KIND_MARKER:
+      convert_marker(s, *reinterpret_cast<const CUpti_ActivityMarker2*>(record));
+      break;
     default: break;
   }
 }
@@ -441,11 +451,11 @@ void convert(session& s, const CUpti_Activity* record) {
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *buffer = g_pool.take();
   *size = *buffer != nullptr ? buffer_bytes : 0;  // no buffer: CUPTI drops records and counts them
-  *max_records = 0;                                // as many as fit
+  *max_records = 0;                               // as many as fit
 }
 
-void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer, std::size_t /*size*/,
-                               std::size_t valid_size) {
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer,
+                               std::size_t /*size*/, std::size_t valid_size) {
   {
     const std::lock_guard lock(g_mu);
     if (g_session != nullptr && buffer != nullptr) {
@@ -505,10 +515,11 @@ void begin(trace::recorder& r) {
   std::uint32_t version = 0;
   FERRY_CUPTI_TRY(cupti.get_version(&version), "cuptiGetVersion(&version)");
   if (version < CUPTI_API_VERSION)
-    throw cuda_error(static_cast<int>(CUPTI_ERROR_NOT_COMPATIBLE),
-                     fmt::format("CUPTI trace: the loaded libcupti ({}) has API version {}, older than the {} "
-                                 "ferry was built with; put the toolkit's libcupti first on the library path",
-                                 cupti.path, version, CUPTI_API_VERSION));
+    throw cuda_error(
+        static_cast<int>(CUPTI_ERROR_NOT_COMPATIBLE),
+        fmt::format("CUPTI trace: the loaded libcupti ({}) has API version {}, older than the {} "
+                    "ferry was built with; put the toolkit's libcupti first on the library path",
+                    cupti.path, version, CUPTI_API_VERSION));
   enable_nvtx_injection();
   g_pool.fill(pool_buffers);
 
@@ -533,8 +544,9 @@ void begin(trace::recorder& r) {
   const std::int64_t offset = trace::now_ns() - static_cast<std::int64_t>(cupti_now);
   constexpr std::int64_t same_clock_ns = 1'000'000;
   s->offset_ns = offset > -same_clock_ns && offset < same_clock_ns ? 0 : offset;
-  r.set_metadata("cupti_clock", s->offset_ns == 0 ? "timestamp callback (steady_clock)"
-                                                  : fmt::format("offset {} ns from cuptiGetTimestamp", offset));
+  r.set_metadata("cupti_clock", s->offset_ns == 0
+                                    ? "timestamp callback (steady_clock)"
+                                    : fmt::format("offset {} ns from cuptiGetTimestamp", offset));
   s->begin_ns = trace::now_ns();
   {
     const std::lock_guard lock(g_mu);
@@ -546,7 +558,8 @@ void begin(trace::recorder& r) {
     for (CUpti_ActivityKind kind : enabled_kinds) {
       const CUptiResult status = cupti.activity_enable(kind);
       if (status != CUPTI_SUCCESS)
-        throw_cupti_error(status, fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
+        throw_cupti_error(status,
+                          fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
       ++enabled.get().count;
     }
   } catch (...) {
@@ -611,7 +624,8 @@ void end() {
     throw;
   }
   g_pool.drain();
-  if (flushed != CUPTI_SUCCESS) throw_cupti_error(flushed, "cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)");
+  if (flushed != CUPTI_SUCCESS)
+    throw_cupti_error(flushed, "cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)");
   if (disabled != CUPTI_SUCCESS) throw_cupti_error(disabled, "cuptiActivityDisable");
 }
 

@@ -25,7 +25,8 @@ __global__ void fill_pattern_kernel(unsigned char* dst, std::size_t bytes, std::
   const std::size_t words = bytes / 8;
   auto* out = reinterpret_cast<std::uint64_t*>(dst);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += stride) {
     out[i] = pattern_word(seed, i);
   }
   if (blockIdx.x == 0 && threadIdx.x < bytes % 8) {
@@ -40,7 +41,8 @@ __global__ void checksum_kernel(const unsigned char* src, std::size_t bytes, uns
   const auto* in = reinterpret_cast<const std::uint64_t*>(src);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   std::uint64_t sum = 0;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += stride) {
     sum += checksum_term(in[i], i);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0 && bytes % 8 != 0) {
@@ -59,7 +61,7 @@ cudaError_t launch_checksum(const void* src, std::size_t bytes, std::uint64_t* r
   const std::size_t words = bytes / 8;
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((words + 255) / 256 + 1, 132 * 8));
   checksum_kernel<<<blocks, 256, 0, stream>>>(static_cast<const unsigned char*>(src), bytes,
-                                               reinterpret_cast<unsigned long long*>(result));
+                                              reinterpret_cast<unsigned long long*>(result));
   return cudaGetLastError();
 }
 

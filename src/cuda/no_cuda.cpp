@@ -7,11 +7,14 @@ namespace ferry {
 
 bool cuda_available() noexcept { return false; }
 
-std::string cuda_unavailable_reason() { return "ferry was built without the CUDA toolkit (host backend only)"; }
+std::string cuda_unavailable_reason() {
+  return "ferry was built without the CUDA toolkit (host backend only)";
+}
 
 std::unique_ptr<device> make_cuda_device(int ordinal) {
-  throw logic_error("cannot make cuda device " + std::to_string(ordinal) +
-                    ": ferry was built without the CUDA toolkit; rebuild with nvcc on the PATH or use the host backend");
+  throw logic_error(
+      "cannot make cuda device " + std::to_string(ordinal) +
+      ": ferry was built without the CUDA toolkit; rebuild with nvcc on the PATH or use the host backend");
 }
 
 }  // namespace ferry

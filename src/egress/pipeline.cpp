@@ -128,7 +128,8 @@ struct pipeline::impl {
   std::condition_variable queued_;      // the completion thread waits on it
   // Guarded by mu_:
   std::vector<std::uint64_t> ticket_ = std::vector<std::uint64_t>(opts_.slots, no_ticket);
-  std::vector<std::size_t> completion_queue_ = std::vector<std::size_t>(opts_.slots);  // a ring, in queue order
+  std::vector<std::size_t> completion_queue_ =
+      std::vector<std::size_t>(opts_.slots);  // a ring, in queue order
   std::size_t queue_head_ = 0;
   std::size_t queue_count_ = 0;
   std::uint64_t next_ticket_ = 0;
@@ -172,19 +173,21 @@ egress::options pipeline::impl::validated(const egress::options& o, bool has_sin
   FERRY_EXPECTS(has_sink, "egress pipeline of a null sink: pass a sink (null_sink discards everything)");
   FERRY_EXPECTS(o.slots > 0, fmt::format("egress options::slots is 0 ({}): the pool needs at least one slot",
                                          describe_options(o)));
-  FERRY_EXPECTS(o.slot_bytes > 0, fmt::format("egress options::slot_bytes is 0 ({}): a slot must hold at least "
-                                              "8 bytes",
-                                              describe_options(o)));
+  FERRY_EXPECTS(o.slot_bytes > 0,
+                fmt::format("egress options::slot_bytes is 0 ({}): a slot must hold at least "
+                            "8 bytes",
+                            describe_options(o)));
   FERRY_EXPECTS(o.slot_bytes % 8 == 0,
                 fmt::format("egress options::slot_bytes = {} is not a multiple of 8: chunks must start on an "
                             "8-byte word of the output; use {}",
                             o.slot_bytes, (o.slot_bytes / 8 + 1) * 8));
-  FERRY_EXPECTS(o.sink_workers > 0, fmt::format("egress options::sink_workers is 0 ({}): at least one thread must "
-                                                "call the sink",
-                                                describe_options(o)));
-  FERRY_EXPECTS(o.slots <= std::numeric_limits<std::size_t>::max() / o.slot_bytes,
-                fmt::format("egress pool of {} slots of {} bytes overflows the address space", o.slots,
-                            o.slot_bytes));
+  FERRY_EXPECTS(o.sink_workers > 0,
+                fmt::format("egress options::sink_workers is 0 ({}): at least one thread must "
+                            "call the sink",
+                            describe_options(o)));
+  FERRY_EXPECTS(
+      o.slots <= std::numeric_limits<std::size_t>::max() / o.slot_bytes,
+      fmt::format("egress pool of {} slots of {} bytes overflows the address space", o.slots, o.slot_bytes));
   return o;
 }
 
@@ -206,7 +209,8 @@ pipeline::impl::impl(device& dev, std::shared_ptr<sink> out, const egress::optio
   // can stop and join the ones it started.
   completion_.emplace(1, [this](std::stop_token st, std::size_t) { completion_loop(std::move(st)); });
   try {
-    workers_.emplace(opts_.sink_workers, [this](std::stop_token st, std::size_t) { sink_loop(std::move(st)); });
+    workers_.emplace(opts_.sink_workers,
+                     [this](std::stop_token st, std::size_t) { sink_loop(std::move(st)); });
   } catch (...) {
     completion_.reset();
     throw;
@@ -217,9 +221,10 @@ bool pipeline::impl::on_sink_worker() const noexcept { return current_sink_worke
 
 void pipeline::impl::expect_submittable(const mem_view& data, const stream_view& producer, std::size_t chunks,
                                         wait_mode mode) const {
-  FERRY_EXPECTS(data.data != nullptr && data.bytes > 0,
-                fmt::format("egress submit of an empty {} view ({} bytes at {}): an output holds at least 1 byte",
-                            to_string(data.kind), data.bytes, fmt::ptr(data.data)));
+  FERRY_EXPECTS(
+      data.data != nullptr && data.bytes > 0,
+      fmt::format("egress submit of an empty {} view ({} bytes at {}): an output holds at least 1 byte",
+                  to_string(data.kind), data.bytes, fmt::ptr(data.data)));
   FERRY_EXPECTS(data.kind == memory_kind::device,
                 fmt::format("egress submit of a {} view of {}: egress copies device memory to the host; pass "
                             "a device buffer or device_view",
@@ -303,7 +308,8 @@ event pipeline::impl::submit(mem_view data, stream_view producer, std::uint64_t 
                              std::chrono::nanoseconds timeout) {
   const std::size_t chunks = chunks_of(data.bytes);
   expect_submittable(data, producer, chunks, mode);
-  const steady::time_point deadline = mode == wait_mode::until ? deadline_after(timeout) : steady::time_point{};
+  const steady::time_point deadline =
+      mode == wait_mode::until ? deadline_after(timeout) : steady::time_point{};
 
   // One submitter queues at a time, so an output's chunks take consecutive slots in the ring (the
   // in_order delivery order) and consecutive places on the egress stream and the completion queue.
@@ -357,8 +363,8 @@ event pipeline::impl::submit(mem_view data, stream_view producer, std::uint64_t 
           marks_[*slot].record(producer);
           egress_.wait(marks_[*slot]);
         }
-        queue_chunk(*slot, data, std::uint64_t{c} * opts_.slot_bytes, sequence, tag, static_cast<std::uint32_t>(c),
-                    static_cast<std::uint32_t>(chunks));
+        queue_chunk(*slot, data, std::uint64_t{c} * opts_.slot_bytes, sequence, tag,
+                    static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(chunks));
       } catch (...) {
         // Its copy was not queued, so nothing writes the slot: it goes straight back.
         {
@@ -454,7 +460,8 @@ void pipeline::impl::completion_loop(std::stop_token stop) {
     try {
       copied_[slot].synchronize();
       const double ms = dev_.elapsed_ms(started_[slot], copied_[slot]);
-      copy_.record(std::chrono::nanoseconds(std::llround(std::max(0.0, ms) * 1e6)), 1, held_[slot].bytes.size());
+      copy_.record(std::chrono::nanoseconds(std::llround(std::max(0.0, ms) * 1e6)), 1,
+                   held_[slot].bytes.size());
     } catch (...) {
       fail(std::current_exception());
     }
@@ -537,8 +544,9 @@ std::uint64_t pipeline::impl::oldest_ticket_locked() const noexcept {
 }
 
 void pipeline::impl::flush() {
-  FERRY_EXPECTS(!on_sink_worker(), "egress pipeline::flush called from its own sink (inside consume): it would "
-                                   "wait for the delivery that called it");
+  FERRY_EXPECTS(!on_sink_worker(),
+                "egress pipeline::flush called from its own sink (inside consume): it would "
+                "wait for the delivery that called it");
   {
     std::unique_lock lock(mu_);
     throw_if_ended_locked();
@@ -655,8 +663,9 @@ event pipeline::submit_for(mem_view data, stream_view producer, std::uint64_t ta
 void pipeline::flush() { impl_->flush(); }
 
 void pipeline::close() {
-  FERRY_EXPECTS(!impl_->on_sink_worker(), "egress pipeline::close called from its own sink (inside consume): it "
-                                          "would wait for the delivery that called it");
+  FERRY_EXPECTS(!impl_->on_sink_worker(),
+                "egress pipeline::close called from its own sink (inside consume): it "
+                "would wait for the delivery that called it");
   impl_->close_quietly();
   impl_->rethrow_error();
 }

@@ -44,8 +44,8 @@ void write_all(int fd, std::span<const std::byte> bytes, std::uint64_t offset, s
     const ::ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<::off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_file_error(errno, sink_name, fmt::format("write {} at offset {} of", format_bytes(bytes.size()), offset),
-                       path);
+      throw_file_error(errno, sink_name,
+                       fmt::format("write {} at offset {} of", format_bytes(bytes.size()), offset), path);
     }
     bytes = bytes.subspan(static_cast<std::size_t>(n));
     offset += static_cast<std::uint64_t>(n);
@@ -55,15 +55,17 @@ void write_all(int fd, std::span<const std::byte> bytes, std::uint64_t offset, s
 // Writes one chunk into `path`: creates the file if needed, sizes it to `file_bytes` (every chunk of the
 // output sets the same size, so they may arrive in any order, on any thread) and writes `header` at 0
 // (when given) and `bytes` at `offset`.
-void write_chunk(const std::filesystem::path& path, std::uint64_t file_bytes, std::span<const std::byte> header,
-                 std::uint64_t offset, std::span<const std::byte> bytes, std::string_view sink_name) {
+void write_chunk(const std::filesystem::path& path, std::uint64_t file_bytes,
+                 std::span<const std::byte> header, std::uint64_t offset, std::span<const std::byte> bytes,
+                 std::string_view sink_name) {
   FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
                 fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
                             format_bytes(file_bytes)));
   unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666));
   if (fd.empty()) throw_file_error(errno, sink_name, "open for writing", path);
   while (::ftruncate(fd.get(), static_cast<::off_t>(file_bytes)) != 0) {
-    if (errno != EINTR) throw_file_error(errno, sink_name, fmt::format("size to {}", format_bytes(file_bytes)), path);
+    if (errno != EINTR)
+      throw_file_error(errno, sink_name, fmt::format("size to {}", format_bytes(file_bytes)), path);
   }
   if (!header.empty()) write_all(fd.get(), header, 0, sink_name, path);
   write_all(fd.get(), bytes, offset, sink_name, path);
@@ -113,7 +115,8 @@ std::string shape_tuple(const std::vector<std::size_t>& shape) {
 // ---- callback_sink -----------------------------------------------------------------------------
 
 callback_sink::callback_sink(std::function<void(const output_chunk&)> fn) : fn_(std::move(fn)) {
-  FERRY_EXPECTS(static_cast<bool>(fn_), "callback_sink of an empty function: pass what consumes each delivery");
+  FERRY_EXPECTS(static_cast<bool>(fn_),
+                "callback_sink of an empty function: pass what consumes each delivery");
 }
 
 void callback_sink::consume(const output_chunk& d) { fn_(d); }
@@ -137,13 +140,15 @@ struct checksum_sink::state {
 std::shared_ptr<checksum_sink::state> checksum_sink::make_state() { return std::make_shared<state>(); }
 
 void checksum_sink::consume(const output_chunk& d) {
-  FERRY_EXPECTS(d.offset % 8 == 0, fmt::format("checksum_sink: chunk {} of tag {} starts at offset {}, which is not "
-                                               "a multiple of 8 (the checksum's word)",
-                                               d.chunk, d.tag, d.offset));
-  FERRY_EXPECTS(d.chunks > 0 && d.chunk < d.chunks && d.offset + d.bytes.size() <= d.total_bytes,
-                fmt::format("checksum_sink: chunk {} of {} of tag {} ({} bytes at offset {}) does not fit its "
-                            "output of {} bytes",
-                            d.chunk, d.chunks, d.tag, d.bytes.size(), d.offset, d.total_bytes));
+  FERRY_EXPECTS(d.offset % 8 == 0,
+                fmt::format("checksum_sink: chunk {} of tag {} starts at offset {}, which is not "
+                            "a multiple of 8 (the checksum's word)",
+                            d.chunk, d.tag, d.offset));
+  FERRY_EXPECTS(
+      d.chunks > 0 && d.chunk < d.chunks && d.offset + d.bytes.size() <= d.total_bytes,
+      fmt::format("checksum_sink: chunk {} of {} of tag {} ({} bytes at offset {}) does not fit its "
+                  "output of {} bytes",
+                  d.chunk, d.chunks, d.tag, d.bytes.size(), d.offset, d.total_bytes));
   const std::uint64_t terms = checksum64(d.bytes, d.offset / 8);
   const std::lock_guard lock(state_->mutex);
   auto [it, inserted] = state_->outputs.try_emplace(d.tag);
@@ -152,10 +157,11 @@ void checksum_sink::consume(const output_chunk& d) {
     o.total_bytes = d.total_bytes;
     o.chunks = d.chunks;
   }
-  FERRY_EXPECTS(o.total_bytes == d.total_bytes && o.chunks == d.chunks && o.seen < o.chunks,
-                fmt::format("checksum_sink: tag {} seen as an output of {} bytes in {} chunks ({} delivered) and "
-                            "now as {} bytes in {} chunks: tags must be unique and each chunk delivered once",
-                            d.tag, o.total_bytes, o.chunks, o.seen, d.total_bytes, d.chunks));
+  FERRY_EXPECTS(
+      o.total_bytes == d.total_bytes && o.chunks == d.chunks && o.seen < o.chunks,
+      fmt::format("checksum_sink: tag {} seen as an output of {} bytes in {} chunks ({} delivered) and "
+                  "now as {} bytes in {} chunks: tags must be unique and each chunk delivered once",
+                  d.tag, o.total_bytes, o.chunks, o.seen, d.total_bytes, d.chunks));
   o.sum += terms;
   if (++o.seen == o.chunks) ++state_->completed;
 }
@@ -163,11 +169,13 @@ void checksum_sink::consume(const output_chunk& d) {
 std::uint64_t checksum_sink::checksum(std::uint64_t tag) const {
   const std::lock_guard lock(state_->mutex);
   const auto it = state_->outputs.find(tag);
-  FERRY_EXPECTS(it != state_->outputs.end(), fmt::format("checksum_sink: no output with tag {} was delivered", tag));
+  FERRY_EXPECTS(it != state_->outputs.end(),
+                fmt::format("checksum_sink: no output with tag {} was delivered", tag));
   const state::output& o = it->second;
-  FERRY_EXPECTS(o.seen == o.chunks, fmt::format("checksum_sink: output with tag {} is incomplete: {} of {} chunks "
-                                               "delivered",
-                                               tag, o.seen, o.chunks));
+  FERRY_EXPECTS(o.seen == o.chunks,
+                fmt::format("checksum_sink: output with tag {} is incomplete: {} of {} chunks "
+                            "delivered",
+                            tag, o.seen, o.chunks));
   return o.sum;
 }
 
@@ -191,17 +199,20 @@ void raw_file_sink::consume(const output_chunk& d) {
 
 // ---- npy_sink ----------------------------------------------------------------------------------
 
-npy_sink::npy_sink(std::filesystem::path dir, std::vector<std::size_t> shape, std::string dtype, std::string prefix)
+npy_sink::npy_sink(std::filesystem::path dir, std::vector<std::size_t> shape, std::string dtype,
+                   std::string prefix)
     : dir_(std::move(dir)), shape_(std::move(shape)), dtype_(std::move(dtype)), prefix_(std::move(prefix)) {
   item_bytes_ = item_bytes_of(dtype_);
-  FERRY_EXPECTS(item_bytes_ > 0, fmt::format("npy_sink: unknown dtype \"{}\": expected a byte order '<', '>' or "
-                                             "'|' then b1, i1/i2/i4/i8, u1/u2/u4/u8, f2/f4/f8 or c8/c16 "
-                                             "(e.g. \"<f4\")",
-                                             dtype_));
+  FERRY_EXPECTS(item_bytes_ > 0,
+                fmt::format("npy_sink: unknown dtype \"{}\": expected a byte order '<', '>' or "
+                            "'|' then b1, i1/i2/i4/i8, u1/u2/u4/u8, f2/f4/f8 or c8/c16 "
+                            "(e.g. \"<f4\")",
+                            dtype_));
   data_bytes_ = item_bytes_;
   for (const std::size_t n : shape_) {
-    FERRY_EXPECTS(n == 0 || data_bytes_ <= std::numeric_limits<std::uint64_t>::max() / n,
-                  fmt::format("npy_sink: shape {} of {} overflows 64 bits of bytes", shape_tuple(shape_), dtype_));
+    FERRY_EXPECTS(
+        n == 0 || data_bytes_ <= std::numeric_limits<std::uint64_t>::max() / n,
+        fmt::format("npy_sink: shape {} of {} overflows 64 bits of bytes", shape_tuple(shape_), dtype_));
     data_bytes_ *= n;
   }
   // Format 1.0: magic, version, a little-endian uint16 length, then the dictionary padded with spaces
@@ -212,9 +223,10 @@ npy_sink::npy_sink(std::filesystem::path dir, std::vector<std::size_t> shape, st
   const std::size_t unpadded = preamble + dict.size() + 1;
   const std::size_t total = (unpadded + 63) / 64 * 64;
   const std::size_t length = total - preamble;
-  FERRY_EXPECTS(length <= 0xFFFF, fmt::format("npy_sink: the header of shape {} is {} bytes, more than format 1.0 "
-                                              "holds (65535)",
-                                              shape_tuple(shape_), length));
+  FERRY_EXPECTS(length <= 0xFFFF,
+                fmt::format("npy_sink: the header of shape {} is {} bytes, more than format 1.0 "
+                            "holds (65535)",
+                            shape_tuple(shape_), length));
   header_.reserve(total);
   header_.append("\x93NUMPY\x01\x00", 8);
   header_.push_back(static_cast<char>(length & 0xFF));
@@ -230,8 +242,8 @@ std::filesystem::path npy_sink::path_of(std::uint64_t tag) const {
 
 void npy_sink::consume(const output_chunk& d) {
   FERRY_EXPECTS(d.total_bytes == data_bytes_,
-                fmt::format("npy_sink: output with tag {} is {} bytes, but shape {} of {} needs {} bytes", d.tag,
-                            d.total_bytes, shape_tuple(shape_), dtype_, data_bytes_));
+                fmt::format("npy_sink: output with tag {} is {} bytes, but shape {} of {} needs {} bytes",
+                            d.tag, d.total_bytes, shape_tuple(shape_), dtype_, data_bytes_));
   const std::span<const std::byte> header = d.offset == 0 ? as_bytes(header_) : std::span<const std::byte>{};
   write_chunk(path_of(d.tag), header_.size() + d.total_bytes, header, header_.size() + d.offset, d.bytes,
               "npy_sink");

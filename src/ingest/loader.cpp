@@ -42,15 +42,18 @@ std::uint64_t thread_cpu_ns() noexcept {
 
 loader_options validated(const loader_options& o, bool has_fill) {
   FERRY_EXPECTS(has_fill, "ingest loader of an empty fill function: pass a callable that writes a sample");
-  FERRY_EXPECTS(!o.fields.empty(), "ingest loader_options::fields is empty: a sample needs at least one field");
+  FERRY_EXPECTS(!o.fields.empty(),
+                "ingest loader_options::fields is empty: a sample needs at least one field");
   for (std::size_t f = 0; f < o.fields.size(); ++f) {
-    FERRY_EXPECTS(o.fields[f].sample_bytes > 0,
-                  fmt::format("ingest loader_options::fields[{}] ('{}') has sample_bytes 0: a field holds at least "
-                              "1 byte per sample",
-                              f, o.fields[f].name));
+    FERRY_EXPECTS(
+        o.fields[f].sample_bytes > 0,
+        fmt::format("ingest loader_options::fields[{}] ('{}') has sample_bytes 0: a field holds at least "
+                    "1 byte per sample",
+                    f, o.fields[f].name));
   }
   FERRY_EXPECTS(o.workers > 0, "ingest loader_options::workers is 0: at least one thread must fill samples");
-  FERRY_EXPECTS(o.slots > 0, "ingest loader_options::slots is 0: the loader needs at least one pinned batch slot");
+  FERRY_EXPECTS(o.slots > 0,
+                "ingest loader_options::slots is 0: the loader needs at least one pinned batch slot");
   return o;
 }
 
@@ -62,8 +65,9 @@ std::span<std::byte> host_batch::field(std::size_t f) const {
 }
 
 mem_view host_batch::view(std::size_t f) const {
-  FERRY_EXPECTS(f < fields_.size() && f < sample_bytes_.size(),
-                fmt::format("ingest host_batch: field {} is out of range; a batch has {} fields", f, fields_.size()));
+  FERRY_EXPECTS(
+      f < fields_.size() && f < sample_bytes_.size(),
+      fmt::format("ingest host_batch: field {} is out of range; a batch has {} fields", f, fields_.size()));
   return fields_[f].subview(0, samples * sample_bytes_[f]);
 }
 
@@ -78,7 +82,9 @@ struct loader::impl {
   void close() noexcept;
   void fail(std::exception_ptr e) noexcept;
   void work(std::size_t worker) noexcept;
-  [[nodiscard]] std::size_t samples_of(std::uint64_t g) const { return sampler_.batch_samples(g % per_epoch_); }
+  [[nodiscard]] std::size_t samples_of(std::uint64_t g) const {
+    return sampler_.batch_samples(g % per_epoch_);
+  }
   // Starts slot s's cycle for batch g (or marks it unused past the end); with mu_ held or before the
   // workers start.
   void open_slot(std::size_t s, std::uint64_t g) noexcept;
@@ -147,7 +153,8 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
   lent_.assign(n, none);
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t f = 0; f < opts_.fields.size(); ++f) {
-      slot_fields_[s].push_back(pool_.view(s * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
+      slot_fields_[s].push_back(
+          pool_.view(s * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
     }
     open_slot(s, s);
   }
@@ -198,7 +205,8 @@ void loader::impl::work(std::size_t worker) noexcept {
       if (free_for_[slot].load(std::memory_order_acquire) != g) {
         const auto t0 = steady::now();
         std::unique_lock lock(mu_);
-        slot_freed_.wait(lock, [&] { return closed_ || error_ || free_for_[slot].load(std::memory_order_acquire) == g; });
+        slot_freed_.wait(
+            lock, [&] { return closed_ || error_ || free_for_[slot].load(std::memory_order_acquire) == g; });
         if (closed_ || error_) return;
         lock.unlock();
         wait_slot_.record(steady::now() - t0);
@@ -268,10 +276,11 @@ void loader::impl::release(const host_batch& b) {
   {
     const std::lock_guard lock(mu_);
     const std::uint64_t g = b.epoch * per_epoch_ + b.batch;
-    FERRY_EXPECTS(b.slot < opts_.slots && lent_[b.slot] == g,
-                  fmt::format("ingest loader release of batch {} of epoch {} in slot {}, which is not lent out "
-                              "(released twice, or from another loader?)",
-                              b.batch, b.epoch, b.slot));
+    FERRY_EXPECTS(
+        b.slot < opts_.slots && lent_[b.slot] == g,
+        fmt::format("ingest loader release of batch {} of epoch {} in slot {}, which is not lent out "
+                    "(released twice, or from another loader?)",
+                    b.batch, b.epoch, b.slot));
     lent_[b.slot] = none;
     if (closed_ || error_) return;
     open_slot(b.slot, g + opts_.slots > g ? g + opts_.slots : none);

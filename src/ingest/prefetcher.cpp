@@ -32,8 +32,9 @@ using steady = std::chrono::steady_clock;
 }  // namespace
 
 mem_view device_batch::field(std::size_t f) const {
-  FERRY_EXPECTS(f < fields_.size(),
-                fmt::format("ingest device_batch: field {} is out of range; a batch has {} fields", f, fields_.size()));
+  FERRY_EXPECTS(
+      f < fields_.size(),
+      fmt::format("ingest device_batch: field {} is out of range; a batch has {} fields", f, fields_.size()));
   return fields_[f];
 }
 
@@ -81,8 +82,8 @@ struct prefetcher::impl {
   std::vector<device_batch> queue_;  // a ring of depth entries, in order
   std::size_t head_ = 0;
   std::size_t count_ = 0;
-  std::vector<bool> busy_;          // per device slot: queued or lent, not yet released
-  std::vector<bool> lent_;          // per device slot: handed out by next(), not yet released
+  std::vector<bool> busy_;  // per device slot: queued or lent, not yet released
+  std::vector<bool> lent_;  // per device slot: handed out by next(), not yet released
   // Per device slot: the (epoch, batch) it holds, so a stale release of an earlier occupant is refused.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> occupant_;
   std::vector<std::uint64_t> seq_;  // per device slot: sequence of the batch it holds
@@ -101,7 +102,8 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
       source_(source),
       opts_(opts),
       layout_(source.options().fields, source.options().sampling.batch_size) {
-  FERRY_EXPECTS(opts.depth > 0, "ingest prefetch_options::depth is 0: the prefetcher needs at least one device slot");
+  FERRY_EXPECTS(opts.depth > 0,
+                "ingest prefetch_options::depth is 0: the prefetcher needs at least one device slot");
   FERRY_EXPECTS(opts.depth <= std::numeric_limits<std::size_t>::max() / layout_.slot_bytes,
                 fmt::format("ingest prefetcher: depth {} of {} overflows the address space", opts.depth,
                             format_bytes(layout_.slot_bytes)));
@@ -112,7 +114,8 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
   lent_fields_.assign(n, std::vector<mem_view>(nfields));
   for (std::size_t d = 0; d < n; ++d) {
     for (std::size_t f = 0; f < nfields; ++f) {
-      slot_fields_[d].push_back(pool_.view(d * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
+      slot_fields_[d].push_back(
+          pool_.view(d * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
     }
     released_.push_back(dev_.make_event());
     start_.push_back(dev_.make_timing_event());
@@ -278,12 +281,12 @@ std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
 void prefetcher::impl::release(const device_batch& b, stream_view consumer) {
   {
     const std::lock_guard lock(mu_);
-    FERRY_EXPECTS(b.slot < opts_.depth && lent_[b.slot] &&
-                      occupant_[b.slot] == std::make_pair(b.epoch, b.batch) &&
-                      b.fields_.data() == lent_fields_[b.slot].data(),
-                  fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
-                              "lent out (released twice, or from another prefetcher?)",
-                              b.batch, b.epoch, b.slot));
+    FERRY_EXPECTS(
+        b.slot < opts_.depth && lent_[b.slot] && occupant_[b.slot] == std::make_pair(b.epoch, b.batch) &&
+            b.fields_.data() == lent_fields_[b.slot].data(),
+        fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
+                    "lent out (released twice, or from another prefetcher?)",
+                    b.batch, b.epoch, b.slot));
     // The copier waits for busy_ to clear before it reads released_[slot], so recording under mu_
     // orders the record before the copy stream's wait.
     released_[b.slot].record(consumer);

@@ -22,7 +22,8 @@ using clock_type = steady_clock;
 // catches lost, shifted and partial copies.
 void expect_pattern(const std::byte* p, std::size_t n, std::uint64_t seed, const std::string& link) {
   if (const auto bad = find_pattern_mismatch({p, n}, seed)) {
-    throw logic_error(fmt::format("probe check failed on {}: byte {} of {} differs from what was sent", link, *bad, n));
+    throw logic_error(
+        fmt::format("probe check failed on {}: byte {} of {} differs from what was sent", link, *bad, n));
   }
 }
 
@@ -77,7 +78,8 @@ options default_options(backend b) {
 }
 
 double pin_cost_result::seconds_per_gib() const noexcept {
-  return bytes == 0 ? 0.0 : (alloc_seconds + free_seconds) * static_cast<double>(GiB) / static_cast<double>(bytes);
+  return bytes == 0 ? 0.0
+                    : (alloc_seconds + free_seconds) * static_cast<double>(GiB) / static_cast<double>(bytes);
 }
 
 const link_result* result::find(const std::string& name) const noexcept {
@@ -198,7 +200,8 @@ result run(device& dev, const options& opts, progress_fn progress) {
     up.synchronize();
     down.synchronize();
     const double wall = seconds_since(t0);
-    const std::uint64_t each_way = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(opts.iterations);
+    const std::uint64_t each_way =
+        static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(opts.iterations);
     const double up_s = dev.elapsed_ms(up_start, up_stop) * 1e-3;
     const double down_s = dev.elapsed_ms(down_start, down_stop) * 1e-3;
     r.duplex.bytes_each_way = n;
@@ -216,10 +219,11 @@ result run(device& dev, const options& opts, progress_fn progress) {
   return r;
 }
 
-link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes, int warmup,
-                         int iterations) {
+link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes,
+                         int warmup, int iterations) {
   FERRY_EXPECTS(bytes > 0, "link measurement of 0 bytes; give a size of at least 1 byte");
-  FERRY_EXPECTS(iterations >= 1, fmt::format("link measurement of {} iterations; at least 1 is needed", iterations));
+  FERRY_EXPECTS(iterations >= 1,
+                fmt::format("link measurement of {} iterations; at least 1 is needed", iterations));
   FERRY_EXPECTS(dir == copy_direction::host_to_device || dir == copy_direction::device_to_host,
                 fmt::format("measure_link measures host-device links, not {}", to_string(dir)));
   FERRY_EXPECTS(host_memory != memory_kind::device, "measure_link: the host side must be pinned or pageable");
@@ -255,29 +259,31 @@ double pinned_ceiling(device& dev, copy_direction dir, std::uint64_t bytes, doub
   if (given > 0) return given;
   const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 256 * MiB));
   const bool up = dir == copy_direction::host_to_device;
-  if (progress) progress(fmt::format("probing pinned {} with {} copies", up ? "H2D" : "D2H", format_bytes(n)));
+  if (progress)
+    progress(fmt::format("probing pinned {} with {} copies", up ? "H2D" : "D2H", format_bytes(n)));
   return measure_link(dev, dir, memory_kind::pinned, n, 2, 5).median_gbps;
 }
 
 std::string format_table(const result& r) {
   std::string out;
   out += fmt::format("device   {} ({} backend{}{}), {} of memory, {} copy engine(s)\n", r.device.name,
-                     to_string(r.device.kind), r.device.pci_bus_id.empty() ? "" : ", PCI ", r.device.pci_bus_id,
-                     format_bytes(r.device.memory_bytes), r.device.copy_engines);
+                     to_string(r.device.kind), r.device.pci_bus_id.empty() ? "" : ", PCI ",
+                     r.device.pci_bus_id, format_bytes(r.device.memory_bytes), r.device.copy_engines);
   out += fmt::format("memlock  RLIMIT_MEMLOCK {}\n\n", r.memlock.describe());
   out += fmt::format("{:<16} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7}\n", "link", "size", "iters", "GB/s med",
                      "GB/s min", "GB/s max", "check");
   for (const auto& l : r.links) {
-    out += fmt::format("{:<16} {:>10} {:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>7}\n", l.name, format_bytes(l.bytes),
-                       l.iterations, l.median_gbps, l.min_gbps, l.max_gbps, l.checked ? "ok" : "-");
+    out += fmt::format("{:<16} {:>10} {:>6} {:>10.2f} {:>10.2f} {:>10.2f} {:>7}\n", l.name,
+                       format_bytes(l.bytes), l.iterations, l.median_gbps, l.min_gbps, l.max_gbps,
+                       l.checked ? "ok" : "-");
   }
   out += fmt::format("{:<16} {:>10} {:>6} {:>10.2f}   (H2D {:.2f} + D2H {:.2f} GB/s during the window)\n",
-                     "both ways", format_bytes(r.duplex.bytes_each_way), r.duplex.iterations, r.duplex.total_gbps,
-                     r.duplex.h2d_gbps, r.duplex.d2h_gbps);
+                     "both ways", format_bytes(r.duplex.bytes_each_way), r.duplex.iterations,
+                     r.duplex.total_gbps, r.duplex.h2d_gbps, r.duplex.d2h_gbps);
   if (r.pin_cost.bytes > 0) {
     out += fmt::format("\npinning  {} took {:.1f} ms to allocate, {:.1f} ms to free: {:.0f} ms per GiB\n",
-                       format_bytes(r.pin_cost.bytes), r.pin_cost.alloc_seconds * 1e3, r.pin_cost.free_seconds * 1e3,
-                       r.pin_cost.seconds_per_gib() * 1e3);
+                       format_bytes(r.pin_cost.bytes), r.pin_cost.alloc_seconds * 1e3,
+                       r.pin_cost.free_seconds * 1e3, r.pin_cost.seconds_per_gib() * 1e3);
   }
   return out;
 }

@@ -46,8 +46,7 @@ std::optional<std::string> read_file(const fs::path& p) {
 
 long parse_number_file(const fs::path& p, std::string_view text) {
   const auto v = parse_long(text);
-  if (!v)
-    throw input_error(fmt::format("{}: expected an integer, found \"{}\"", p.string(), trim(text)));
+  if (!v) throw input_error(fmt::format("{}: expected an integer, found \"{}\"", p.string(), trim(text)));
   return *v;
 }
 
@@ -171,8 +170,8 @@ std::vector<numa_node> read_numa_nodes(const std::string& sysfs_root) {
         const std::size_t space = rest.find(' ');
         const auto kb = parse_long(rest.substr(0, space));
         if (!kb)
-          throw input_error(fmt::format("{}: cannot read MemTotal from \"{}\"",
-                                        (entry.path() / "meminfo").string(), line));
+          throw input_error(
+              fmt::format("{}: cannot read MemTotal from \"{}\"", (entry.path() / "meminfo").string(), line));
         n.memory_bytes = static_cast<std::uint64_t>(*kb) * 1024;
       }
     }
@@ -204,7 +203,9 @@ pci_device read_pci_device(const std::string& sysfs_root, std::string_view bus_i
   }
   const fs::path resolved = fs::canonical(dir, ec);
   d.device_path = ec ? dir.string() : resolved.string();
-  auto missing = [&](const char* file) { d.notes.push_back(fmt::format("{} is missing", (dir / file).string())); };
+  auto missing = [&](const char* file) {
+    d.notes.push_back(fmt::format("{} is missing", (dir / file).string()));
+  };
 
   if (auto text = read_file(dir / "numa_node")) {
     d.numa_node = static_cast<int>(parse_number_file(dir / "numa_node", *text));
@@ -271,10 +272,11 @@ gpu_link link_from_pci_paths(const pci_device& a, const pci_device& b) noexcept 
 }
 
 topology discover_topology(backend b, const topology_options& opts, progress_fn progress) {
-  FERRY_EXPECTS(!opts.measure_p2p || (opts.p2p_bytes > 0 && opts.p2p_iterations >= 1 && opts.p2p_warmup >= 0),
-                fmt::format("topology: P2P copies of {} bytes, {} iterations, {} warm-up: expected bytes > 0, "
-                            "iterations >= 1, warm-up >= 0",
-                            opts.p2p_bytes, opts.p2p_iterations, opts.p2p_warmup));
+  FERRY_EXPECTS(
+      !opts.measure_p2p || (opts.p2p_bytes > 0 && opts.p2p_iterations >= 1 && opts.p2p_warmup >= 0),
+      fmt::format("topology: P2P copies of {} bytes, {} iterations, {} warm-up: expected bytes > 0, "
+                  "iterations >= 1, warm-up >= 0",
+                  opts.p2p_bytes, opts.p2p_iterations, opts.p2p_warmup));
   topology t;
   if (progress) progress(fmt::format("reading host NUMA nodes from {}", opts.sysfs_root));
   t.cpu_count = read_cpu_count(opts.sysfs_root);
@@ -325,15 +327,16 @@ std::string format_table(const topology& t) {
                          t.gpus[i].numa_node >= 0 ? std::to_string(t.gpus[i].numa_node) : "N/A");
       out += row;
     }
-    out += "\nLegend:\n"
-           "  X    = Self\n"
-           "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
-           "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within "
-           "a NUMA node\n"
-           "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
-           "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
-           "  PIX  = Connection traversing at most a single PCIe bridge\n"
-           "  NV#  = Connection traversing a bonded set of # NVLinks\n";
+    out +=
+        "\nLegend:\n"
+        "  X    = Self\n"
+        "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
+        "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within "
+        "a NUMA node\n"
+        "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+        "  PIX  = Connection traversing at most a single PCIe bridge\n"
+        "  NV#  = Connection traversing a bonded set of # NVLinks\n";
 
     out += fmt::format("\n{:<6}{:<28}{:<16}{:<12}{:<12}{:<9}{}\n", "GPU", "Name", "PCI bus id", "PCIe now",
                        "PCIe max", "NVLinks", "source");
@@ -352,10 +355,10 @@ std::string format_table(const topology& t) {
       out += fmt::format("{:<8}", fmt::format("GPU{}", t.gpus[i].ordinal));
       for (std::size_t j = 0; j < n; ++j) {
         const gpu_pair p = i < t.pairs.size() && j < t.pairs[i].size() ? t.pairs[i][j] : gpu_pair{};
-        const std::string cell = i == j              ? " X"
-                                 : p.access_supported ? fmt::format("yes r{}{}", p.performance_rank,
-                                                                    p.native_atomics ? " A" : "")
-                                                      : "no";
+        const std::string cell =
+            i == j               ? " X"
+            : p.access_supported ? fmt::format("yes r{}{}", p.performance_rank, p.native_atomics ? " A" : "")
+                                 : "no";
         out += fmt::format("{:<12}", cell);
       }
       out += '\n';
@@ -387,8 +390,9 @@ std::string format_table(const topology& t) {
 
   out += fmt::format("\nHost: {} online CPUs, {} NUMA node(s)\n", t.cpu_count, t.numa.size());
   for (const auto& node : t.numa) {
-    out += fmt::format("  node {}: CPUs {}{}\n", node.id, node.cpus.empty() ? "none" : format_cpulist(node.cpus),
-                       node.memory_bytes > 0 ? ", " + format_bytes(node.memory_bytes) : "");
+    out +=
+        fmt::format("  node {}: CPUs {}{}\n", node.id, node.cpus.empty() ? "none" : format_cpulist(node.cpus),
+                    node.memory_bytes > 0 ? ", " + format_bytes(node.memory_bytes) : "");
   }
   if (!t.nvml_note.empty()) out += fmt::format("\n{}\n", t.nvml_note);
   for (const auto& note : t.notes) out += fmt::format("note: {}\n", note);
@@ -402,7 +406,8 @@ std::string to_json(const topology& t, int indent) {
   j["host"] = {{"cpu_count", t.cpu_count}};
   auto& numa = j["host"]["numa_nodes"] = json::array();
   for (const auto& node : t.numa)
-    numa.push_back({{"id", node.id}, {"cpus", format_cpulist(node.cpus)}, {"memory_bytes", node.memory_bytes}});
+    numa.push_back(
+        {{"id", node.id}, {"cpus", format_cpulist(node.cpus)}, {"memory_bytes", node.memory_bytes}});
   auto& gpus = j["gpus"] = json::array();
   for (const auto& g : t.gpus) {
     gpus.push_back({{"ordinal", g.ordinal},

@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "ferry/cuda/detail/cuda_try.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
 #include "ferry/core/stats.hpp"
 #include "ferry/core/units.hpp"
+#include "ferry/cuda/detail/cuda_try.hpp"
+#include "ferry/cuda/detail/kernels.cuh"
 #include "ferry/device/device.hpp"
 #include "ferry/probe/topology.hpp"
 #include "ferry/shim/nvml.hpp"
-#include "ferry/cuda/detail/kernels.cuh"
 
 namespace ferry::probe::detail {
 namespace {
@@ -154,8 +154,9 @@ std::uint64_t seed_of(int gpu) noexcept { return 0x70706f6c6f6779ULL + static_ca
 void measure_p2p(topology& t, const topology_options& opts, const progress_fn& progress) {
   const int n = static_cast<int>(t.gpus.size());
   std::vector<gpu_buffers> buffers(static_cast<std::size_t>(n));
-  for (int g = 0; g < n; ++g) buffers[static_cast<std::size_t>(g)].allocate(t.gpus[static_cast<std::size_t>(g)].ordinal,
-                                                                             opts.p2p_bytes, seed_of(g));
+  for (int g = 0; g < n; ++g)
+    buffers[static_cast<std::size_t>(g)].allocate(t.gpus[static_cast<std::size_t>(g)].ordinal, opts.p2p_bytes,
+                                                  seed_of(g));
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
       if (i == j) continue;
@@ -164,7 +165,8 @@ void measure_p2p(topology& t, const topology_options& opts, const progress_fn& p
       gpu_buffers& to = buffers[static_cast<std::size_t>(j)];
       if (progress)
         progress(fmt::format("P2P GPU{} -> GPU{} ({}, {} per copy)", from.ordinal, to.ordinal,
-                             p.access_supported ? "peer access" : "no peer access: staged", format_bytes(opts.p2p_bytes)));
+                             p.access_supported ? "peer access" : "no peer access: staged",
+                             format_bytes(opts.p2p_bytes)));
       bool enabled_here = false;
       if (p.access_supported) {
         FERRY_CUDA_TRY(cudaSetDevice(from.ordinal));
@@ -270,11 +272,12 @@ void discover_gpus(topology& t, const topology_options& opts, const progress_fn&
           nvml.max_width != nullptr && nvml.curr_gen(handles[g], &cg) == nvml_success &&
           nvml.curr_width(handles[g], &cw) == nvml_success && nvml.max_gen(handles[g], &mg) == nvml_success &&
           nvml.max_width(handles[g], &mw) == nvml_success) {
-        info.pcie = pcie_link{static_cast<int>(cg), static_cast<int>(cw), static_cast<int>(mg), static_cast<int>(mw),
-                              "nvml"};
+        info.pcie = pcie_link{static_cast<int>(cg), static_cast<int>(cw), static_cast<int>(mg),
+                              static_cast<int>(mw), "nvml"};
       }
       unsigned numa = 0;
-      if (info.numa_node < 0 && nvml.numa_node_id != nullptr && nvml.numa_node_id(handles[g], &numa) == nvml_success)
+      if (info.numa_node < 0 && nvml.numa_node_id != nullptr &&
+          nvml.numa_node_id(handles[g], &numa) == nvml_success)
         info.numa_node = static_cast<int>(numa);
       if (info.cpu_affinity.empty() && nvml.cpu_affinity != nullptr) {
         constexpr unsigned words = 64;  // 4096 CPUs
@@ -294,10 +297,11 @@ void discover_gpus(topology& t, const topology_options& opts, const progress_fn&
         if (i == j || handles[i] == nullptr || handles[j] == nullptr) continue;
         gpu_pair& p = t.pairs[i][j];
         int level = -1;
-        if (nvml.common_ancestor != nullptr && nvml.common_ancestor(handles[i], handles[j], &level) == nvml_success)
+        if (nvml.common_ancestor != nullptr &&
+            nvml.common_ancestor(handles[i], handles[j], &level) == nvml_success)
           p.link = from_nvml_level(level);
-        int direct = static_cast<int>(std::count(links[i].remote_bus_ids.begin(), links[i].remote_bus_ids.end(),
-                                                 t.gpus[j].pci_bus_id));
+        int direct = static_cast<int>(
+            std::count(links[i].remote_bus_ids.begin(), links[i].remote_bus_ids.end(), t.gpus[j].pci_bus_id));
         // Behind NVSwitches every GPU reaches every other over all its switch links (nvidia-smi: NV18).
         if (direct == 0 && links[i].to_switch > 0 && links[j].to_switch > 0)
           direct = std::min(links[i].to_switch, links[j].to_switch);
@@ -311,10 +315,10 @@ void discover_gpus(topology& t, const topology_options& opts, const progress_fn&
   for (const auto& g : t.gpus) {
     if (g.pcie.current_gen > 0 && g.pcie.max_gen > 0 &&
         (g.pcie.current_gen < g.pcie.max_gen || g.pcie.current_width < g.pcie.max_width))
-      t.notes.push_back(fmt::format("GPU{}'s PCIe link runs at Gen{} x{} now, below its Gen{} x{}: GPUs slow the "
-                                    "link while idle; under load it should read the max",
-                                    g.ordinal, g.pcie.current_gen, g.pcie.current_width, g.pcie.max_gen,
-                                    g.pcie.max_width));
+      t.notes.push_back(
+          fmt::format("GPU{}'s PCIe link runs at Gen{} x{} now, below its Gen{} x{}: GPUs slow the "
+                      "link while idle; under load it should read the max",
+                      g.ordinal, g.pcie.current_gen, g.pcie.current_width, g.pcie.max_gen, g.pcie.max_width));
   }
 
   if (opts.measure_p2p && n > 1) measure_p2p(t, opts, progress);

@@ -9,25 +9,13 @@ namespace ferry::trace::html {
 void escape_into(std::string& out, std::string_view s) {
   for (const char c : s) {
     switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
       case '\t':
-      case '\n':
-        out += c;
-        break;
+      case '\n': out += c; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
           out += "\xEF\xBF\xBD";

@@ -27,27 +27,17 @@ kind kind_classifier::operator()(const event& e) {
     }
     case activity::memcpy:
       switch (e.copy) {
-        case copy_kind::h2d:
-          return kind::h2d;
-        case copy_kind::d2h:
-          return kind::d2h;
-        case copy_kind::d2d:
-          return kind::d2d;
-        case copy_kind::p2p:
-          return kind::p2p;
-        default:
-          return kind::memcpy;
+        case copy_kind::h2d: return kind::h2d;
+        case copy_kind::d2h: return kind::d2h;
+        case copy_kind::d2d: return kind::d2d;
+        case copy_kind::p2p: return kind::p2p;
+        default: return kind::memcpy;
       }
-    case activity::memset:
-      return kind::memset;
-    case activity::api:
-      return kind::api;
-    case activity::sync:
-      return kind::sync;
-    case activity::range:
-      return kind::range;
-    case activity::stage:
-      return kind::stage;
+    case activity::memset: return kind::memset;
+    case activity::api: return kind::api;
+    case activity::sync: return kind::sync;
+    case activity::range: return kind::range;
+    case activity::stage: return kind::stage;
   }
   return kind::kernel;
 }

@@ -41,10 +41,18 @@ std::string_view to_string(activity a) noexcept { return activity_names.at(stati
 std::string_view to_string(copy_kind k) noexcept { return copy_names.at(static_cast<std::size_t>(k)); }
 std::string_view to_string(mem_kind k) noexcept { return mem_names.at(static_cast<std::size_t>(k)); }
 std::string_view to_string(sync_kind k) noexcept { return sync_names.at(static_cast<std::size_t>(k)); }
-activity parse_activity(std::string_view text) { return parse_word<activity>(text, activity_names, "activity"); }
-copy_kind parse_copy_kind(std::string_view text) { return parse_word<copy_kind>(text, copy_names, "copy kind"); }
-mem_kind parse_mem_kind(std::string_view text) { return parse_word<mem_kind>(text, mem_names, "memory kind"); }
-sync_kind parse_sync_kind(std::string_view text) { return parse_word<sync_kind>(text, sync_names, "sync kind"); }
+activity parse_activity(std::string_view text) {
+  return parse_word<activity>(text, activity_names, "activity");
+}
+copy_kind parse_copy_kind(std::string_view text) {
+  return parse_word<copy_kind>(text, copy_names, "copy kind");
+}
+mem_kind parse_mem_kind(std::string_view text) {
+  return parse_word<mem_kind>(text, mem_names, "memory kind");
+}
+sync_kind parse_sync_kind(std::string_view text) {
+  return parse_word<sync_kind>(text, sync_names, "sync kind");
+}
 
 string_table::string_table() {
   strings_.emplace_back();
@@ -82,7 +90,8 @@ void name_this_thread(std::string_view name) noexcept {
 }
 
 std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

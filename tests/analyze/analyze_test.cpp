@@ -183,13 +183,13 @@ TEST(analyze_steps, bad_options_are_refused) {
 TEST(analyze_breakdown, categories_are_exclusive_in_priority_order) {
   builder b;
   b.range("ProfilerStep#0", 0, 100);
-  b.kernel(10, 50);                                                       // compute 40
-  b.copy(copy_kind::h2d, 40, 60, 1000, mem_kind::pinned, true, 8);       // 10 under the kernel, 10 alone
-  b.copy(copy_kind::d2h, 70, 80, 500, mem_kind::pinned, true, 8);        // d2h 10
-  event& ms = b.add(activity::memset, "memset", 80, 85);                  // d2d 5
+  b.kernel(10, 50);                                                 // compute 40
+  b.copy(copy_kind::h2d, 40, 60, 1000, mem_kind::pinned, true, 8);  // 10 under the kernel, 10 alone
+  b.copy(copy_kind::d2h, 70, 80, 500, mem_kind::pinned, true, 8);   // d2h 10
+  event& ms = b.add(activity::memset, "memset", 80, 85);            // d2d 5
   ms.device = 0;
-  b.kernel(85, 90, 9, "ncclDevKernel_AllReduce");                        // comm 5
-  b.copy(copy_kind::h2d, 88, 92, 0, mem_kind::pinned, true, 8);          // 2 under comm, 2 alone
+  b.kernel(85, 90, 9, "ncclDevKernel_AllReduce");                // comm 5
+  b.copy(copy_kind::h2d, 88, 92, 0, mem_kind::pinned, true, 8);  // 2 under comm, 2 alone
   const analysis a = b.run();
   ASSERT_EQ(a.steps.size(), 1u);
   const step_breakdown& s = a.steps[0];
@@ -240,10 +240,10 @@ TEST(analyze_idle, attribution_takes_the_innermost_activity_of_each_thread) {
   b.steps(1, 1000);
   b.kernel(900, 1000);
   b.range("prepare", 0, 800);
-  b.range("decode", 100, 300);                                    // inside "prepare"
-  b.api("cudaStreamSynchronize", 850, 880, sync_kind::stream);    // blocking, idle 850..880
+  b.range("decode", 100, 300);                                              // inside "prepare"
+  b.api("cudaStreamSynchronize", 850, 880, sync_kind::stream);              // blocking, idle 850..880
   b.range("pytorch op", 0, 900).domain = b.t.strings.intern("pytorch.op");  // operators are skipped
-  b.range("bench level", 0, 1000);                                // covers everything: skipped
+  b.range("bench level", 0, 1000);                                          // covers everything: skipped
   b.range("worker job", 0, 400, worker_tid);
   const analysis a = b.run();
   ASSERT_GE(a.idle.size(), 4u);
@@ -374,7 +374,7 @@ TEST(analyze_rules, sync_copy_needs_the_wait_to_hold_back_the_launch) {
 
 TEST(analyze_rules, device_sync_in_half_the_steps) {
   builder b = busy_steps();
-  b.api("cudaDeviceSynchronize", 960, 1000, sync_kind::device);   // idle 975..1000: 25 us
+  b.api("cudaDeviceSynchronize", 960, 1000, sync_kind::device);  // idle 975..1000: 25 us
   b.api("cudaDeviceSynchronize", 2960, 3000, sync_kind::device);
   const analysis a = b.run();
   const finding* f = find_rule(a, "device_sync");

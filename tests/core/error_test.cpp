@@ -31,9 +31,7 @@ TEST(error, expects_does_not_evaluate_message_on_success) {
   EXPECT_EQ(evaluated, 1);
 }
 
-TEST(error, logic_error_is_a_std_logic_error) {
-  EXPECT_THROW(expects_positive(0), std::logic_error);
-}
+TEST(error, logic_error_is_a_std_logic_error) { EXPECT_THROW(expects_positive(0), std::logic_error); }
 
 TEST(error, cuda_error_keeps_code) {
   const ferry::cuda_error e(2, "cudaMalloc failed: out of memory");

@@ -66,7 +66,8 @@ TEST(memlock, check_message_names_request_locked_limit_and_remedy) {
 TEST(memlock, check_counts_what_is_already_locked) {
   const auto info = enforced_limit(64 * MiB, unlimited);
   const std::string msg = memlock_message(MiB, 64 * MiB, info);
-  EXPECT_NE(msg.find("pinning 1.00 MiB (on top of 64.0 MiB already pinned by ferry)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pinning 1.00 MiB (on top of 64.0 MiB already pinned by ferry)"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("hard limit unlimited"), std::string::npos) << msg;
   // Within the hard limit, `ulimit -l` is the whole remedy.
   EXPECT_EQ(msg.find("limits.conf"), std::string::npos) << msg;
@@ -138,8 +139,10 @@ TEST(memlock, read_sees_a_lowered_soft_limit) {
   ASSERT_TRUE(restore.ok());
   // Lowering the soft limit is always allowed; pick a value below the hard limit and the current one.
   rlim_t lowered = 3 * MiB;
-  if (restore.saved().rlim_max != RLIM_INFINITY) lowered = std::min<rlim_t>(lowered, restore.saved().rlim_max / 2);
-  if (restore.saved().rlim_cur != RLIM_INFINITY) lowered = std::min<rlim_t>(lowered, restore.saved().rlim_cur / 2);
+  if (restore.saved().rlim_max != RLIM_INFINITY)
+    lowered = std::min<rlim_t>(lowered, restore.saved().rlim_max / 2);
+  if (restore.saved().rlim_cur != RLIM_INFINITY)
+    lowered = std::min<rlim_t>(lowered, restore.saved().rlim_cur / 2);
   rlimit limit = restore.saved();
   limit.rlim_cur = lowered;
   ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &limit), 0);
@@ -150,7 +153,8 @@ TEST(memlock, read_sees_a_lowered_soft_limit) {
   if (!info.cap_ipc_lock) {
     EXPECT_TRUE(info.enforced());
     const std::string msg = memlock_message(lowered + 1, 0, info);
-    EXPECT_NE(msg.find("exceeds RLIMIT_MEMLOCK of " + ferry::format_bytes(lowered)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("exceeds RLIMIT_MEMLOCK of " + ferry::format_bytes(lowered)), std::string::npos)
+        << msg;
   } else {
     EXPECT_NO_THROW(ferry::check_memlock(lowered + 1, 0, info));
   }

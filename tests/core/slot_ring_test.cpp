@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
-#include <mutex>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -91,7 +91,8 @@ TEST(slot_ring, in_order_wakes_every_consumer_a_completion_unblocks) {
   slot_ring ring(3, delivery::in_order);
   for (int i = 0; i < 3; ++i) (void)ring.acquire();
   std::vector<std::future<std::size_t>> consumers;
-  for (int i = 0; i < 3; ++i) consumers.push_back(std::async(std::launch::async, [&] { return ring.take_ready(); }));
+  for (int i = 0; i < 3; ++i)
+    consumers.push_back(std::async(std::launch::async, [&] { return ring.take_ready(); }));
   EXPECT_TRUE(still_running(consumers[0]));
   ring.mark_ready(2);
   ring.mark_ready(1);

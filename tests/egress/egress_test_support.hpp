@@ -131,5 +131,4 @@ void with_watchdog(std::chrono::seconds limit, F&& body) {
   done.get();
 }
 
-
 }  // namespace ferry::egress::testing

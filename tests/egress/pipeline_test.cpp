@@ -232,7 +232,8 @@ TEST_P(egress_pipeline, a_slow_sink_blocks_submit_and_pinned_memory_stays_bounde
     // Output i needs a slot freed by consume number i - slots + 1, and two workers finish consumes no
     // faster than two per sink_time.
     const double sink_ms = std::chrono::duration<double, std::milli>(sink_time).count();
-    const double blocked_ms = static_cast<double>(n - opts.slots) * sink_ms / static_cast<double>(opts.sink_workers);
+    const double blocked_ms =
+        static_cast<double>(n - opts.slots) * sink_ms / static_cast<double>(opts.sink_workers);
     EXPECT_GE(submit_ms, 0.95 * blocked_ms) << "submit did not wait for slots";
     EXPECT_LE(submit_ms, 3.0 * blocked_ms + 200.0);
     const double sink_rate = static_cast<double>(opts.sink_workers) / sink_ms;  // deliveries per ms
@@ -255,7 +256,8 @@ struct failing_sink {
   explicit failing_sink(std::uint64_t fail_at) : fail_at_(fail_at) {}
   std::shared_ptr<callback_sink> make() {
     return std::make_shared<callback_sink>([this](const output_chunk& d) {
-      if (d.sequence == fail_at_) throw std::runtime_error("sink failed at sequence " + std::to_string(fail_at_));
+      if (d.sequence == fail_at_)
+        throw std::runtime_error("sink failed at sequence " + std::to_string(fail_at_));
       const std::lock_guard lock(mu);
       seen.push_back(d.sequence);
     });
@@ -325,7 +327,8 @@ TEST_P(egress_pipeline, with_several_workers_every_output_before_the_failing_one
 
     std::uint64_t submitted = 0;
     EXPECT_MESSAGE_HAS(message_of<std::runtime_error>([&] {
-                         for (; submitted < 1000; ++submitted) static_cast<void>(pipe.submit(out, s, submitted));
+                         for (; submitted < 1000; ++submitted)
+                           static_cast<void>(pipe.submit(out, s, submitted));
                        }),
                        "sink failed at sequence 20");
     EXPECT_TRUE(eventually([&] { return pipe.free_slots() == opts.slots; }));
@@ -416,7 +419,8 @@ TEST_P(egress_pipeline, a_device_error_fails_the_pipeline) {
     pipeline pipe(dev(), sink, opts);
     // An exception in a host callback surfaces at the next synchronize of the device: the completion
     // thread's wait for the copy after it.
-    dev().launch_host_func(s, [] { throw std::runtime_error("host callback failed on the producer stream"); });
+    dev().launch_host_func(s,
+                           [] { throw std::runtime_error("host callback failed on the producer stream"); });
     static_cast<void>(pipe.submit(out, s, 0));
     EXPECT_MESSAGE_HAS(message_of<std::runtime_error>([&] { pipe.flush(); }), "host callback failed");
     EXPECT_TRUE(eventually([&] { return pipe.free_slots() == opts.slots; }));
@@ -579,7 +583,8 @@ TEST_P(egress_pipeline, outputs_of_more_chunks_than_slots_cannot_be_tried) {
   EXPECT_MESSAGE_HAS(tried, "10 chunks");
   EXPECT_MESSAGE_HAS(tried, "3 slots");
   EXPECT_MESSAGE_HAS(tried, "1.00 KiB");
-  const std::string timed = message_of<logic_error>([&] { static_cast<void>(pipe.submit_for(out, s, 0, 1s)); });
+  const std::string timed =
+      message_of<logic_error>([&] { static_cast<void>(pipe.submit_for(out, s, 0, 1s)); });
   EXPECT_MESSAGE_HAS(timed, "submit_for");
   EXPECT_MESSAGE_HAS(timed, "10 chunks");
   EXPECT_EQ(pipe.stats().outputs, 0u);
@@ -649,9 +654,7 @@ class counting_sink final : public sink {
     std::this_thread::sleep_for(1ms);
     consumed_.fetch_add(1);
   }
-  void flush() override {
-    consumed_at_flush_.push_back(consumed_.load());
-  }
+  void flush() override { consumed_at_flush_.push_back(consumed_.load()); }
   std::atomic<int> consumed_{0};
   std::vector<int> consumed_at_flush_;  // flush is called from the test thread only
 };

@@ -62,8 +62,8 @@ std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
 }
 
 // A chunk of `all` as the pipeline would deliver it.
-output_chunk chunk_of(const std::vector<std::byte>& all, std::uint64_t tag, std::size_t offset, std::size_t bytes,
-                      std::uint32_t index, std::uint32_t chunks) {
+output_chunk chunk_of(const std::vector<std::byte>& all, std::uint64_t tag, std::size_t offset,
+                      std::size_t bytes, std::uint32_t index, std::uint32_t chunks) {
   output_chunk d;
   d.tag = tag;
   d.offset = offset;
@@ -170,7 +170,8 @@ TEST(checksum_sink, is_independent_of_chunking_and_order) {
 TEST(checksum_sink, rejects_misuse) {
   const auto bytes = random_bytes(100, 1);
   checksum_sink sink;
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(sink.checksum(5)); }), "no output with tag 5");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(sink.checksum(5)); }),
+                     "no output with tag 5");
   output_chunk odd = chunk_of(bytes, 1, 4, 8, 0, 2);
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(odd); }), "offset 4");
   const auto halves = chunks_of(bytes, 2, 64);
@@ -208,7 +209,8 @@ TEST(raw_file_sink, an_unwritable_path_names_the_path_and_the_reason) {
   const fs::path missing = dir.path() / "no_such_dir";
   raw_file_sink sink(missing);
   const auto bytes = random_bytes(64, 1);
-  const std::string message = message_of<std::system_error>([&] { sink.consume(chunks_of(bytes, 3, 64)[0]); });
+  const std::string message =
+      message_of<std::system_error>([&] { sink.consume(chunks_of(bytes, 3, 64)[0]); });
   EXPECT_MESSAGE_HAS(message, (missing / "output_3.bin").string());
   EXPECT_MESSAGE_HAS(message, "No such file or directory");
 }
@@ -228,10 +230,13 @@ TEST(npy_sink, header_is_numpy_format_1_0_padded_to_64_bytes) {
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 21, 512, 512), }";
   EXPECT_EQ(h.substr(10, dict.size()), dict);
   EXPECT_EQ(h.back(), '\n');
-  EXPECT_EQ(h.find_first_not_of(' ', 10 + dict.size()), h.size() - 1) << "padding must be spaces then a newline";
+  EXPECT_EQ(h.find_first_not_of(' ', 10 + dict.size()), h.size() - 1)
+      << "padding must be spaces then a newline";
   EXPECT_EQ(h.size(), 128u);  // 10 + 71 + 1 = 82, rounded up to 128
 
-  EXPECT_NE(npy_sink(dir.path(), {5}, "|u1").header().find("'descr': '|u1', 'fortran_order': False, 'shape': (5,), }"),
+  EXPECT_NE(npy_sink(dir.path(), {5}, "|u1")
+                .header()
+                .find("'descr': '|u1', 'fortran_order': False, 'shape': (5,), }"),
             std::string::npos);
   EXPECT_NE(npy_sink(dir.path(), {}, "<f8").header().find("'shape': (), }"), std::string::npos);
   EXPECT_EQ(npy_sink(dir.path(), {3, 4}, "<i8").path_of(9), dir.path() / "output_9.npy");
@@ -251,7 +256,8 @@ TEST(npy_sink, sizes_come_from_the_dtype_and_unknown_dtypes_are_rejected) {
   EXPECT_MESSAGE_HAS(mismatch, "needs 24 bytes");
   EXPECT_MESSAGE_HAS(mismatch, "(6,)");
   npy_sink octets(dir.path(), {6}, "|u1");
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { octets.consume(chunks_of(bytes, 1, 64)[0]); }), "needs 6 bytes");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { octets.consume(chunks_of(bytes, 1, 64)[0]); }),
+                     "needs 6 bytes");
   for (const char* dtype : {"", "f4", "<f3", "<x4", "=f4", "<f16", "<f4x", "<i"}) {
     EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { npy_sink bad(dir.path(), {6}, dtype); }),
                        "unknown dtype \"" + std::string(dtype) + "\"");
@@ -352,7 +358,8 @@ TEST_P(egress_sinks, npy_files_load_in_numpy) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, egress_sinks, ::testing::ValuesIn(backends_under_test()), backend_test_name);
+INSTANTIATE_TEST_SUITE_P(backends, egress_sinks, ::testing::ValuesIn(backends_under_test()),
+                         backend_test_name);
 
 }  // namespace
 }  // namespace ferry::egress

@@ -54,7 +54,9 @@ class on_backend : public ::testing::TestWithParam<backend> {
 };
 
 /// The pattern seed of field `f` of a sample of seed `seed`.
-inline std::uint64_t field_seed(std::uint64_t seed, std::size_t f) { return mix64(seed + 0x51ED27 * (f + 1)); }
+inline std::uint64_t field_seed(std::uint64_t seed, std::size_t f) {
+  return mix64(seed + 0x51ED27 * (f + 1));
+}
 
 /// Writes the pattern of each field of the sample.
 inline void pattern_fill(const sample& s, sample_fields out) {
@@ -62,7 +64,8 @@ inline void pattern_fill(const sample& s, sample_fields out) {
 }
 
 /// Small batches: 8 samples of a 3 KiB image and an 8-byte label.
-inline loader_options small_options(std::uint64_t dataset, std::uint64_t epochs, bool shuffle, bool drop_last) {
+inline loader_options small_options(std::uint64_t dataset, std::uint64_t epochs, bool shuffle,
+                                    bool drop_last) {
   loader_options o;
   o.fields = {{"image", 3 * 1024}, {"label", 8}};
   o.sampling.dataset_size = dataset;
@@ -91,8 +94,9 @@ std::string check_batch(const loader& l, std::uint64_t epoch, std::uint64_t batc
       const std::uint64_t index = l.batches().index(epoch, static_cast<std::size_t>(batch), j);
       const std::uint64_t seed = field_seed(sample_seed(o.seed, epoch, index), f);
       if (auto bad = find_pattern_mismatch(bytes.subspan(j * sb, sb), seed)) {
-        return "epoch " + std::to_string(epoch) + " batch " + std::to_string(batch) + " sample " + std::to_string(j) +
-               " field " + std::to_string(f) + ": byte " + std::to_string(*bad) + " is wrong";
+        return "epoch " + std::to_string(epoch) + " batch " + std::to_string(batch) + " sample " +
+               std::to_string(j) + " field " + std::to_string(f) + ": byte " + std::to_string(*bad) +
+               " is wrong";
       }
     }
   }

@@ -198,7 +198,10 @@ TEST_P(ingest_loader, close_and_destruction_mid_epoch_join_blocked_workers_and_c
       l.close();      // idempotent
     }
     // Destroyed with workers blocked, nothing taken.
-    { loader l(dev(), small_options(1000, 0, false, true), pattern_fill); std::this_thread::sleep_for(10ms); }
+    {
+      loader l(dev(), small_options(1000, 0, false, true), pattern_fill);
+      std::this_thread::sleep_for(10ms);
+    }
     // A consumer blocked in next() on another thread while every worker is blocked in a fill.
     {
       gate g;
@@ -272,7 +275,8 @@ TEST_P(ingest_loader, slots_are_laid_out_aligned) {
   l.release(*b);
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, ingest_loader, ::testing::ValuesIn(backends_under_test()), backend_test_name);
+INSTANTIATE_TEST_SUITE_P(backends, ingest_loader, ::testing::ValuesIn(backends_under_test()),
+                         backend_test_name);
 
 }  // namespace
 }  // namespace ferry::ingest

@@ -34,12 +34,14 @@ const stage_snapshot* find_stage(const std::vector<stage_snapshot>& s, std::stri
 class reader {
  public:
   reader(device& dev, const loader& l) : dev_(dev), l_(l), s_(dev.make_stream()) {
-    for (const auto& f : l.options().fields) back_.push_back(dev.alloc_pinned(f.sample_bytes * l.options().sampling.batch_size));
+    for (const auto& f : l.options().fields)
+      back_.push_back(dev.alloc_pinned(f.sample_bytes * l.options().sampling.batch_size));
   }
   stream_view consumer() const { return s_.view(); }
 
   // Reads `b` back after `spin`, releasing it on the consumer; returns the first mismatch or "".
-  std::string read(prefetcher& p, const device_batch& b, std::chrono::microseconds spin, bool release = true) {
+  std::string read(prefetcher& p, const device_batch& b, std::chrono::microseconds spin,
+                   bool release = true) {
     dev_.spin_async(spin, s_);
     std::vector<std::size_t> bytes;
     for (std::size_t f = 0; f < back_.size(); ++f) {
@@ -102,7 +104,8 @@ TEST_P(ingest_prefetcher, three_epochs_reach_the_device_intact_in_order_past_a_s
 // refilled under the copy, and the device would get bytes of a later batch.
 TEST_P(ingest_prefetcher, pinned_slots_are_refilled_only_after_their_copy_completed) {
   with_watchdog(60s, [&] {
-    auto slow = GetParam() == backend::host ? make_device_under_test(backend::host, 0.05) : make_cuda_device(0);
+    auto slow =
+        GetParam() == backend::host ? make_device_under_test(backend::host, 0.05) : make_cuda_device(0);
     auto opts = small_options(64, 2, false, true);
     opts.slots = 2;
     opts.workers = 2;
@@ -242,7 +245,8 @@ TEST_P(ingest_prefetcher, release_checks_its_batch_and_depth_zero_is_refused) {
   s.synchronize();
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, ingest_prefetcher, ::testing::ValuesIn(backends_under_test()), backend_test_name);
+INSTANTIATE_TEST_SUITE_P(backends, ingest_prefetcher, ::testing::ValuesIn(backends_under_test()),
+                         backend_test_name);
 
 }  // namespace
 }  // namespace ferry::ingest

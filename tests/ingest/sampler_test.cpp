@@ -41,8 +41,10 @@ TEST(ingest_sampler, sequential_order_and_short_final_batch) {
 TEST(ingest_sampler, shuffled_epochs_are_seeded_permutations) {
   for (const std::uint64_t n : {1ULL, 2ULL, 7ULL, 64ULL, 1000ULL, 4097ULL}) {
     const sampler s({.dataset_size = n, .batch_size = 3, .shuffle = true, .seed = 42, .drop_last = false});
-    const sampler again({.dataset_size = n, .batch_size = 3, .shuffle = true, .seed = 42, .drop_last = false});
-    const sampler other({.dataset_size = n, .batch_size = 3, .shuffle = true, .seed = 43, .drop_last = false});
+    const sampler again(
+        {.dataset_size = n, .batch_size = 3, .shuffle = true, .seed = 42, .drop_last = false});
+    const sampler other(
+        {.dataset_size = n, .batch_size = 3, .shuffle = true, .seed = 43, .drop_last = false});
     std::vector<std::uint64_t> identity(n);
     for (std::uint64_t i = 0; i < n; ++i) identity[i] = i;
     for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {

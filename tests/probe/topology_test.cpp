@@ -158,7 +158,7 @@ TEST(topology, reads_a_pci_device_and_derives_the_path_between_two) {
   EXPECT_TRUE(d0.notes.empty());
 
   const pci_device d1 = read_pci_device(sys.root(), "0000:04:00.0");
-  EXPECT_EQ(d1.link.source, "");  // no link files
+  EXPECT_EQ(d1.link.source, "");   // no link files
   EXPECT_FALSE(d1.notes.empty());  // local_cpulist is missing, and said so
   const pci_device d2 = read_pci_device(sys.root(), "0000:05:00.0");
   const pci_device d3 = read_pci_device(sys.root(), "0000:81:00.0");
@@ -232,7 +232,8 @@ TEST(topology, formats_one_gpu_and_no_gpu) {
   EXPECT_NE(text.find("GPU0     X      0-3,8-11"), std::string::npos) << text;
   EXPECT_NE(text.find("NVML not available"), std::string::npos) << text;
   // One GPU: the P2P matrix is just X.
-  EXPECT_NE(text.find("one GPU, no pair to measure\n        GPU0      \nGPU0     X"), std::string::npos) << text;
+  EXPECT_NE(text.find("one GPU, no pair to measure\n        GPU0      \nGPU0     X"), std::string::npos)
+      << text;
 
   topology none;
   none.gpu_note = "the host backend has no GPUs";

@@ -6,12 +6,12 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <cstdlib>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,8 +60,9 @@ inline std::string backend_test_name(const ::testing::TestParamInfo<backend>& in
 
 /// Host-device options for tests: seeded random delays before stream operations, so that a premature read
 /// or reuse shows up as wrong bytes, and no link model, so that tests run at memcpy speed.
-inline host_device_options jittery_host_options(std::uint64_t seed, double probability = 0.2,
-                                                std::chrono::nanoseconds max_delay = std::chrono::microseconds(100)) {
+inline host_device_options jittery_host_options(
+    std::uint64_t seed, double probability = 0.2,
+    std::chrono::nanoseconds max_delay = std::chrono::microseconds(100)) {
   host_device_options o;
   o.seed = seed;
   o.jitter_probability = probability;
@@ -118,9 +119,9 @@ std::string message_of(F&& f) {
 }  // namespace ferry::testing
 
 /// Expects `message` to contain `text`, printing the message when it does not. `message` is evaluated once.
-#define EXPECT_MESSAGE_HAS(message, text)                                                              \
-  do {                                                                                                 \
-    const std::string ferry_message_ = (message);                                                      \
-    EXPECT_NE(std::string_view(ferry_message_).find(text), std::string_view::npos)                     \
-        << "message: " << ferry_message_;                                                              \
+#define EXPECT_MESSAGE_HAS(message, text)                                          \
+  do {                                                                             \
+    const std::string ferry_message_ = (message);                                  \
+    EXPECT_NE(std::string_view(ferry_message_).find(text), std::string_view::npos) \
+        << "message: " << ferry_message_;                                          \
   } while (0)

@@ -20,7 +20,7 @@ extern "C" int (*InitializeInjectionNvtx2_fnptr)(const void* (*)(std::uint32_t))
 namespace {
 
 struct recorded {
-  std::string kind;    // "push", "pop", "mark"
+  std::string kind;  // "push", "pop", "mark"
   std::string domain;
   std::string name;
   std::uint32_t argb = 0;
@@ -61,7 +61,8 @@ int NVTX_API initialize_injection(NvtxGetExportTableFunc_t get_export_table) {
   const auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
   NvtxFunctionTable table = nullptr;
   unsigned int size = 0;
-  if (callbacks == nullptr || !callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size)) return 0;
+  if (callbacks == nullptr || !callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size))
+    return 0;
   *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&on_domain_create);
   *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&on_push);
   *table[NVTX_CBID_CORE2_DomainRangePop] = reinterpret_cast<NvtxFunctionPointer>(&on_pop);

@@ -14,7 +14,8 @@ namespace ferry::test {
 /// The first difference between `a` and `b`, or "" when they are equal.
 inline std::string timeline_difference(const trace::timeline& a, const trace::timeline& b) {
   if (a.source != b.source) return fmt::format("source \"{}\" vs \"{}\"", a.source, b.source);
-  if (a.device_name != b.device_name) return fmt::format("device_name \"{}\" vs \"{}\"", a.device_name, b.device_name);
+  if (a.device_name != b.device_name)
+    return fmt::format("device_name \"{}\" vs \"{}\"", a.device_name, b.device_name);
   if (a.dropped != b.dropped) return fmt::format("dropped {} vs {}", a.dropped, b.dropped);
   if (a.link_h2d_gbps != b.link_h2d_gbps)
     return fmt::format("link_h2d_gbps {} vs {}", a.link_h2d_gbps, b.link_h2d_gbps);
@@ -23,7 +24,8 @@ inline std::string timeline_difference(const trace::timeline& a, const trace::ti
   if (a.thread_names != b.thread_names) return "thread_names differ";
   if (a.stream_names != b.stream_names) return "stream_names differ";
   if (a.metadata != b.metadata) return "metadata differs";
-  if (a.events.size() != b.events.size()) return fmt::format("{} vs {} events", a.events.size(), b.events.size());
+  if (a.events.size() != b.events.size())
+    return fmt::format("{} vs {} events", a.events.size(), b.events.size());
   for (std::size_t i = 0; i < a.events.size(); ++i) {
     const trace::event& x = a.events[i];
     const trace::event& y = b.events[i];

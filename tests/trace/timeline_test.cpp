@@ -25,18 +25,21 @@ event kernel_at(std::int64_t start, std::int64_t end) {
 }
 
 TEST(timeline_words, round_trip_and_refuse_unknown_words) {
-  for (auto a : {activity::kernel, activity::memcpy, activity::memset, activity::sync, activity::api, activity::range,
-                 activity::stage})
+  for (auto a : {activity::kernel, activity::memcpy, activity::memset, activity::sync, activity::api,
+                 activity::range, activity::stage})
     EXPECT_EQ(parse_activity(to_string(a)), a);
-  for (auto k : {copy_kind::none, copy_kind::h2d, copy_kind::d2h, copy_kind::d2d, copy_kind::h2h, copy_kind::p2p})
+  for (auto k :
+       {copy_kind::none, copy_kind::h2d, copy_kind::d2h, copy_kind::d2d, copy_kind::h2h, copy_kind::p2p})
     EXPECT_EQ(parse_copy_kind(to_string(k)), k);
-  for (auto k : {mem_kind::unknown, mem_kind::pageable, mem_kind::pinned, mem_kind::device, mem_kind::managed})
+  for (auto k :
+       {mem_kind::unknown, mem_kind::pageable, mem_kind::pinned, mem_kind::device, mem_kind::managed})
     EXPECT_EQ(parse_mem_kind(to_string(k)), k);
-  for (auto k : {sync_kind::none, sync_kind::event, sync_kind::stream, sync_kind::device, sync_kind::stream_wait,
-                 sync_kind::copy})
+  for (auto k : {sync_kind::none, sync_kind::event, sync_kind::stream, sync_kind::device,
+                 sync_kind::stream_wait, sync_kind::copy})
     EXPECT_EQ(parse_sync_kind(to_string(k)), k);
-  EXPECT_MESSAGE_HAS(ferry::testing::message_of<ferry::input_error>([] { static_cast<void>(parse_mem_kind("locked")); }),
-                     "\"locked\"");
+  EXPECT_MESSAGE_HAS(
+      ferry::testing::message_of<ferry::input_error>([] { static_cast<void>(parse_mem_kind("locked")); }),
+      "\"locked\"");
   EXPECT_THROW(static_cast<void>(parse_activity("Kernel")), ferry::input_error);
 }
 
@@ -89,8 +92,9 @@ TEST(recorder, counts_what_does_not_fit) {
 
 TEST(recorder, refuses_bad_capacity) {
   EXPECT_MESSAGE_HAS(ferry::testing::message_of<ferry::logic_error>([] { recorder r(0); }), "capacity 0");
-  EXPECT_MESSAGE_HAS(ferry::testing::message_of<ferry::logic_error>([] { recorder r((std::size_t{1} << 26) + 1); }),
-                     "67108865");
+  EXPECT_MESSAGE_HAS(
+      ferry::testing::message_of<ferry::logic_error>([] { recorder r((std::size_t{1} << 26) + 1); }),
+      "67108865");
 }
 
 TEST(recorder, many_threads_record_without_losing_any) {
@@ -108,15 +112,11 @@ TEST(recorder, many_threads_record_without_losing_any) {
 
 TEST(stage_spans, ferry_range_records_into_the_current_recorder) {
   recorder r(64);
-  {
-    FERRY_RANGE("before any recorder", ferry::trace::color::gray);
-  }
+  { FERRY_RANGE("before any recorder", ferry::trace::color::gray); }
   {
     recording_scope scope(r);
     EXPECT_EQ(current_recorder(), &r);
-    {
-      FERRY_RANGE("not capturing yet", ferry::trace::color::gray);
-    }
+    { FERRY_RANGE("not capturing yet", ferry::trace::color::gray); }
     r.start();
     const std::int64_t before = now_ns();
     {
@@ -143,13 +143,15 @@ TEST(stage_spans, ferry_range_records_into_the_current_recorder) {
     }
     EXPECT_NE(std::find(names.begin(), names.end(), "outer"), names.end());
     EXPECT_NE(std::find(names.begin(), names.end(), "inner"), names.end());
-    const auto other_span =
-        std::find_if(t.events.begin(), t.events.end(), [&](const event& e) { return t.name_of(e) == "on another thread"; });
+    const auto other_span = std::find_if(t.events.begin(), t.events.end(),
+                                         [&](const event& e) { return t.name_of(e) == "on another thread"; });
     ASSERT_NE(other_span, t.events.end());
     EXPECT_NE(other_span->thread, this_thread_id());
     // The outer range contains the inner one, on this thread.
-    const auto outer = std::find_if(t.events.begin(), t.events.end(), [&](const event& e) { return t.name_of(e) == "outer"; });
-    const auto inner = std::find_if(t.events.begin(), t.events.end(), [&](const event& e) { return t.name_of(e) == "inner"; });
+    const auto outer = std::find_if(t.events.begin(), t.events.end(),
+                                    [&](const event& e) { return t.name_of(e) == "outer"; });
+    const auto inner = std::find_if(t.events.begin(), t.events.end(),
+                                    [&](const event& e) { return t.name_of(e) == "inner"; });
     EXPECT_LE(outer->start_ns, inner->start_ns);
     EXPECT_GE(outer->end_ns, inner->end_ns);
     EXPECT_EQ(outer->thread, this_thread_id());

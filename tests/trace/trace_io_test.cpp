@@ -23,7 +23,8 @@ using namespace ferry::trace;
 namespace fs = std::filesystem;
 
 const fs::path data_dir = fs::path(__FILE__).parent_path() / "data";
-const fs::path corpus_dir = fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "trace_import";
+const fs::path corpus_dir =
+    fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "trace_import";
 
 // A timeline that exercises every field: each activity, copy directions, memory kinds, sync kinds,
 // domains, names that need escaping, and timestamps whose nanoseconds a double of microseconds loses.
@@ -344,8 +345,8 @@ TEST(TraceIo, kineto_naive_imports_kernels_copies_and_steps) {
   EXPECT_EQ(sync_of.at("cudaLaunchKernel"), sync_kind::none);
 
   // The exact timestamp of the first kernel: 4510777093564.041 us.
-  const auto first_kernel =
-      std::find_if(t.events.begin(), t.events.end(), [](const event& e) { return e.kind == activity::kernel; });
+  const auto first_kernel = std::find_if(t.events.begin(), t.events.end(),
+                                         [](const event& e) { return e.kind == activity::kernel; });
   ASSERT_NE(first_kernel, t.events.end());
   EXPECT_EQ(first_kernel->start_ns, 4'510'777'093'564'041);
 
@@ -432,7 +433,8 @@ TEST(TraceIo, kineto_sync_records_and_blocking_copies) {
 }
 
 TEST(TraceIo, a_chrome_trace_without_ferry_or_kineto_marks_is_read_as_chrome) {
-  const timeline t = parse_trace(R"([{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":3,"ts":1.5,"dur":2}])", "bare");
+  const timeline t =
+      parse_trace(R"([{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":3,"ts":1.5,"dur":2}])", "bare");
   EXPECT_EQ(t.source, "chrome trace");
   ASSERT_EQ(t.events.size(), 1u);
   EXPECT_EQ(t.events[0].start_ns, 1500);
@@ -443,8 +445,10 @@ TEST(TraceIo, a_chrome_trace_without_ferry_or_kineto_marks_is_read_as_chrome) {
 
 TEST(TraceIo, exact_microsecond_text_to_nanoseconds) {
   auto start = [](const std::string& ts) {
-    const timeline t = parse_trace(
-        R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":1,"ts":)" + ts + R"(,"dur":0}]})", "ts");
+    const timeline t =
+        parse_trace(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":1,"ts":)" + ts +
+                        R"(,"dur":0}]})",
+                    "ts");
     return t.events.at(0).start_ns;
   };
   EXPECT_EQ(start("4510785932383.927"), 4'510'785'932'383'927);
@@ -474,7 +478,8 @@ TEST(TraceIo, empty_input_is_refused) {
 
 TEST(TraceIo, not_json_is_refused_with_the_offset) {
   expect_contains(parse_error("hello"), {"t.json", "invalid JSON at byte 0", "expected"});
-  expect_contains(parse_error(R"({"traceEvents":[]} trailing)"), {"t.json", "invalid JSON at byte 21 (of 27)"});
+  expect_contains(parse_error(R"({"traceEvents":[]} trailing)"),
+                  {"t.json", "invalid JSON at byte 21 (of 27)"});
   expect_contains(parse_error("42"), {"t.json", "top level", "expected a JSON object"});
 }
 
@@ -487,15 +492,18 @@ TEST(TraceIo, truncated_json_names_the_offset) {
 
 TEST(TraceIo, trace_events_must_be_an_array_of_objects) {
   expect_contains(parse_error(R"({"traceEvents":{}})"), {"t.json", "traceEvents: expected an array"});
-  expect_contains(parse_error(R"({"traceEvents":"x"})"), {"traceEvents: expected an array", "found a string"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"M"},3]})"), {"traceEvents[1]: expected an event object"});
+  expect_contains(parse_error(R"({"traceEvents":"x"})"),
+                  {"traceEvents: expected an array", "found a string"});
+  expect_contains(parse_error(R"({"traceEvents":[{"ph":"M"},3]})"),
+                  {"traceEvents[1]: expected an event object"});
   expect_contains(parse_error(R"({"schemaVersion":1})"), {"no traceEvents array"});
 }
 
 TEST(TraceIo, event_missing_ts_is_named) {
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"M"},{"ph":"X","name":"k","dur":1}]})"),
                   {"t.json", "traceEvents[1]", "no ts"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","name":"k","ts":1}]})"), {"traceEvents[0]", "no dur"});
+  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","name":"k","ts":1}]})"),
+                  {"traceEvents[0]", "no dur"});
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":"12","dur":1}]})"),
                   {"traceEvents[0].ts", "expected a number of microseconds", "found a string"});
 }
@@ -508,7 +516,8 @@ TEST(TraceIo, negative_dur_is_named) {
 TEST(TraceIo, timestamps_beyond_int64_nanoseconds_are_refused) {
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":9.3e15,"dur":1}]})"),
                   {"traceEvents[0].ts = 9.3e15 us is out of range", "9.2e+15"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":1e999,"dur":1}]})"), {"byte 35", "number overflow"});
+  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":1e999,"dur":1}]})"),
+                  {"byte 35", "number overflow"});
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":18446744073709551615,"dur":1}]})"),
                   {"traceEvents[0].ts", "out of range"});
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":9.1e15,"dur":9.1e15}]})"), {"ts + dur"});
@@ -519,10 +528,12 @@ TEST(TraceIo, too_deep_nesting_is_refused) {
   for (int i = 0; i < 100; ++i) deep += '[';
   for (int i = 0; i < 100; ++i) deep += ']';
   deep += "}}]}";
-  expect_contains(parse_error(deep), {"t.json", "nested deeper than 64 levels", "max_depth", "traceEvents[0].args.a"});
+  expect_contains(parse_error(deep),
+                  {"t.json", "nested deeper than 64 levels", "max_depth", "traceEvents[0].args.a"});
   read_limits shallow;
   shallow.max_depth = 3;
-  expect_contains(parse_error(R"({"traceEvents":[{"args":{}}]})", shallow), {"deeper than 3", "traceEvents[0].args"});
+  expect_contains(parse_error(R"({"traceEvents":[{"args":{}}]})", shallow),
+                  {"deeper than 3", "traceEvents[0].args"});
   // A million brackets neither overflow the stack nor pass.
   expect_contains(parse_error(R"({"x":)" + std::string(1'000'000, '[')), {"nested deeper than 64"});
 }
@@ -531,7 +542,8 @@ TEST(TraceIo, too_many_events_is_refused) {
   read_limits few;
   few.max_events = 2;
   const std::string three = R"({"traceEvents":[{"ph":"i"},{"ph":"i"},{"ph":"i"}]})";
-  expect_contains(parse_error(three, few), {"t.json", "more than 2 trace events", "max_events", "traceEvents[2]"});
+  expect_contains(parse_error(three, few),
+                  {"t.json", "more than 2 trace events", "max_events", "traceEvents[2]"});
   few.max_events = 3;
   EXPECT_NO_THROW((void)parse_trace(three, "t.json", few));
 }
@@ -539,7 +551,8 @@ TEST(TraceIo, too_many_events_is_refused) {
 TEST(TraceIo, too_big_input_is_refused_before_parsing) {
   read_limits tiny;
   tiny.max_bytes = 10;
-  expect_contains(parse_error(R"({"traceEvents":[]} )", tiny), {"t.json", "19 bytes", "max_bytes (10 bytes)"});
+  expect_contains(parse_error(R"({"traceEvents":[]} )", tiny),
+                  {"t.json", "19 bytes", "max_bytes (10 bytes)"});
   expect_contains(parse_error(std::string(11, '{'), tiny), {"max_bytes"});  // not a JSON error
 }
 
@@ -563,10 +576,13 @@ TEST(TraceIo, ferry_fields_of_the_wrong_form_are_named) {
                   {"traceEvents[0].args.kind", "unknown activity \"warp\""});
   expect_contains(parse_error(head + R"({"ph":"X","ts":1,"dur":1,"args":{"kind":"memcpy","bytes":-4}}]})"),
                   {"traceEvents[0].args.bytes", "non-negative integer", "-4"});
-  expect_contains(parse_error(head + R"({"ph":"X","ts":1,"dur":1,"args":{"kind":"kernel","device":4294967296}}]})"),
-                  {"traceEvents[0].args.device", "device ordinal"});
-  expect_contains(parse_error(head + R"({"ph":"X","ts":1,"dur":1}]})"), {"traceEvents[0]", "no args.kind and no cat"});
-  expect_contains(parse_error(R"({"ferry":{"format":2},"traceEvents":[]})"), {"ferry.format", "version 2 is newer"});
+  expect_contains(
+      parse_error(head + R"({"ph":"X","ts":1,"dur":1,"args":{"kind":"kernel","device":4294967296}}]})"),
+      {"traceEvents[0].args.device", "device ordinal"});
+  expect_contains(parse_error(head + R"({"ph":"X","ts":1,"dur":1}]})"),
+                  {"traceEvents[0]", "no args.kind and no cat"});
+  expect_contains(parse_error(R"({"ferry":{"format":2},"traceEvents":[]})"),
+                  {"ferry.format", "version 2 is newer"});
   expect_contains(parse_error(R"({"ferry":{"thread_names":{"main":"x"}},"traceEvents":[]})"),
                   {"ferry.thread_names", "\"main\" is not an id"});
   expect_contains(parse_error(R"({"ferry":{"metadata":{"a":1}},"traceEvents":[]})"),

@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
-#include "ferry/analyze/analyze.hpp"
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
 
@@ -50,13 +50,17 @@ int run_analyze(const analyze_flags& f) {
 std::function<int()> add_analyze_command(CLI::App& app) {
   auto f = std::make_shared<analyze_flags>();
   CLI::App* cmd = app.add_subcommand(
-      "analyze", "Analyze a trace (ferry's, or a PyTorch profiler export): step breakdown, idle time, findings");
-  cmd->add_option("file", f->file, "Trace file: ferry bench --trace output or torch.profiler export_chrome_trace")
+      "analyze",
+      "Analyze a trace (ferry's, or a PyTorch profiler export): step breakdown, idle time, findings");
+  cmd->add_option("file", f->file,
+                  "Trace file: ferry bench --trace output or torch.profiler export_chrome_trace")
       ->required();
   cmd->add_flag("--json", f->json, "Print the analysis as JSON");
-  cmd->add_option("--html", f->html, "Also write a standalone HTML report (SVG timeline and step chart) here");
-  cmd->add_option("--step", f->step_prefix,
-                  "Step spans: ranges whose name starts with this (default ProfilerStep#, else ferry's 'step')");
+  cmd->add_option("--html", f->html,
+                  "Also write a standalone HTML report (SVG timeline and step chart) here");
+  cmd->add_option(
+      "--step", f->step_prefix,
+      "Step spans: ranges whose name starts with this (default ProfilerStep#, else ferry's 'step')");
   cmd->add_option("--idle-threshold", f->idle_threshold, "GPU idle fraction per step that is a finding")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

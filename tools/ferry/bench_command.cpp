@@ -219,7 +219,7 @@ int run_egress(const egress_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
   bench::egress_options cfg = f.pure_copy > 0 ? bench::default_pure_copy_options(dev->kind())
-                                             : bench::default_egress_options(dev->kind());
+                                              : bench::default_egress_options(dev->kind());
   apply_ladder_flags(f, cfg);
   if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
   if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
@@ -254,7 +254,7 @@ int run_ingest(const ingest_flags& f, const std::string& command) {
   auto dev = open_device(
       f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
   bench::ingest_options cfg = f.both_ways > 0 ? bench::default_both_ways_ingest_options(dev->kind())
-                                             : bench::default_ingest_options(dev->kind());
+                                              : bench::default_ingest_options(dev->kind());
   apply_ladder_flags(f, cfg);
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;

@@ -57,8 +57,8 @@ struct idle_attribution {
   double idle_ms = 0;    // idle time it covered, over all analyzed steps
   double fraction_of_idle = 0;
   std::uint64_t thread_id = 0;
-  bool blocking = false;      // a call that waited for the GPU (a sync event or a blocking API call)
-  bool main_thread = false;   // the thread holding the step spans (or issuing most API calls)
+  bool blocking = false;     // a call that waited for the GPU (a sync event or a blocking API call)
+  bool main_thread = false;  // the thread holding the step spans (or issuing most API calls)
 };
 
 /// One finding. `rule` is a stable id:
@@ -73,10 +73,10 @@ struct idle_attribution {
 ///                         run, not lost per step: cost 0, listed last)
 struct finding {
   std::string rule;
-  std::string title;     // one line: what is wrong
-  std::string evidence;  // times, counts, bytes
-  std::string fix;       // what to change, naming the ferry component or ladder level
-  double cost_ms_per_step = 0;  // estimated GPU time lost per step; findings are sorted by it
+  std::string title;                      // one line: what is wrong
+  std::string evidence;                   // times, counts, bytes
+  std::string fix;                        // what to change, naming the ferry component or ladder level
+  double cost_ms_per_step = 0;            // estimated GPU time lost per step; findings are sorted by it
   std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
 };
 
@@ -87,7 +87,7 @@ struct analysis {
   std::string step_prefix;    // what the steps were taken from ("" = whole trace)
   std::string main_thread;    // the thread holding the step spans (or issuing most API calls); "" = none
   std::vector<step_breakdown> steps;
-  step_breakdown mean;        // the mean over steps (index -1)
+  step_breakdown mean;                 // the mean over steps (index -1)
   std::vector<idle_attribution> idle;  // largest first
   std::vector<finding> findings;       // costliest first; never empty (compute_bound at least)
   /// The rule of the first finding: what bounds this workload.

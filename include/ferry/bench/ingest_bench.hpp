@@ -102,8 +102,8 @@ struct both_ways_result {
   double link_fraction = 0;
 };
 [[nodiscard]] both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg,
-                                             const egress_options& out_cfg, std::chrono::milliseconds duration,
-                                             progress_fn progress = {});
+                                             const egress_options& out_cfg,
+                                             std::chrono::milliseconds duration, progress_fn progress = {});
 
 /// The ingest pure copy's result as one line of text, and as JSON.
 [[nodiscard]] std::string format_text(const ingest_pure_copy_result& r);

@@ -247,7 +247,7 @@ struct run_stamp {
 /// A ladder's config as JSON: `own` (the ladder's own fields), the settings every ladder shares, and
 /// "<step_bytes_name>_bytes": the bytes one step moves.
 [[nodiscard]] nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg,
-                                                nlohmann::json own, std::uint64_t step_bytes);
+                                                 nlohmann::json own, std::uint64_t step_bytes);
 
 /// A ladder run as JSON: the stamp, the ladder and its direction, its config, the probed link and the rows
 /// (the shared fields, the extras, and the keys earlier results used).

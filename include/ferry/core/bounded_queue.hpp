@@ -146,7 +146,6 @@ class bounded_queue {
     return capacity;
   }
 
-
   void throw_if_ended() const {
     if (failure_) std::rethrow_exception(failure_);
     if (closed_) {

@@ -59,15 +59,15 @@ void forget_reported_destructor_errors() noexcept;
 
 /// Throws ferry::logic_error with `msg` when `cond` is false. `msg` is evaluated only on failure, so it
 /// may be an expensive expression such as a fmt::format call.
-#define FERRY_EXPECTS(cond, msg)                                                      \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
-      ::ferry::detail::throw_logic_error((msg), std::source_location::current());    \
+#define FERRY_EXPECTS(cond, msg)                                                  \
+  do {                                                                            \
+    if (!(cond)) [[unlikely]]                                                     \
+      ::ferry::detail::throw_logic_error((msg), std::source_location::current()); \
   } while (0)
 
 /// For destructors and other noexcept paths: reports (never throws) when `cond` is false.
-#define FERRY_ASSERT_NOTHROW(cond, msg)                                                      \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]]                                                                \
-      ::ferry::detail::report_destructor_error((msg), std::source_location::current());     \
+#define FERRY_ASSERT_NOTHROW(cond, msg)                                                 \
+  do {                                                                                  \
+    if (!(cond)) [[unlikely]]                                                           \
+      ::ferry::detail::report_destructor_error((msg), std::source_location::current()); \
   } while (0)

@@ -23,7 +23,8 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed, std::uint64_t of
 
 /// ferry's checksum (checksum_term) of `bytes`, whose first byte is word `first_word` of the data (so
 /// `bytes` starts on a word boundary). Sums of parts add up to the checksum of the whole.
-[[nodiscard]] std::uint64_t checksum64(std::span<const std::byte> bytes, std::uint64_t first_word = 0) noexcept;
+[[nodiscard]] std::uint64_t checksum64(std::span<const std::byte> bytes,
+                                       std::uint64_t first_word = 0) noexcept;
 
 /// The checksum of `bytes` bytes of the pattern of `seed` starting at byte 0, computed without the bytes
 /// (what a receiver of a pattern expects), starting at word `first_word` of the checksummed data.

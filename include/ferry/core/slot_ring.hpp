@@ -164,7 +164,6 @@ class slot_ring {
     std::size_t count_ = 0;
   };
 
-
   std::optional<std::size_t> acquire_within(std::chrono::nanoseconds timeout);
   std::optional<std::size_t> take_ready_within(std::chrono::nanoseconds timeout);
   bool wait_all_free_within(std::chrono::nanoseconds timeout);

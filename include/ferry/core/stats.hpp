@@ -99,8 +99,7 @@ class histogram {
 class stage_timer {
  public:
   /// Starts timing into `into`, which must outlive the timer.
-  explicit stage_timer(histogram& into) noexcept
-      : into_(&into), start_(std::chrono::steady_clock::now()) {}
+  explicit stage_timer(histogram& into) noexcept : into_(&into), start_(std::chrono::steady_clock::now()) {}
 
   stage_timer(const stage_timer&) = delete;
   stage_timer& operator=(const stage_timer&) = delete;
@@ -146,7 +145,8 @@ struct stage_stats {
 
   /// Records one operation of `duration` that handled `n_items` items and `n_bytes` bytes.
   /// Lock-free, never throws.
-  void record(std::chrono::nanoseconds duration, std::uint64_t n_items = 1, std::uint64_t n_bytes = 0) noexcept {
+  void record(std::chrono::nanoseconds duration, std::uint64_t n_items = 1,
+              std::uint64_t n_bytes = 0) noexcept {
     time.record(duration);
     items.add(n_items);
     bytes.add(n_bytes);
@@ -161,7 +161,7 @@ struct stage_stats {
 /// What a stage had done when snapshot() was taken.
 struct stage_snapshot {
   std::string name;
-  std::uint64_t count = 0;     ///< Timed operations.
+  std::uint64_t count = 0;  ///< Timed operations.
   std::uint64_t items = 0;
   std::uint64_t bytes = 0;
   std::uint64_t p50_ns = 0;

@@ -33,12 +33,12 @@ namespace ferry::egress {
 
 /// One delivery to a sink: a whole output, or one chunk of an output larger than a slot.
 struct output_chunk {
-  std::uint64_t sequence = 0;    // submission number of the output, from 0
-  std::uint64_t tag = 0;         // the caller's tag given to submit
-  std::uint64_t offset = 0;      // byte offset of this chunk within the output
-  std::uint64_t total_bytes = 0; // size of the whole output
-  std::uint32_t chunk = 0;       // chunk index within the output
-  std::uint32_t chunks = 1;      // number of chunks of the output
+  std::uint64_t sequence = 0;        // submission number of the output, from 0
+  std::uint64_t tag = 0;             // the caller's tag given to submit
+  std::uint64_t offset = 0;          // byte offset of this chunk within the output
+  std::uint64_t total_bytes = 0;     // size of the whole output
+  std::uint32_t chunk = 0;           // chunk index within the output
+  std::uint32_t chunks = 1;          // number of chunks of the output
   std::span<const std::byte> bytes;  // pinned host bytes, valid only until consume() returns
   [[nodiscard]] bool last_chunk() const noexcept { return chunk + 1 == chunks; }
 };
@@ -68,22 +68,22 @@ struct options {
   /// One pinned slot; larger outputs are chunked. A multiple of 8, so that every chunk starts on a
   /// checksum word (the checksum sink's words are 8 bytes of the whole output).
   std::size_t slot_bytes = 64 * (std::size_t{1} << 20);
-  std::size_t slots = 8;                                 // pinned slots in the pool
-  std::size_t sink_workers = 4;                          // threads calling sink::consume
-  ferry::delivery order = ferry::delivery::in_order;     // in_order: submission order; or as_completed
+  std::size_t slots = 8;                              // pinned slots in the pool
+  std::size_t sink_workers = 4;                       // threads calling sink::consume
+  ferry::delivery order = ferry::delivery::in_order;  // in_order: submission order; or as_completed
 };
 
 /// Counters and stage times of a pipeline, for reports and `ferry bench`.
 struct pipeline_stats {
-  std::uint64_t outputs = 0;         // outputs submitted
-  std::uint64_t deliveries = 0;      // chunks consumed by the sink
-  std::uint64_t bytes = 0;           // bytes consumed by the sink
-  double copy_seconds = 0;           // sum of D2H copy times (timed with events on the egress stream)
-  double d2h_gbps = 0;               // bytes / copy_seconds / 1e9: the achieved copy bandwidth
-  double pin_seconds = 0;            // time spent pinning the pool at construction
-  std::uint64_t pinned_bytes = 0;    // size of the pool
-  std::uint64_t dropped = 0;         // chunks not delivered because the pipeline failed: the one whose
-                                     // consume threw, and those not yet consumed at the failure
+  std::uint64_t outputs = 0;           // outputs submitted
+  std::uint64_t deliveries = 0;        // chunks consumed by the sink
+  std::uint64_t bytes = 0;             // bytes consumed by the sink
+  double copy_seconds = 0;             // sum of D2H copy times (timed with events on the egress stream)
+  double d2h_gbps = 0;                 // bytes / copy_seconds / 1e9: the achieved copy bandwidth
+  double pin_seconds = 0;              // time spent pinning the pool at construction
+  std::uint64_t pinned_bytes = 0;      // size of the pool
+  std::uint64_t dropped = 0;           // chunks not delivered because the pipeline failed: the one whose
+                                       // consume threw, and those not yet consumed at the failure
   std::vector<stage_snapshot> stages;  // "wait_slot" (per output), "copy" and "sink" (per chunk)
 };
 

@@ -44,9 +44,9 @@ struct field {
 struct sampler_options {
   std::uint64_t dataset_size = 0;  // samples in the dataset
   std::size_t batch_size = 0;
-  bool shuffle = false;            // a seeded permutation per epoch
+  bool shuffle = false;  // a seeded permutation per epoch
   std::uint64_t seed = 0;
-  bool drop_last = true;           // drop a final short batch
+  bool drop_last = true;  // drop a final short batch
 };
 
 /// The batches of each epoch. Thread-safe (const).
@@ -69,16 +69,17 @@ class sampler {
 /// The seed of the sample of dataset index `index` in epoch `epoch` of a loader seeded `seed`:
 /// mix64(mix64(mix64(seed) + epoch) + index). A fill that derives its content from it produces the same
 /// bytes whichever worker runs it.
-[[nodiscard]] std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t epoch, std::uint64_t index) noexcept;
+[[nodiscard]] std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t epoch,
+                                        std::uint64_t index) noexcept;
 
 /// What a fill callback is asked to produce.
 struct sample {
   std::uint64_t epoch = 0;
-  std::uint64_t batch = 0;      // batch number within the epoch
-  std::size_t position = 0;     // place within the batch
-  std::uint64_t index = 0;      // dataset index (from the sampler)
-  std::uint64_t seed = 0;       // reproducible per (loader seed, epoch, index), whatever worker runs it
-  std::size_t worker = 0;       // the worker thread running the callback
+  std::uint64_t batch = 0;   // batch number within the epoch
+  std::size_t position = 0;  // place within the batch
+  std::uint64_t index = 0;   // dataset index (from the sampler)
+  std::uint64_t seed = 0;    // reproducible per (loader seed, epoch, index), whatever worker runs it
+  std::size_t worker = 0;    // the worker thread running the callback
 };
 
 /// Where a sample goes: one span per field, inside a pinned batch slot.
@@ -93,17 +94,17 @@ struct loader_options {
   std::vector<field> fields;
   sampler_options sampling;
   std::size_t workers = 4;
-  std::size_t slots = 4;          // pinned batch slots (how far the workers may run ahead)
-  std::uint64_t epochs = 1;       // 0: run until closed
-  std::uint64_t seed = 0;         // the root of every sample's seed
+  std::size_t slots = 4;     // pinned batch slots (how far the workers may run ahead)
+  std::uint64_t epochs = 1;  // 0: run until closed
+  std::uint64_t seed = 0;    // the root of every sample's seed
 };
 
 /// Counters and stage times of a loader; the same shape as egress::pipeline_stats and prefetch_stats.
 struct loader_stats {
-  std::uint64_t samples = 0;         // samples filled
-  std::uint64_t bytes = 0;           // bytes filled
-  double pin_seconds = 0;            // time spent pinning the slots at construction
-  std::uint64_t pinned_bytes = 0;    // size of the slots
+  std::uint64_t samples = 0;       // samples filled
+  std::uint64_t bytes = 0;         // bytes filled
+  double pin_seconds = 0;          // time spent pinning the slots at construction
+  std::uint64_t pinned_bytes = 0;  // size of the slots
   /// "fill" (wall time per sample), "fill_cpu" (thread CPU time per sample, from
   /// CLOCK_THREAD_CPUTIME_ID), "wait_slot" (workers waiting for a free slot), "wait_batch" (next()
   /// waiting for a batch).
@@ -122,7 +123,7 @@ struct host_batch {
   [[nodiscard]] std::span<std::byte> field(std::size_t f) const;
   /// As field(f), as pinned memory, for copies.
   [[nodiscard]] mem_view view(std::size_t f) const;
-  std::span<const mem_view> fields_;        // per field: the slot's whole region of that field
+  std::span<const mem_view> fields_;           // per field: the slot's whole region of that field
   std::span<const std::size_t> sample_bytes_;  // per field
 };
 
@@ -171,22 +172,22 @@ struct device_batch {
   std::uint64_t batch = 0;
   std::size_t samples = 0;
   std::size_t slot = 0;
-  std::span<const mem_view> fields_;   // device memory, samples * sample_bytes per field
+  std::span<const mem_view> fields_;  // device memory, samples * sample_bytes per field
   /// Device bytes of field `f` for this batch's samples. Throws logic_error for a field out of range.
   [[nodiscard]] mem_view field(std::size_t f) const;
 };
 
 /// Options of a prefetcher. Memory bound: depth batches of device memory.
 struct prefetch_options {
-  std::size_t depth = 2;   // device batch slots: batches copied ahead of the consumer
+  std::size_t depth = 2;  // device batch slots: batches copied ahead of the consumer
 };
 
 /// Counters and stage times of a prefetcher; the same shape as egress::pipeline_stats and loader_stats.
 struct prefetch_stats {
-  std::uint64_t batches = 0;         // batches copied to the device (their events completed)
-  std::uint64_t bytes = 0;           // bytes copied
-  double copy_seconds = 0;           // sum of H2D copy times (timed with events on the copy stream)
-  double h2d_gbps = 0;               // bytes / copy_seconds / 1e9: the achieved copy bandwidth
+  std::uint64_t batches = 0;  // batches copied to the device (their events completed)
+  std::uint64_t bytes = 0;    // bytes copied
+  double copy_seconds = 0;    // sum of H2D copy times (timed with events on the copy stream)
+  double h2d_gbps = 0;        // bytes / copy_seconds / 1e9: the achieved copy bandwidth
   /// "copy" (event-timed per batch, with items and bytes), "wait_batch" (next() waiting for the
   /// copier), "wait_slot" (the copier waiting for the consumer to release a device slot).
   std::vector<stage_snapshot> stages;
@@ -260,8 +261,10 @@ class prefetcher::range {
   };
   range(prefetcher& p, stream_view consumer) : p_(&p), consumer_(consumer) {}
   range(range&& other) noexcept
-      : p_(std::exchange(other.p_, nullptr)), consumer_(other.consumer_),
-        current_(std::exchange(other.current_, std::nullopt)), started_(other.started_) {}
+      : p_(std::exchange(other.p_, nullptr)),
+        consumer_(other.consumer_),
+        current_(std::exchange(other.current_, std::nullopt)),
+        started_(other.started_) {}
   range& operator=(range&&) = delete;
   range(const range&) = delete;
   range& operator=(const range&) = delete;

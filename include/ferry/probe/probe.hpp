@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ferry/core/progress.hpp"
 #include "ferry/core/memlock.hpp"
+#include "ferry/core/progress.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::probe {
@@ -20,11 +20,11 @@ namespace ferry::probe {
 /// What to measure and how hard.
 struct options {
   std::size_t copy_bytes = 256 * (std::size_t{1} << 20);  // per copy
-  int warmup = 2;                                          // untimed copies per link
-  int iterations = 10;                                     // timed copies per link
-  std::size_t pin_bytes = std::size_t{1} << 30;            // pinned allocation timed for the pinning cost
+  int warmup = 2;                                         // untimed copies per link
+  int iterations = 10;                                    // timed copies per link
+  std::size_t pin_bytes = std::size_t{1} << 30;           // pinned allocation timed for the pinning cost
   bool measure_pin_cost = true;
-  bool check = true;                                       // verify every link's bytes once
+  bool check = true;  // verify every link's bytes once
 };
 
 /// Defaults sized for the backend: the host backend copies with memcpy, so it gets smaller sizes.
@@ -32,15 +32,15 @@ struct options {
 
 /// One measured link.
 struct link_result {
-  std::string name;              // "pinned H2D", "pageable D2H", ...
+  std::string name;  // "pinned H2D", "pageable D2H", ...
   copy_direction direction{};
-  memory_kind host_memory{};     // pinned or pageable (device for D2D)
-  std::uint64_t bytes = 0;       // per copy
+  memory_kind host_memory{};  // pinned or pageable (device for D2D)
+  std::uint64_t bytes = 0;    // per copy
   int iterations = 0;
   double median_gbps = 0;
   double min_gbps = 0;
   double max_gbps = 0;
-  bool checked = false;          // bytes verified after the copy
+  bool checked = false;  // bytes verified after the copy
 };
 
 /// Both directions at once: one H2D and one D2H stream running together.
@@ -79,8 +79,8 @@ struct result {
 
 /// Measures one link alone (buffers allocated for it, bytes checked): pinned or pageable host memory,
 /// host to device or device to host. For benches that need one ceiling without a whole probe.
-[[nodiscard]] link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory, std::size_t bytes,
-                                       int warmup, int iterations);
+[[nodiscard]] link_result measure_link(device& dev, copy_direction dir, memory_kind host_memory,
+                                       std::size_t bytes, int warmup, int iterations);
 
 /// The pinned bandwidth of `dir` a bench compares its rows with: `given` when positive, else measured now
 /// (measure_link with copies of min(bytes, 256 MiB), 2 warm-up and 5 timed, the median). `progress` (may

@@ -48,11 +48,11 @@ struct pcie_link {
 
 /// What sysfs says about one PCI device (/sys/bus/pci/devices/<bus id>/).
 struct pci_device {
-  std::string bus_id;            // normalised: "0000:3b:00.0"
-  int numa_node = -1;            // -1: none or unknown
-  std::vector<int> local_cpus;   // local_cpulist
-  pcie_link link;                // current/max link speed and width (source "sysfs" when read)
-  std::string device_path;       // the resolved /sys/devices/... path, for the PCI tree; empty if missing
+  std::string bus_id;              // normalised: "0000:3b:00.0"
+  int numa_node = -1;              // -1: none or unknown
+  std::vector<int> local_cpus;     // local_cpulist
+  pcie_link link;                  // current/max link speed and width (source "sysfs" when read)
+  std::string device_path;         // the resolved /sys/devices/... path, for the PCI tree; empty if missing
   std::vector<std::string> notes;  // files that were missing or unreadable
 };
 
@@ -60,28 +60,28 @@ struct pci_device {
 struct gpu_info {
   int ordinal = 0;
   std::string name;
-  std::string pci_bus_id;          // normalised, as in pci_device
+  std::string pci_bus_id;  // normalised, as in pci_device
   int numa_node = -1;
-  std::vector<int> cpu_affinity;   // CPUs local to the GPU
+  std::vector<int> cpu_affinity;  // CPUs local to the GPU
   pcie_link pcie;
-  int nvlinks = 0;                 // active NVLink links (0 without NVLink or NVML)
+  int nvlinks = 0;  // active NVLink links (0 without NVLink or NVML)
 };
 
 /// From one GPU to another.
 struct gpu_pair {
   gpu_link link = gpu_link::unknown;
-  int nvlinks = 0;                 // NV# when link is nvlink
-  bool access_supported = false;   // cudaDevP2PAttrAccessSupported
-  int performance_rank = 0;        // cudaDevP2PAttrPerformanceRank (lower is better)
-  bool native_atomics = false;     // cudaDevP2PAttrNativeAtomicSupported
-  double gbps = 0;                 // measured median; 0 when not measured
-  bool checked = false;            // copied bytes verified
+  int nvlinks = 0;                // NV# when link is nvlink
+  bool access_supported = false;  // cudaDevP2PAttrAccessSupported
+  int performance_rank = 0;       // cudaDevP2PAttrPerformanceRank (lower is better)
+  bool native_atomics = false;    // cudaDevP2PAttrNativeAtomicSupported
+  double gbps = 0;                // measured median; 0 when not measured
+  bool checked = false;           // copied bytes verified
 };
 
 /// Everything --topology found.
 struct topology {
-  int cpu_count = 0;               // online CPUs
-  std::vector<numa_node> numa;     // host NUMA nodes (empty when sysfs has none)
+  int cpu_count = 0;            // online CPUs
+  std::vector<numa_node> numa;  // host NUMA nodes (empty when sysfs has none)
   std::vector<gpu_info> gpus;
   std::vector<std::vector<gpu_pair>> pairs;  // [from][to], gpus.size() squared; the diagonal is self
   std::string gpu_note;            // why gpus is empty ("host backend", "no GPU visible ..."), else empty
@@ -94,7 +94,7 @@ struct topology {
 /// What to discover and how hard.
 struct topology_options {
   std::string sysfs_root = "/sys";
-  bool gpus = true;              // false: host part only (as for the host backend)
+  bool gpus = true;  // false: host part only (as for the host backend)
   bool measure_p2p = true;
   std::size_t p2p_bytes = 256 * (std::size_t{1} << 20);
   int p2p_warmup = 1;
@@ -125,8 +125,7 @@ struct topology_options {
 /// Discovers the topology: the host part always, GPUs when `b` is cuda and ferry was built with CUDA.
 /// `progress` (may be empty) receives one line per step. Throws input_error for unparseable sysfs files,
 /// cuda_error when the CUDA runtime fails.
-[[nodiscard]] topology discover_topology(backend b, const topology_options& opts,
-                                         progress_fn progress = {});
+[[nodiscard]] topology discover_topology(backend b, const topology_options& opts, progress_fn progress = {});
 
 /// The text `ferry probe --topology` prints: the GPU matrix with CPU and NUMA affinity, per-GPU PCIe
 /// links, the P2P bandwidth matrix, and the host's NUMA nodes.

@@ -19,13 +19,13 @@ namespace ferry::trace {
 
 /// What an event is.
 enum class activity : std::uint8_t {
-  kernel,   // GPU: a kernel (or the host backend's emulated kernel)
-  memcpy,   // GPU: a copy; see event::copy, src, dst, bytes, async
-  memset,   // GPU: a memset
-  sync,     // CPU thread blocked until GPU work completed; see event::sync
-  api,      // CPU: a runtime API call (cudaLaunchKernel, cudaMemcpyAsync, ...) or a device-interface call
-  range,    // CPU: an NVTX range (push/pop or start/end) in any domain, or a profiler annotation
-  stage,    // CPU: one of ferry's own stage spans (FERRY_RANGE), or a bench's step span
+  kernel,  // GPU: a kernel (or the host backend's emulated kernel)
+  memcpy,  // GPU: a copy; see event::copy, src, dst, bytes, async
+  memset,  // GPU: a memset
+  sync,    // CPU thread blocked until GPU work completed; see event::sync
+  api,     // CPU: a runtime API call (cudaLaunchKernel, cudaMemcpyAsync, ...) or a device-interface call
+  range,   // CPU: an NVTX range (push/pop or start/end) in any domain, or a profiler annotation
+  stage,   // CPU: one of ferry's own stage spans (FERRY_RANGE), or a bench's step span
 };
 
 /// A copy's direction.
@@ -60,11 +60,11 @@ struct event {
   activity kind = activity::kernel;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint32_t name = 0;    // string id: kernel name, API name, range text
-  std::uint32_t domain = 0;  // string id of the NVTX domain (ranges); 0 = none
-  std::int32_t device = -1;  // GPU activity: device ordinal
-  std::uint64_t stream = 0;  // GPU activity (and stream waits): stream id within its device
-  std::uint64_t thread = 0;  // CPU activity: the OS thread id
+  std::uint32_t name = 0;         // string id: kernel name, API name, range text
+  std::uint32_t domain = 0;       // string id of the NVTX domain (ranges); 0 = none
+  std::int32_t device = -1;       // GPU activity: device ordinal
+  std::uint64_t stream = 0;       // GPU activity (and stream waits): stream id within its device
+  std::uint64_t thread = 0;       // CPU activity: the OS thread id
   std::uint64_t correlation = 0;  // links an API call with the GPU activity it launched; 0 = none
   std::uint64_t bytes = 0;        // memcpy, memset
   copy_kind copy = copy_kind::none;

@@ -19,7 +19,7 @@ namespace ferry::trace {
 
 /// Limits on what a reader accepts; inputs beyond them are refused with input_error, never read in part.
 struct read_limits {
-  std::uint64_t max_bytes = std::uint64_t{2} << 30;  // file size
+  std::uint64_t max_bytes = std::uint64_t{2} << 30;   // file size
   std::uint64_t max_events = std::uint64_t{1} << 24;  // entries of traceEvents (flows, metadata included)
   std::size_t max_depth = 64;                         // JSON nesting
 };
@@ -32,7 +32,8 @@ void write_chrome_trace(const timeline& t, const std::filesystem::path& path);
 /// Parses a ferry Chrome trace or a PyTorch profiler (Kineto) trace; `origin` names the input in
 /// errors. Malformed, truncated, or over-limit input throws input_error naming origin, the position or
 /// field, and the limit or expected form.
-[[nodiscard]] timeline parse_trace(std::string_view text, std::string_view origin, const read_limits& limits = {});
+[[nodiscard]] timeline parse_trace(std::string_view text, std::string_view origin,
+                                   const read_limits& limits = {});
 /// Reads and parses the file at `path`; also throws input_error when it cannot be opened or is too big.
 [[nodiscard]] timeline read_trace(const std::filesystem::path& path, const read_limits& limits = {});
 

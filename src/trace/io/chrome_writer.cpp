@@ -37,27 +37,13 @@ void append_json_string(std::string& out, std::string_view s) {
     const unsigned char c = p[i];
     if (c < 0x80) {
       switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
         default:
           if (c < 0x20)
             out += fmt::format("\\u{:04x}", c);
@@ -111,34 +97,23 @@ void append_double(std::string& out, double v) {
 
 std::string_view copy_word(copy_kind k) {
   switch (k) {
-    case copy_kind::h2d:
-      return "HtoD";
-    case copy_kind::d2h:
-      return "DtoH";
-    case copy_kind::d2d:
-      return "DtoD";
-    case copy_kind::h2h:
-      return "HtoH";
-    case copy_kind::p2p:
-      return "PtoP";
-    case copy_kind::none:
-      break;
+    case copy_kind::h2d: return "HtoD";
+    case copy_kind::d2h: return "DtoH";
+    case copy_kind::d2d: return "DtoD";
+    case copy_kind::h2h: return "HtoH";
+    case copy_kind::p2p: return "PtoP";
+    case copy_kind::none: break;
   }
   return "";
 }
 
 std::string_view mem_word(mem_kind k) {
   switch (k) {
-    case mem_kind::pageable:
-      return "Pageable";
-    case mem_kind::pinned:
-      return "Pinned";
-    case mem_kind::device:
-      return "Device";
-    case mem_kind::managed:
-      return "Managed";
-    case mem_kind::unknown:
-      break;
+    case mem_kind::pageable: return "Pageable";
+    case mem_kind::pinned: return "Pinned";
+    case mem_kind::device: return "Device";
+    case mem_kind::managed: return "Managed";
+    case mem_kind::unknown: break;
   }
   return "Unknown";
 }
@@ -149,12 +124,9 @@ std::string display_name(const event& e) {
     case activity::memcpy:
       if (e.copy == copy_kind::none) return "Memcpy";
       return fmt::format("Memcpy {} ({} -> {})", copy_word(e.copy), mem_word(e.src), mem_word(e.dst));
-    case activity::memset:
-      return fmt::format("Memset ({})", mem_word(e.dst));
-    case activity::sync:
-      return fmt::format("Sync ({})", to_string(e.sync));
-    default:
-      return std::string(to_string(e.kind));
+    case activity::memset: return fmt::format("Memset ({})", mem_word(e.dst));
+    case activity::sync: return fmt::format("Sync ({})", to_string(e.sync));
+    default: return std::string(to_string(e.kind));
   }
 }
 
@@ -162,34 +134,22 @@ std::string display_name(const event& e) {
 // each copy direction and CPU waits stand apart in chrome://tracing (Perfetto colours by name instead).
 std::string_view colour(const event& e) {
   switch (e.kind) {
-    case activity::kernel:
-      return "thread_state_running";  // green
+    case activity::kernel: return "thread_state_running";  // green
     case activity::memcpy:
       switch (e.copy) {
-        case copy_kind::h2d:
-          return "rail_response";  // blue
-        case copy_kind::d2h:
-          return "rail_animation";  // red
-        case copy_kind::d2d:
-          return "heap_dump_child_node_arrow";  // tawny
-        case copy_kind::p2p:
-          return "cq_build_failed";  // pink
-        case copy_kind::h2h:
-          return "rail_idle";  // orange-yellow
-        case copy_kind::none:
-          break;
+        case copy_kind::h2d: return "rail_response";               // blue
+        case copy_kind::d2h: return "rail_animation";              // red
+        case copy_kind::d2d: return "heap_dump_child_node_arrow";  // tawny
+        case copy_kind::p2p: return "cq_build_failed";             // pink
+        case copy_kind::h2h: return "rail_idle";                   // orange-yellow
+        case copy_kind::none: break;
       }
       return "generic_work";
-    case activity::memset:
-      return "generic_work";  // grey
-    case activity::sync:
-      return "bad";  // orange: the CPU is blocked
-    case activity::api:
-      return "thread_state_sleeping";  // pale
-    case activity::range:
-      return "yellow";
-    case activity::stage:
-      return "olive";
+    case activity::memset: return "generic_work";        // grey
+    case activity::sync: return "bad";                   // orange: the CPU is blocked
+    case activity::api: return "thread_state_sleeping";  // pale
+    case activity::range: return "yellow";
+    case activity::stage: return "olive";
   }
   return "generic_work";
 }

@@ -11,21 +11,14 @@ namespace ferry::trace::detail {
 
 std::string_view type_name(scalar::type t) {
   switch (t) {
-    case scalar::type::absent:
-      return "nothing";
+    case scalar::type::absent: return "nothing";
     case scalar::type::integer:
-    case scalar::type::big_unsigned:
-      return "an integer";
-    case scalar::type::floating:
-      return "a number";
-    case scalar::type::string:
-      return "a string";
-    case scalar::type::boolean:
-      return "a boolean";
-    case scalar::type::null:
-      return "null";
-    case scalar::type::container:
-      return "an object or array";
+    case scalar::type::big_unsigned: return "an integer";
+    case scalar::type::floating: return "a number";
+    case scalar::type::string: return "a string";
+    case scalar::type::boolean: return "a boolean";
+    case scalar::type::null: return "null";
+    case scalar::type::container: return "an object or array";
   }
   return "a value";
 }

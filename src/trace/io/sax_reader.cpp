@@ -152,19 +152,14 @@ class sax_reader {
     if (stack_.empty()) return false;
     const frame& top = stack_.back();
     switch (top.c) {
-      case ctx::event:
-        return event_slot(top.key).has_value();
-      case ctx::args:
-        return args_slot(top.key).has_value();
+      case ctx::event: return event_slot(top.key).has_value();
+      case ctx::args: return args_slot(top.key).has_value();
       case ctx::root:
       case ctx::skip:
       case ctx::device_props:
-      case ctx::events:
-        return false;
-      case ctx::device_prop0:
-        return top.key == "name";
-      default:
-        return true;
+      case ctx::events: return false;
+      case ctx::device_prop0: return top.key == "name";
+      default: return true;
     }
   }
 
@@ -258,11 +253,9 @@ class sax_reader {
       case ctx::ferry_thread_names:
       case ctx::ferry_stream_names:
         fail("{}.{}: expected a string, found an {}", path(), k, array ? "array" : "object");
-      case ctx::device_props:
-        return (!array && top.count == 0) ? ctx::device_prop0 : ctx::skip;
+      case ctx::device_props: return (!array && top.count == 0) ? ctx::device_prop0 : ctx::skip;
       case ctx::device_prop0:
-      case ctx::skip:
-        return ctx::skip;
+      case ctx::skip: return ctx::skip;
     }
     return ctx::skip;
   }
@@ -323,9 +316,7 @@ class sax_reader {
       case ctx::args:
         if (const auto s = args_slot(k)) current_.f[*s] = v;
         break;
-      case ctx::ferry:
-        ferry_field(k, v);
-        break;
+      case ctx::ferry: ferry_field(k, v); break;
       case ctx::ferry_metadata:
         raw_.ferry.metadata[std::string(k)] =
             std::string(expect_string(v, fmt::format("ferry.metadata.{}", k)));
@@ -342,14 +333,12 @@ class sax_reader {
             std::string(expect_string(v, fmt::format("{}.{}", field, k)));
         break;
       }
-      case ctx::device_props:
-        break;
+      case ctx::device_props: break;
       case ctx::device_prop0:
         if (k == "name" && v.t == scalar::type::string)
           raw_.kineto_device_name = std::string(raw_.strings[v.s]);
         break;
-      case ctx::skip:
-        break;
+      case ctx::skip: break;
     }
     advance();
     return true;
@@ -400,13 +389,9 @@ class sax_reader {
       case scalar::type::integer:
         if (std::fabs(static_cast<double>(v.i)) <= max_abs_ts_us) ns = v.i * 1000;
         break;
-      case scalar::type::big_unsigned:
-        break;
-      case scalar::type::floating:
-        ns = us_text_to_ns(number_text, v.d);
-        break;
-      default:
-        fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
+      case scalar::type::big_unsigned: break;
+      case scalar::type::floating: ns = us_text_to_ns(number_text, v.d); break;
+      default: fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
     }
     if (!ns) {
       const std::string shown = v.t == scalar::type::floating  ? std::string(number_text.substr(0, 40))

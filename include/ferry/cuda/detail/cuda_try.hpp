@@ -26,18 +26,18 @@ inline bool runtime_shutting_down(cudaError_t status) noexcept {
 }  // namespace ferry::detail
 
 /// Throws ferry::cuda_error (or ferry::out_of_memory) naming the call when it does not return cudaSuccess.
-#define FERRY_CUDA_TRY(call)                                                          \
-  do {                                                                                \
-    const cudaError_t ferry_status_ = (call);                                         \
-    if (ferry_status_ != cudaSuccess) [[unlikely]]                                    \
-      ::ferry::detail::throw_cuda_error(ferry_status_, #call);                        \
+#define FERRY_CUDA_TRY(call)                                   \
+  do {                                                         \
+    const cudaError_t ferry_status_ = (call);                  \
+    if (ferry_status_ != cudaSuccess) [[unlikely]]             \
+      ::ferry::detail::throw_cuda_error(ferry_status_, #call); \
   } while (0)
 
 /// For destructors: reports a failed call on stderr, unless the runtime is already shutting down.
-#define FERRY_CUDA_TRY_NOTHROW(call)                                                                  \
-  do {                                                                                                \
-    const cudaError_t ferry_status_ = (call);                                                         \
-    FERRY_ASSERT_NOTHROW(ferry_status_ == cudaSuccess ||                                              \
-                             ::ferry::detail::runtime_shutting_down(ferry_status_),                   \
-                         fmt::format("{} failed: {}", #call, cudaGetErrorString(ferry_status_)));     \
+#define FERRY_CUDA_TRY_NOTHROW(call)                                                           \
+  do {                                                                                         \
+    const cudaError_t ferry_status_ = (call);                                                  \
+    FERRY_ASSERT_NOTHROW(                                                                      \
+        ferry_status_ == cudaSuccess || ::ferry::detail::runtime_shutting_down(ferry_status_), \
+        fmt::format("{} failed: {}", #call, cudaGetErrorString(ferry_status_)));               \
   } while (0)
