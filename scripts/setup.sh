@@ -10,6 +10,7 @@ packages=(
   python3 python3-numpy
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
+  clang-format clang-tidy     # scripts/lint.sh
 )
 
 missing=()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests,
-# fuzzes the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu
-# tests again under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package
-# build, and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
+# Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests
+# (the layering check and the compile-fail tests among them), lints (clang-format, clang-tidy), fuzzes
+# the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu tests again
+# under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package build, and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${FERRY_JOBS:-$(nproc)}
@@ -15,6 +15,9 @@ scripts/build.sh default
 
 step "cpu tests"
 ctest --preset cpu -j "$jobs"
+
+step "lint: clang-format and clang-tidy (.clang-format, .clang-tidy; layering is the ctest 'layers')"
+scripts/lint.sh
 
 step "ferry probe on the emulated device (smoke)"
 build/default/tools/ferry/ferry probe --backend host --bytes 4MiB --iterations 2 --pin-bytes 1MiB --json >/dev/null

@@ -507,7 +507,7 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, in
   const auto t0 = steady_clock::now();
   int submitted = 0;
   for (; submitted < outputs && steady_clock::now() < deadline; ++submitted) {
-    static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(submitted + 1)));
+    static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(submitted) + 1));
   }
   pipe.flush();
   r.window_start = t0;

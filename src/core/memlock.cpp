@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -55,7 +56,8 @@ memlock_info read_memlock() {
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) {
     const int err = errno;
-    throw logic_error(fmt::format("getrlimit(RLIMIT_MEMLOCK) failed: {}", std::strerror(err)));
+    throw logic_error(
+        fmt::format("getrlimit(RLIMIT_MEMLOCK) failed: {}", std::generic_category().message(err)));
   }
   memlock_info info;
   info.soft_bytes = to_bytes(limit.rlim_cur);

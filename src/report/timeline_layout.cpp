@@ -292,8 +292,10 @@ timeline_layout lay_out_timeline(const timeline& t, const analysis& a, kind_clas
 
   std::size_t gpu_tracks = 0;
   for (const track& tr : tracks) gpu_tracks += tr.gpu ? 1 : 0;
-  for (track& tr : tracks)
-    if (tr.gpu) find_idle(tr, t, l.w, std::max<std::size_t>(8, max_idle_rects / gpu_tracks));
+  if (gpu_tracks > 0) {
+    for (track& tr : tracks)
+      if (tr.gpu) find_idle(tr, t, l.w, std::max<std::size_t>(8, max_idle_rects / gpu_tracks));
+  }
 
   std::vector<std::vector<kind>> kinds_of(tracks.size());
   for (std::size_t ti = 0; ti < tracks.size(); ++ti) {

@@ -24,7 +24,8 @@ void find_serialized_copy(const model& m, std::vector<finding>& out) {
   struct stream_key {
     std::int32_t device;
     std::uint64_t stream;
-    auto operator<=>(const stream_key&) const = default;
+    // clang-tidy 14 reads the defaulted <=>'s comparison with 0 as a null pointer constant.
+    auto operator<=>(const stream_key&) const = default;  // NOLINT(modernize-use-nullptr)
   };
   std::set<stream_key> kernel_streams;
   for (std::size_t i : m.gpu()) {
