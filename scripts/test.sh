@@ -2,7 +2,8 @@
 # Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests
 # (the layering check and the compile-fail tests among them), lints (clang-format, clang-tidy), fuzzes
 # the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu tests again
-# under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package build, and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
+# under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package build,
+# and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${FERRY_JOBS:-$(nproc)}
