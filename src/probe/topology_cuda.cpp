@@ -16,6 +16,7 @@
 #include "ferry/core/stats.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
+#include "ferry/cuda/detail/handles.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
 #include "ferry/device/device.hpp"
 #include "ferry/probe/topology.hpp"
@@ -78,43 +79,47 @@ nvlinks read_nvlinks(const nvml_library& nvml, nvml_device dev) {
 // Device memory, streams and events of the P2P measurement on one GPU; freed on that GPU.
 struct gpu_buffers {
   int ordinal = 0;
-  void* src = nullptr;
-  void* dst = nullptr;
-  std::uint64_t* result = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr;
-  cudaEvent_t stop = nullptr;
+  // Declared in the order they are made, so they are freed in reverse, with `ordinal` current (below).
+  cuda_handles::unique_memory src;
+  cuda_handles::unique_memory dst;
+  cuda_handles::unique_memory result_memory;
+  cuda_handles::unique_stream stream;
+  cuda_handles::unique_event start;
+  cuda_handles::unique_event stop;
 
   gpu_buffers() = default;
   gpu_buffers(const gpu_buffers&) = delete;
   gpu_buffers& operator=(const gpu_buffers&) = delete;
-  ~gpu_buffers() {
-    if (cudaSetDevice(ordinal) != cudaSuccess) return;
-    if (start != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaEventDestroy(start));
-    if (stop != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaEventDestroy(stop));
-    if (stream != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream));
-    if (src != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaFree(src));
-    if (dst != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaFree(dst));
-    if (result != nullptr) FERRY_CUDA_TRY_NOTHROW(cudaFree(result));
-  }
+  ~gpu_buffers() { static_cast<void>(cudaSetDevice(ordinal)); }
+
+  [[nodiscard]] std::uint64_t* result() const { return static_cast<std::uint64_t*>(result_memory.get()); }
 
   void allocate(int gpu, std::size_t bytes, std::uint64_t seed) {
     ordinal = gpu;
     FERRY_CUDA_TRY(cudaSetDevice(gpu));
-    const cudaError_t status = cudaMalloc(&src, bytes);
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
       static_cast<void>(cudaGetLastError());
       throw out_of_memory(fmt::format("P2P probe: 2 buffers of {} do not fit on GPU {}; lower the copy size",
                                       format_bytes(bytes), gpu));
     }
     FERRY_CUDA_TRY(status);
-    FERRY_CUDA_TRY(cudaMalloc(&dst, bytes));
-    FERRY_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&result), sizeof(std::uint64_t)));
-    FERRY_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    FERRY_CUDA_TRY(cudaEventCreate(&start));
-    FERRY_CUDA_TRY(cudaEventCreate(&stop));
-    FERRY_CUDA_TRY(cuda_kernels::launch_fill_pattern(src, bytes, seed, stream));
-    FERRY_CUDA_TRY(cudaStreamSynchronize(stream));
+    src.reset(p);
+    FERRY_CUDA_TRY(cudaMalloc(&p, bytes));
+    dst.reset(p);
+    FERRY_CUDA_TRY(cudaMalloc(&p, sizeof(std::uint64_t)));
+    result_memory.reset(p);
+    cudaStream_t s = nullptr;
+    FERRY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    stream.reset(s);
+    cudaEvent_t e = nullptr;
+    FERRY_CUDA_TRY(cudaEventCreate(&e));
+    start.reset(e);
+    FERRY_CUDA_TRY(cudaEventCreate(&e));
+    stop.reset(e);
+    FERRY_CUDA_TRY(cuda_kernels::launch_fill_pattern(src.get(), bytes, seed, stream.get()));
+    FERRY_CUDA_TRY(cudaStreamSynchronize(stream.get()));
   }
 };
 
@@ -123,24 +128,26 @@ double measure_pair(gpu_buffers& from, gpu_buffers& to, std::size_t bytes, std::
                     const topology_options& opts, bool& checked) {
   FERRY_CUDA_TRY(cudaSetDevice(from.ordinal));
   for (int i = 0; i < opts.p2p_warmup; ++i)
-    FERRY_CUDA_TRY(cudaMemcpyPeerAsync(to.dst, to.ordinal, from.src, from.ordinal, bytes, from.stream));
+    FERRY_CUDA_TRY(cudaMemcpyPeerAsync(to.dst.get(), to.ordinal, from.src.get(), from.ordinal, bytes,
+                                       from.stream.get()));
   std::vector<double> gbps;
   for (int i = 0; i < opts.p2p_iterations; ++i) {
-    FERRY_CUDA_TRY(cudaEventRecord(from.start, from.stream));
-    FERRY_CUDA_TRY(cudaMemcpyPeerAsync(to.dst, to.ordinal, from.src, from.ordinal, bytes, from.stream));
-    FERRY_CUDA_TRY(cudaEventRecord(from.stop, from.stream));
-    FERRY_CUDA_TRY(cudaEventSynchronize(from.stop));
+    FERRY_CUDA_TRY(cudaEventRecord(from.start.get(), from.stream.get()));
+    FERRY_CUDA_TRY(cudaMemcpyPeerAsync(to.dst.get(), to.ordinal, from.src.get(), from.ordinal, bytes,
+                                       from.stream.get()));
+    FERRY_CUDA_TRY(cudaEventRecord(from.stop.get(), from.stream.get()));
+    FERRY_CUDA_TRY(cudaEventSynchronize(from.stop.get()));
     float ms = 0;
-    FERRY_CUDA_TRY(cudaEventElapsedTime(&ms, from.start, from.stop));
+    FERRY_CUDA_TRY(cudaEventElapsedTime(&ms, from.start.get(), from.stop.get()));
     if (ms > 0) gbps.push_back(gb_per_s(bytes, static_cast<double>(ms) * 1e-3));
   }
   // What arrived on `to` must be the pattern `from` holds.
   FERRY_CUDA_TRY(cudaSetDevice(to.ordinal));
-  FERRY_CUDA_TRY(cudaMemsetAsync(to.result, 0, sizeof(std::uint64_t), to.stream));
-  FERRY_CUDA_TRY(cuda_kernels::launch_checksum(to.dst, bytes, to.result, to.stream));
+  FERRY_CUDA_TRY(cudaMemsetAsync(to.result(), 0, sizeof(std::uint64_t), to.stream.get()));
+  FERRY_CUDA_TRY(cuda_kernels::launch_checksum(to.dst.get(), bytes, to.result(), to.stream.get()));
   std::uint64_t sum = 0;
-  FERRY_CUDA_TRY(cudaMemcpyAsync(&sum, to.result, sizeof sum, cudaMemcpyDeviceToHost, to.stream));
-  FERRY_CUDA_TRY(cudaStreamSynchronize(to.stream));
+  FERRY_CUDA_TRY(cudaMemcpyAsync(&sum, to.result(), sizeof sum, cudaMemcpyDeviceToHost, to.stream.get()));
+  FERRY_CUDA_TRY(cudaStreamSynchronize(to.stream.get()));
   const std::uint64_t expected = pattern_checksum(seed, bytes);
   FERRY_EXPECTS(sum == expected, fmt::format("P2P probe: the {} copied from GPU {} to GPU {} arrived wrong "
                                              "(checksum {:#x}, expected {:#x})",
