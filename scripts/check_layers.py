@@ -112,9 +112,10 @@ def check(root: Path) -> list[str]:
                     continue
                 used = hm.group(1)
                 if used != target and used not in allowed[target]:
-                    ok = ", ".join(sorted(allowed[target])) or "nothing"
-                    problems.append(f"{where}: {target} includes \"{header}\", but {target} may use only "
-                                    f"{ok} (docs/ARCHITECTURE.md)")
+                    ok = ", ".join(sorted(allowed[target]))
+                    may = f"may use only {ok}" if ok else "uses no other ferry target"
+                    problems.append(f"{where}: {target} includes \"{header}\", but {target} {may} "
+                                    "(docs/ARCHITECTURE.md)")
     return problems
 
 
