@@ -11,6 +11,7 @@ analysis analyze(const timeline& t, const analyze_options& opts) {
   std::vector<finding> findings = detail::find_all(m);
   analysis a = std::move(m).take_summary();
   a.findings = std::move(findings);
+  a.skipped = t.skipped;
   return a;
 }
 

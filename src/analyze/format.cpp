@@ -47,6 +47,8 @@ std::string format_text(const analysis& a) {
   if (a.dropped > 0)
     out +=
         fmt::format("warning: the recorder dropped {} events; the analysis may miss activity\n", a.dropped);
+  for (const auto& [reason, count] : a.skipped)
+    out += fmt::format("note: skipped {} record{} of the input: {}\n", count, count == 1 ? "" : "s", reason);
   out += "\nGPU time per step (ms; categories exclusive in this order)\n";
   out += fmt::format("  {:<6} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8} {:>10} {:>10}\n", "step",
                      "wall", "compute", "comm", "d2d", "h2d", "d2h", "idle", "busy", "overlap", "h2d bytes",
@@ -79,6 +81,7 @@ std::string to_json(const analysis& a) {
   j["source"] = a.source;
   j["device_name"] = a.device_name;
   j["dropped"] = a.dropped;
+  j["skipped"] = a.skipped;
   j["step_prefix"] = a.step_prefix;
   j["main_thread"] = a.main_thread;
   j["bottleneck"] = a.findings.empty() ? std::string() : a.bottleneck();

@@ -84,8 +84,10 @@ struct analysis {
   std::string source;
   std::string device_name;
   std::uint64_t dropped = 0;  // the recorder's dropped events: the analysis may miss activity
-  std::string step_prefix;    // what the steps were taken from ("" = whole trace)
-  std::string main_thread;    // the thread holding the step spans (or issuing most API calls); "" = none
+  std::map<std::string, std::uint64_t>
+      skipped;              // records the importer skipped, by reason (timeline::skipped)
+  std::string step_prefix;  // what the steps were taken from ("" = whole trace)
+  std::string main_thread;  // the thread holding the step spans (or issuing most API calls); "" = none
   std::vector<step_breakdown> steps;
   step_breakdown mean;                 // the mean over steps (index -1)
   std::vector<idle_attribution> idle;  // largest first

@@ -99,6 +99,9 @@ struct timeline {
   string_table strings;
   std::vector<event> events;
   std::uint64_t dropped = 0;  // events lost because the recorder's buffer was full
+  // Records an importer skipped instead of refusing the file, by reason ("cuda_sync with stream -1"):
+  // odd fields in traces ferry did not write. The analysis reports them.
+  std::map<std::string, std::uint64_t> skipped;
   // Ceilings to compare copies with (GB/s, 0 = unknown): the probed pinned link of the recording machine.
   double link_h2d_gbps = 0;
   double link_d2h_gbps = 0;
