@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "ferry/core/error.hpp"
@@ -50,8 +51,11 @@ TEST(egress_bench, every_level_delivers_and_checks_every_byte) {
       EXPECT_GT(row.gbps, 0.0);
     }
   }
-  // No level can beat the compute-only ceiling by more than timing noise (generous: CI machines are loaded).
-  for (const auto& row : r.rows) EXPECT_LT(row.ratio_to_ideal, 1.3) << row.level;
+  // Every level queues the model's compute (a spin) once per step on one stream after its window opens,
+  // and the emulator never ends a spin before its modelled end: no level can beat steps x compute, on an
+  // idle machine or a busy one. (How close each comes to it is speed, which the bench itself reports.)
+  const double ceiling = 1.0 / std::chrono::duration<double>(cfg.compute).count();
+  for (const auto& row : r.rows) EXPECT_LE(row.steps_per_s, ceiling * (1 + 1e-9)) << row.level;
   const std::string table = ferry::bench::format_table(r);
   for (const auto& level : cfg.levels) EXPECT_NE(table.find(level), std::string::npos) << level;
 }

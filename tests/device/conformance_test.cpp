@@ -30,6 +30,7 @@ namespace ferry {
 namespace {
 
 using testing::backends_under_test;
+using testing::held_stream;
 using testing::message_of;
 
 using namespace std::chrono_literals;
@@ -158,14 +159,17 @@ TEST_P(conformance, a_wait_is_bound_to_its_record_even_when_the_event_is_recorde
   stream c = dev().make_stream();
   event e = dev().make_event();
   event c_done = dev().make_event();
-  dev().spin_async(150ms, a);
-  e.record(a);
-  c.wait(e);
-  c_done.record(c);
-  e.record(b);
-  b.synchronize();
-  std::this_thread::sleep_for(30ms);
-  EXPECT_FALSE(c_done.query()) << "the wait on A's record ended when B's record completed";
+  {
+    // A is held until the checks are done, however long a busy machine takes to run them.
+    held_stream hold(dev(), a);
+    e.record(a);
+    c.wait(e);
+    c_done.record(c);
+    e.record(b);
+    b.synchronize();
+    std::this_thread::sleep_for(30ms);  // time for a wrong wait to end
+    EXPECT_FALSE(c_done.query()) << "the wait on A's record ended when B's record completed";
+  }
   c_done.synchronize();
   EXPECT_TRUE(c_done.query());
 }
@@ -256,13 +260,16 @@ TEST_P(conformance, a_wait_is_for_the_record_current_at_the_time_of_the_call) {
   e.record(a);
   b.wait(e);
   b_done.record(b);
-  // A later record must not extend a wait that was already queued.
-  dev().spin_async(300ms, a);
-  e.record(a);
-  const auto t0 = steady::now();
-  b_done.synchronize();
-  EXPECT_LT(ms_since(t0), 200.0);
-  EXPECT_FALSE(e.query());
+  {
+    // A later record must not extend a wait that was already queued: b finishes while A is held (a wait
+    // bound to the later record would hold b until A is released, and fail the minute below).
+    held_stream hold(dev(), a);
+    e.record(a);
+    const auto deadline = steady::now() + 60s;
+    while (!b_done.query() && steady::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(b_done.query()) << "b's wait was extended to a record made after it";
+    EXPECT_FALSE(e.query());
+  }
   e.synchronize();
 }
 
@@ -282,9 +289,14 @@ TEST_P(conformance, timing_events_measure_the_time_between_them) {
   event start = dev().make_timing_event();
   event stop = dev().make_timing_event();
   EXPECT_TRUE(start.timing());
-  start.record(s);
-  dev().spin_async(50ms, s);
-  stop.record(s);
+  {
+    // Held, so that the spin follows the start event at once however slowly the test queues it: the
+    // events then time the spin alone (exactly its modelled 50 ms on the host backend).
+    const held_stream hold(dev(), s);
+    start.record(s);
+    dev().spin_async(50ms, s);
+    stop.record(s);
+  }
   stop.synchronize();
   const double ms = dev().elapsed_ms(start, stop);
   EXPECT_GE(ms, 49.0);
