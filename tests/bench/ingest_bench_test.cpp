@@ -73,6 +73,15 @@ TEST(ingest_bench, pure_copy_and_both_ways_check_every_batch) {
   EXPECT_GT(b.overlap, 0.0);
 }
 
+TEST(ingest_bench, a_window_that_ends_at_its_start_still_times_one_batch) {
+  auto dev = ferry::make_host_device();
+  ferry::bench::start_line line(1, std::chrono::nanoseconds(0));
+  const auto r = ferry::bench::run_ingest_pure_copy(*dev, tiny(), 9, {}, &line);
+  EXPECT_EQ(r.batches, 1);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_GT(r.gbps, 0.0);
+}
+
 TEST(ingest_bench, bad_configuration_names_the_value) {
   auto dev = ferry::make_host_device();
   auto cfg = tiny();

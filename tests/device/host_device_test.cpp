@@ -65,13 +65,17 @@ TEST(host_link_model, a_copy_lasts_its_modelled_duration) {
   std::memset(src.host_bytes(), 0x3C, n);
 
   // The copy lasts its modelled time exactly on the device's clock (timing events), and never less in
-  // wall time; how much more depends on how busy the machine is, which the test does not assert.
+  // wall time; how much more depends on how busy the machine is, which the test does not assert. The
+  // stream is held while the test queues, so the copy follows the start event however slowly it does.
   event start = dev->make_timing_event();
   event stop = dev->make_timing_event();
   const auto t0 = steady::now();
-  start.record(s);
-  dev->copy_async(d, src, s);
-  stop.record(s);
+  {
+    const held_stream hold(*dev, s);
+    start.record(s);
+    dev->copy_async(d, src, s);
+    stop.record(s);
+  }
   stop.synchronize();
   EXPECT_GE(ms_since(t0), expected);
   EXPECT_NEAR(dev->elapsed_ms(start, stop), expected, 1e-5);
@@ -254,10 +258,10 @@ TEST(host_pageable, a_pageable_copy_waits_its_turn_in_the_stream) {
   stream s = dev->make_stream();
   buffer pageable = dev->alloc_pageable(64);
   buffer d = dev->alloc_device(64);
+  const auto t0 = steady::now();  // before the spin, which lasts 100 ms from when it was queued
   dev->spin_async(100ms, s);
-  const auto t0 = steady::now();
   dev->copy_async(d, pageable, s);
-  EXPECT_GE(ms_since(t0), 99.0);
+  EXPECT_GE(ms_since(t0), 100.0);
 }
 
 TEST(host_memory, device_memory_is_capped_at_the_configured_size) {

@@ -303,9 +303,8 @@ class device {
   [[nodiscard]] event make_event();
   /// An event that records timestamps, for elapsed_ms.
   [[nodiscard]] event make_timing_event();
-  /// Milliseconds between two completed timing events, in the device's time: the GPU's on the cuda
-  /// backend, the emulated device's modelled time on the host backend (make_host_device). Throws
-  /// logic_error for a non-timing or unrecorded event.
+  /// Milliseconds between two completed timing events. Throws logic_error for a non-timing or
+  /// unrecorded event.
   [[nodiscard]] double elapsed_ms(const event& start, const event& stop);
 
   // Memory
@@ -445,15 +444,6 @@ struct host_device_options {
 
 /// Makes an emulated device: one thread per stream, real copies, an optional link model. Destroying one
 /// of its streams waits for the work queued on it. Throws logic_error for options out of range.
-///
-/// Its timing events measure modelled time, as a GPU's measure the GPU's: on a stream, an operation starts
-/// when the one before it ended or when the host queued it, whichever is later (and a copy once its
-/// direction's copy engine is free), and lasts what the model says: a copy its latency + bytes /
-/// bandwidth, a spin its duration, a kernel or memset its bytes at d2d_gbps, a host function until it
-/// returned. A wait on an event starts the work after it no earlier than the event's time. So
-/// elapsed_ms does not grow when a busy machine runs the emulator's threads late, nor with jitter;
-/// in wall time no operation ends before its modelled end. With model_link = false, copies and kernels
-/// last the wall time their memcpy took.
 [[nodiscard]] std::unique_ptr<device> make_host_device(const host_device_options& options = {});
 
 }  // namespace ferry
