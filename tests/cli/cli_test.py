@@ -76,6 +76,11 @@ SUBCOMMANDS = {
 TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o"}
 
 
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def run(args, timeout=60, **kw):
     return subprocess.run([FERRY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           errors="replace", **kw)
@@ -235,7 +240,7 @@ class output_paths(unittest.TestCase):
         r = run(["analyze", KINETO, "--json", "--output", path])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "")
-        self.assertIn("findings", json.load(open(path)))
+        self.assertIn("findings", load_json(path))
         self.assertEqual(sorted(os.listdir(self.tmp)), ["a.json", "file"])
 
 
@@ -271,7 +276,7 @@ class interrupts(unittest.TestCase):
             levels = [row["level"] for row in result["rows"]]
             self.assertEqual(levels, ["ideal", "L0"])  # the level under way finishes; none starts
             for t in result["traces"]:
-                json.load(open(t["trace_file"]))  # complete traces only
+                load_json(t["trace_file"])  # complete traces only
             self.assertEqual([n for n in os.listdir(d) if n.startswith(".")], [])
 
     def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(self):
@@ -286,7 +291,7 @@ class interrupts(unittest.TestCase):
             self.assertEqual([n for n in os.listdir(d) if n.startswith(".")], [])
             for n in os.listdir(d):
                 if n.endswith(".json"):
-                    json.load(open(os.path.join(d, n)))
+                    load_json(os.path.join(d, n))
 
 
 class terminal(unittest.TestCase):

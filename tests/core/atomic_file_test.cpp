@@ -192,7 +192,9 @@ TEST(escape_control, terminal_escapes_in_names_are_printed_as_text) {
   EXPECT_EQ(ferry::escape_control("\x1b[2Jkernel"), "\\x1b[2Jkernel");
   EXPECT_EQ(ferry::escape_control("a\nb\tc\x7f"), "a\\x0ab\\x09c\\x7f");
   EXPECT_EQ(ferry::escape_control("a\nb\tc", true), "a\nb\tc");
-  EXPECT_EQ(ferry::escape_control("\xc2\x9b" "31m"), "\\u009b31m");  // C1 CSI in UTF-8
+  EXPECT_EQ(ferry::escape_control("\xc2\x9b"
+                                  "31m"),
+            "\\u009b31m");  // C1 CSI in UTF-8
   EXPECT_EQ(ferry::escape_control("caf\xc3\xa9 \xe2\x86\x92 ok"), "caf\xc3\xa9 \xe2\x86\x92 ok");
 }
 

@@ -7,14 +7,14 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "flags.hpp"
-#include "run_control.hpp"
 #include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
+#include "flags.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 namespace {

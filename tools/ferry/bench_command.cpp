@@ -11,9 +11,6 @@
 #include <sstream>
 
 #include "commands.hpp"
-#include "flags.hpp"
-#include "memory_check.hpp"
-#include "run_control.hpp"
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ingest_bench.hpp"
 #include "ferry/core/atomic_file.hpp"
@@ -22,6 +19,9 @@
 #include "ferry/core/units.hpp"
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
+#include "flags.hpp"
+#include "memory_check.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -41,7 +41,6 @@ struct ladder_flags {
   std::string trace;             // per-level trace files: <stem>.<level><ext> (+ .html reports)
   std::size_t trace_events = 0;  // recorder capacity per level
 };
-
 
 // "out/run.json" + "L0" -> "out/run.L0.json"
 std::filesystem::path level_path(const std::filesystem::path& base, const std::string& level,
@@ -92,8 +91,8 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
       j["bottleneck"] = t.analysis->bottleneck();
       j["analysis"] = nlohmann::json::parse(trace::to_json(*t.analysis));
       if (!quiet)
-        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level,
-                   escape_control(trace_file.string()), escape_control(html_file.string()));
+        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, escape_control(trace_file.string()),
+                   escape_control(html_file.string()));
     } else {
       j["analysis_error"] = t.analysis_error;
       if (!quiet)
@@ -206,15 +205,15 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
                                return fmt::format("{}", fmt::join(c.shape(), "x"));
                              })));
   add_double_flag(app, "--compute-ms", f.compute_ms, 0, max_compute_ms,
-                 fmt::format("Compute time per step in ms (default {})", defaults([](const Config& c) {
-                               return std::chrono::duration<double, std::milli>(c.compute).count();
-                             })));
+                  fmt::format("Compute time per step in ms (default {})", defaults([](const Config& c) {
+                                return std::chrono::duration<double, std::milli>(c.compute).count();
+                              })));
   add_int_flag(
       app, "--steps", f.steps, 1, max_count,
       fmt::format("Timed steps per level (default {})", defaults([](const Config& c) { return c.steps; })));
   add_int_flag(app, "--warmup", f.warmup, 0, max_count,
-                 fmt::format("Untimed steps per level (default {})",
-                             defaults([](const Config& c) { return c.warmup; })));
+               fmt::format("Untimed steps per level (default {})",
+                           defaults([](const Config& c) { return c.warmup; })));
   add_int_flag(
       app, "--workers", f.workers, 1, max_threads,
       fmt::format("{} (default {})", workers_what, defaults([](const Config& c) { return c.workers; })));
@@ -232,8 +231,8 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
       "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
       "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
   add_int_flag(app, "--trace-events", f.trace_events, 1, max_trace_events,
-                 fmt::format("Events the recorder keeps per level (default {})",
-                             defaults([](const Config& c) { return c.trace.capacity; })));
+               fmt::format("Events the recorder keeps per level (default {})",
+                           defaults([](const Config& c) { return c.trace.capacity; })));
 }
 
 // Prints a ladder run (table or JSON, with its traces written when asked). Exit status: 130 when Ctrl-C
@@ -357,21 +356,22 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
       bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
   add_ladder_flags(*eg, *f, eg_cuda, eg_host, "Output shape", "Host processing threads");
   add_int_flag(*eg, "--pool-buffers", f->pool_buffers, 1, max_buffers,
-                 fmt::format("Whole-output buffers in the L2..L4 pools (default {})",
-                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.pool_buffers; })));
+               fmt::format("Whole-output buffers in the L2..L4 pools (default {})",
+                           per_backend(eg_cuda, eg_host, [](const auto& c) { return c.pool_buffers; })));
   add_bytes_flag(
       *eg, "--slot-bytes", f->slot_bytes, 8, max_host_buffer_bytes(),
       fmt::format("ferry's pinned slot size (default {})",
                   per_backend(eg_cuda, eg_host, [](const auto& c) { return format_bytes(c.slot_bytes); })));
   add_int_flag(*eg, "--slots", f->slots, 1, max_buffers,
-                 fmt::format("ferry's pinned slots (default {}: above the chunks of one output)",
-                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.slots; })));
+               fmt::format("ferry's pinned slots (default {}: above the chunks of one output)",
+                           per_backend(eg_cuda, eg_host, [](const auto& c) { return c.slots; })));
   add_int_flag(
       *eg, "--pure-copy", f->pure_copy, 1, max_count,
       fmt::format("Pure-copy mode: drain this many outputs with no compute (on cuda unless given: {} x {} "
                   "slots, and all cores but one checking: {} here)",
                   format_bytes(pure.slot_bytes), pure.slots, pure.workers));
-  add_double_flag(*eg, "--probed-d2h", f->probed_d2h, 0, max_gbps, "Pinned D2H GB/s to compare with (default: measured first)");
+  add_double_flag(*eg, "--probed-d2h", f->probed_d2h, 0, max_gbps,
+                  "Pinned D2H GB/s to compare with (default: measured first)");
 
   auto g = std::make_shared<ingest_flags>();
   const bench::ingest_options in_cuda = bench::default_ingest_options(backend::cuda);
@@ -380,13 +380,15 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
   add_ladder_flags(*in, *g, in_cuda, in_host, "Image batch", "Sample-making threads");
   add_int_flag(*in, "--host-slots", g->host_slots, 1, max_buffers,
-                 fmt::format("Pinned batches made ahead (default {})",
-                             per_backend(in_cuda, in_host, [](const auto& c) { return c.host_slots; })));
+               fmt::format("Pinned batches made ahead (default {})",
+                           per_backend(in_cuda, in_host, [](const auto& c) { return c.host_slots; })));
   add_int_flag(*in, "--depth", g->depth, 1, max_buffers,
-                 fmt::format("Device batches copied ahead (default {})",
-                             per_backend(in_cuda, in_host, [](const auto& c) { return c.depth; })));
-  add_double_flag(*in, "--probed-h2d", g->probed_h2d, 0, max_gbps, "Pinned H2D GB/s to compare with (default: measured first)");
-  add_int_flag(*in, "--pure-copy", g->pure_copy, 1, max_count, "Pure-copy mode: move this many batches with no compute");
+               fmt::format("Device batches copied ahead (default {})",
+                           per_backend(in_cuda, in_host, [](const auto& c) { return c.depth; })));
+  add_double_flag(*in, "--probed-h2d", g->probed_h2d, 0, max_gbps,
+                  "Pinned H2D GB/s to compare with (default: measured first)");
+  add_int_flag(*in, "--pure-copy", g->pure_copy, 1, max_count,
+               "Pure-copy mode: move this many batches with no compute");
   add_int_flag(
       *in, "--both-ways", g->both_ways, 1, max_both_ways_ms,
       fmt::format("Ingest and egress pure copies at once for this many milliseconds, against the probed "

@@ -53,7 +53,8 @@ std::int64_t parse_int(const std::string& name, const std::string& text, std::in
   const auto [end, ec] = std::from_chars(first, last, v);
   if (ec == std::errc::result_out_of_range) bad(name, text, int_range(min, max));
   if (ec != std::errc{} || end != last || text.empty()) {
-    throw flag_error(fmt::format("{} {}: not a whole number; {}", name, escape_control(text), int_range(min, max)));
+    throw flag_error(
+        fmt::format("{} {}: not a whole number; {}", name, escape_control(text), int_range(min, max)));
   }
   if (v < min || v > max) bad(name, text, int_range(min, max));
   return v;
@@ -86,7 +87,8 @@ CLI::Option* add_bytes_flag(CLI::App& app, const std::string& name, std::uint64_
   detail::flag_entry& e = detail::new_flag_entry();
   e.option = app.add_option(name, e.text, help)->type_name("SIZE");
   e.check = [name, &target, min, max](const std::string& text) {
-    const std::string range = fmt::format("expected a size from {} to {}", format_bytes(min), format_bytes(max));
+    const std::string range =
+        fmt::format("expected a size from {} to {}", format_bytes(min), format_bytes(max));
     std::uint64_t v = 0;
     try {
       v = parse_bytes(text);

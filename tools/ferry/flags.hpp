@@ -22,9 +22,9 @@ class flag_error : public std::runtime_error {
 };
 
 /// Upper bounds shared by many flags.
-inline constexpr std::int64_t max_threads = 4096;      // --workers and the like
-inline constexpr std::int64_t max_count = 1'000'000;   // steps, iterations, slots, buffers
-inline constexpr double max_gbps = 100'000;            // a link's GB/s, far above any real one
+inline constexpr std::int64_t max_threads = 4096;     // --workers and the like
+inline constexpr std::int64_t max_count = 1'000'000;  // steps, iterations, slots, buffers
+inline constexpr double max_gbps = 100'000;           // a link's GB/s, far above any real one
 inline constexpr std::int64_t max_gpu_ordinal = 1023;
 
 /// Adds an integer flag `name` to `app`, writing into `target` when given: a whole number in [min, max]

@@ -9,11 +9,11 @@
 #include <string_view>
 
 #include "commands.hpp"
-#include "flags.hpp"
-#include "run_control.hpp"
 #include "ferry/bench/ladder.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
+#include "flags.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 

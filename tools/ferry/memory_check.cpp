@@ -89,9 +89,10 @@ void check_egress_memory(const device& dev, const bench::egress_options& cfg, bo
   const bool pools = !pure_copy && has_any(cfg.levels, {"L2", "L3", "L4"});
   const bool slots = pure_copy || has_any(cfg.levels, {"ferry"});
   memory_need need;
-  need.what = fmt::format("egress with outputs of {}{}{}", format_bytes(output),
-                          pools ? fmt::format(", {} pool buffers", cfg.pool_buffers) : "",
-                          slots ? fmt::format(", {} slots of {}", cfg.slots, format_bytes(cfg.slot_bytes)) : "");
+  need.what =
+      fmt::format("egress with outputs of {}{}{}", format_bytes(output),
+                  pools ? fmt::format(", {} pool buffers", cfg.pool_buffers) : "",
+                  slots ? fmt::format(", {} slots of {}", cfg.slots, format_bytes(cfg.slot_bytes)) : "");
   need.pinned_bytes = slots ? times(cfg.slots, cfg.slot_bytes) : 0;
   need.host_bytes = std::max(need.pinned_bytes, times(output, pools ? cfg.pool_buffers : 1));
   need.device_bytes = pure_copy ? 0 : output;

@@ -6,14 +6,14 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "flags.hpp"
-#include "memory_check.hpp"
-#include "run_control.hpp"
 #include "ferry/bench/ladder.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/probe/probe.hpp"
 #include "ferry/probe/topology.hpp"
+#include "flags.hpp"
+#include "memory_check.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -129,19 +129,19 @@ std::function<int()> add_probe_command(CLI::App& app, std::string command) {
       app.add_subcommand("probe", "Measure the host-device link: the ceilings benches compare to");
   add_device_options(*sub, flags->dev);
   add_bytes_flag(*sub, "--bytes", flags->bytes, min_copy_bytes, max_host_buffer_bytes(),
-                  fmt::format("Bytes per copy, e.g. 256MiB (default: {})",
-                              per_backend(format_bytes(cuda.copy_bytes), format_bytes(host.copy_bytes))));
+                 fmt::format("Bytes per copy, e.g. 256MiB (default: {})",
+                             per_backend(format_bytes(cuda.copy_bytes), format_bytes(host.copy_bytes))));
   CLI::Option* iterations = add_int_flag(
       *sub, "--iterations", flags->iterations, 1, max_iterations,
       fmt::format("Timed copies per link (default: {})",
                   per_backend(std::to_string(cuda.iterations), std::to_string(host.iterations))));
   CLI::Option* warmup =
       add_int_flag(*sub, "--warmup", flags->warmup, 0, max_iterations,
-                      fmt::format("Untimed copies per link before timing (default: {})",
-                                  per_backend(std::to_string(cuda.warmup), std::to_string(host.warmup))));
+                   fmt::format("Untimed copies per link before timing (default: {})",
+                               per_backend(std::to_string(cuda.warmup), std::to_string(host.warmup))));
   add_bytes_flag(*sub, "--pin-bytes", flags->pin_bytes, 1, max_host_buffer_bytes(),
-                  fmt::format("Pinned allocation timed for the cost of pinning (default {})",
-                              per_backend(format_bytes(cuda.pin_bytes), format_bytes(host.pin_bytes))));
+                 fmt::format("Pinned allocation timed for the cost of pinning (default {})",
+                             per_backend(format_bytes(cuda.pin_bytes), format_bytes(host.pin_bytes))));
   sub->add_flag("--no-pin-cost", flags->no_pin_cost, "Skip timing the cost of pinning");
   sub->add_flag("--no-check", flags->no_check, "Skip verifying the copied bytes");
   sub->add_flag("--json", flags->json, "Print JSON on stdout instead of the table");

@@ -242,7 +242,7 @@ class npy_sink final : public sink {
   std::string prefix_;
   std::string header_;
   std::size_t item_bytes_ = 0;
-  std::uint64_t data_bytes_ = 0;  // what every output must hold: the product of shape * item_bytes_
+  std::uint64_t data_bytes_ = 0;            // what every output must hold: the product of shape * item_bytes_
   std::shared_ptr<staged_outputs> staged_;  // outputs under their temporary names
 };
 
