@@ -136,6 +136,19 @@ class flags(unittest.TestCase):
                 self.assertIn(args[3], r.stderr)
                 self.assertIn("expected", r.stderr)
 
+    def test_shapes_and_levels_are_checked_before_the_work(self):
+        for ladder in ("egress", "ingest"):
+            for flag, value in (("--shape", "-1x3x4x4"), ("--shape", "0x1x1x1"), ("--shape", "1x2x3"),
+                                ("--shape", "ax1x1x1"), ("--shape", "16777216x16777216x64x64"),
+                                ("--levels", "L9"), ("--levels", "ideal,,L0")):
+                with self.subTest(ladder=ladder, flag=flag, value=value):
+                    r = run(["bench", ladder, "--backend", "host", f"{flag}={value}"], timeout=30)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    lines = r.stderr.strip().splitlines()
+                    self.assertEqual(len(lines), 1, r.stderr)
+                    self.assertIn(flag, lines[0])
+                    self.assertNotIn("ferry: backend", r.stderr)
+
     def test_a_good_value_still_works(self):
         r = run(["probe", "--backend", "host", "--bytes", "64KiB", "--iterations", "1", "--warmup", "0",
                  "--no-pin-cost", "--json"])

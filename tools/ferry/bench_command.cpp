@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -123,26 +124,30 @@ struct ingest_flags : ladder_flags {
   std::size_t egress_slots = 0;
 };
 
+// BxCxHxW: four whole numbers from 1 to 2^24, whose product of fp32 values fits in the host's memory.
 std::array<std::size_t, 4> parse_shape(const std::string& text) {
+  constexpr std::uint64_t max_dim = std::uint64_t{1} << 24;
+  const std::string shown = escape_control(text);
   std::vector<std::size_t> dims;
   std::stringstream in(text);
   std::string part;
+  __extension__ unsigned __int128 bytes = sizeof(float);
   while (std::getline(in, part, 'x')) {
-    std::size_t used = 0;
-    unsigned long long v = 0;
-    try {
-      v = std::stoull(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FERRY_EXPECTS(
-        used == part.size() && !part.empty() && v > 0,
-        fmt::format("--shape \"{}\": \"{}\" is not a positive dimension; expected BxCxHxW", text, part));
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || v < 1 || v > max_dim)
+      throw flag_error(fmt::format("--shape {}: \"{}\" is not a dimension; expected BxCxHxW, each a whole "
+                                   "number from 1 to {}",
+                                   shown, escape_control(part), max_dim));
     dims.push_back(static_cast<std::size_t>(v));
+    bytes *= v;
   }
-  FERRY_EXPECTS(dims.size() == 4,
-                fmt::format("--shape \"{}\" has {} dimensions; expected 4 (batch x classes x height x width)",
-                            text, dims.size()));
+  if (dims.size() != 4)
+    throw flag_error(fmt::format("--shape {}: {} dimensions; expected 4 (BxCxHxW)", shown, dims.size()));
+  if (bytes > max_host_buffer_bytes())
+    throw flag_error(out_of_range("--shape", text,
+                                  fmt::format("one step of fp32 values must fit in the host's memory ({})",
+                                              format_bytes(max_host_buffer_bytes()))));
   return {dims[0], dims[1], dims[2], dims[3]};
 }
 
@@ -177,8 +182,6 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg) {
     while (std::getline(in, level, ',')) cfg.levels.push_back(level);
   }
   cfg.check = !f.no_check;
-  for (const auto& level : cfg.levels)
-    FERRY_EXPECTS(!level.empty(), fmt::format("--levels \"{}\" names an empty level", f.levels));
   if (!f.trace.empty()) {
     cfg.trace.enabled = true;
     if (f.trace_events != 0) cfg.trace.capacity = f.trace_events;
@@ -271,10 +274,22 @@ std::vector<std::string> levels_of(const ladder_flags& f, const Config& defaults
   return cfg.levels;
 }
 
+// --levels: every name a level of the ladder, checked before the work.
+void check_levels(const bench::ladder_spec& spec, const std::vector<std::string>& levels) {
+  for (const auto& level : levels) {
+    try {
+      static_cast<void>(bench::level_index(spec, level));
+    } catch (const logic_error& e) {
+      throw flag_error(fmt::format("--levels: {}", escape_control(e.what())));
+    }
+  }
+}
+
 int run_egress(const egress_flags& f, const std::string& command) {
   FERRY_EXPECTS(
       f.trace.empty() || f.pure_copy == 0,
       "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
+  check_levels(bench::egress_spec(), levels_of(f, bench::default_egress_options(backend::host)));
   check_outputs(f, levels_of(f, bench::default_egress_options(backend::host)));
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
@@ -318,6 +333,7 @@ int run_ingest(const ingest_flags& f, const std::string& command) {
                 "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
   FERRY_EXPECTS(f.pure_copy == 0 || f.both_ways == 0,
                 "--pure-copy and --both-ways are two different runs; give one of them");
+  check_levels(bench::ingest_spec(), levels_of(f, bench::default_ingest_options(backend::host)));
   check_outputs(f, levels_of(f, bench::default_ingest_options(backend::host)));
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(
