@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path data_dir = FERRY_REAL_TRACES_DIR;
+// FERRY_REAL_TRACES_DIR in the environment points the test at another fixture set with its own manifest.
+const fs::path data_dir = [] {
+  const char* dir = std::getenv("FERRY_REAL_TRACES_DIR");
+  return fs::path(dir != nullptr && *dir != '\0' ? dir : FERRY_REAL_TRACES_DIR);
+}();
 
 struct entry {
   std::string file;
