@@ -179,4 +179,22 @@ TEST(real_traces, manifest_lists_every_trace_with_its_origin_and_expectation) {
   }
 }
 
+TEST(real_traces, the_readme_lists_every_trace_with_its_expected_rule) {
+  std::ifstream in(data_dir / "README.md");
+  ASSERT_TRUE(in) << data_dir / "README.md"
+                  << " is missing";
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (const entry& e : load_manifest()) {
+    const json expect = e.spec.value("expect", json::object());
+    const std::string rule = field_or(expect, "rule");
+    const std::string wanted = rule.empty() ? field_or(expect, "error_contains") : "`" + rule + "`";
+    const std::string file = "`" + e.file + "`";
+    const bool listed = std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.starts_with("| " + file) && l.find(wanted) != std::string::npos;
+    });
+    EXPECT_TRUE(listed) << "README.md has no table row for " << e.file << " naming " << wanted;
+  }
+}
+
 }  // namespace
