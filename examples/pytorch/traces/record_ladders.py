@@ -26,10 +26,14 @@ resolution; each output goes to a post-processing step that copies it into a fre
   L4pinned  as L4 with the shared pool registered with cudaHostRegister, so the copies are truly
       asynchronous
 
-Each level is recorded with a profiler schedule (wait 1, warmup 1, active 3: ProfilerStep# spans) and
+Each level is recorded with a profiler schedule (wait 1, warmup 1, active 4: ProfilerStep# spans) and
 written by tensorboard_trace_handler as NAME.pt.trace.json.gz; some are also recorded without a
 schedule (three iterations, no step spans) and written by export_chrome_trace as NAME.json. Every
-recorded trace is then summarized by trace_facts.py. Needs a CUDA GPU; sizes are flags.
+recorded trace is then summarized by trace_facts.py. Needs a CUDA GPU; sizes are flags, and the model
+widths left at 0 are picked by a calibration run first (see calibrate()).
+
+The fixtures in tests/data/real_traces/ were made with the defaults (ingest L0 with --fresh 1, so that
+making a batch on the main thread takes several steps); each one's command is in the manifest.
 """
 import argparse
 import glob
