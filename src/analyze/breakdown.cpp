@@ -8,6 +8,7 @@
 
 #include "ferry/core/error.hpp"
 #include "model.hpp"
+#include "work_class.hpp"
 
 namespace ferry::trace::detail {
 
@@ -126,6 +127,7 @@ void model::attribute_idle() {
     a.activity = label_text(key.second);
     a.blocking = (key.second & blocking_bit) != 0;
     a.main_thread = main_thread_ && *main_thread_ == key.first;
+    a.work = std::string(to_string(classify_work(a.activity, a.blocking)));
     a.idle_ms = ms(idle);
     a.fraction_of_idle = total_idle > 0 ? static_cast<double>(idle) / static_cast<double>(total_idle) : 0;
     out_.idle.push_back(std::move(a));

@@ -13,6 +13,7 @@ namespace {
 constexpr std::array table{
     rule{"compute_bound", find_compute_bound, true},
     rule{"gpu_idle", find_gpu_idle},
+    rule{"host_bound", find_host_bound},
     rule{"sync_copy", find_sync_copy},
     rule{"pageable_async_copy", find_pageable_async_copy},
     rule{"device_sync", find_device_sync},

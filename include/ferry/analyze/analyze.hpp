@@ -5,6 +5,7 @@
 // Host only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -58,7 +59,28 @@ struct idle_attribution {
   double fraction_of_idle = 0;
   std::uint64_t thread_id = 0;
   bool blocking = false;     // a call that waited for the GPU (a sync event or a blocking API call)
-  bool main_thread = false;  // the thread holding the step spans (or issuing most API calls)
+  bool main_thread = false;  // the thread that runs the loop (analysis::main_thread)
+  /// What the activity is, which decides the advice: data, output, user (work that could move off the
+  /// launching thread), framework, launch, allocator, copy, sync, host_wait, runtime.
+  std::string work;
+};
+
+/// A CPU activity next to the main thread's stretches without recorded activity, and how much of the GPU
+/// idle those stretches held.
+struct idle_neighbour {
+  std::string activity;
+  std::size_t gaps = 0;  // stretches it came just before (or just after)
+  double idle_ms = 0;    // GPU idle in those stretches, over all analyzed steps
+};
+
+/// GPU idle while the main thread ran nothing the trace recorded (plain Python between profiler
+/// operators, a wait in code no annotation covers), and what the thread did just before and just after.
+struct uncovered_idle {
+  double idle_ms = 0;  // over all analyzed steps
+  double fraction_of_idle = 0;
+  std::size_t gaps = 0;                // stretches of the main thread without activity that held GPU idle
+  std::vector<idle_neighbour> before;  // the activity that ended just before a stretch, most idle first
+  std::vector<idle_neighbour> after;   // the activity that started just after it
 };
 
 /// One finding. `rule` is a stable id:
@@ -87,10 +109,15 @@ struct analysis {
   std::map<std::string, std::uint64_t>
       skipped;              // records the importer skipped, by reason (timeline::skipped)
   std::string step_prefix;  // what the steps were taken from ("" = whole trace)
-  std::string main_thread;  // the thread holding the step spans (or issuing most API calls); "" = none
+  std::string main_thread;  // the thread that runs the loop; "" = none
+  /// The rule that picked it: step_spans (it holds the step spans), tid_is_pid (its id is its process's),
+  /// most_annotations, most_api_calls, or autograd_only (the autograd engine's thread, nothing else
+  /// qualified); "" = no main thread.
+  std::string main_thread_rule;
   std::vector<step_breakdown> steps;
   step_breakdown mean;                 // the mean over steps (index -1)
   std::vector<idle_attribution> idle;  // largest first
+  uncovered_idle uncovered;            // GPU idle the main thread's recorded activity does not cover
   std::vector<finding> findings;       // costliest first; never empty (compute_bound at least)
   /// The rule of the first finding: what bounds this workload.
   [[nodiscard]] const std::string& bottleneck() const { return findings.front().rule; }

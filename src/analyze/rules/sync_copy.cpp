@@ -53,7 +53,7 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
   }
   std::size_t count = 0;
   std::map<copy_kind, std::pair<std::size_t, std::uint64_t>> dirs;  // count, bytes
-  double blocked_ns = 0, cost_ns = 0, copy_ns = 0;
+  double blocked_ns = 0, lone_ns = 0, held_ns = 0, copy_ns = 0;
   for (std::size_t i : copies) {
     const event& c = t.events[i];
     const ns_t slack = std::max(wait_slack_ns, static_cast<ns_t>(wait_slack_fraction * c.duration_ns()));
@@ -110,12 +110,13 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
     d.second += c.bytes;
     copy_ns += static_cast<double>(c.duration_ns());
     blocked_ns += static_cast<double>(wait ? t.events[*wait].duration_ns() : c.duration_ns());
-    cost_ns += static_cast<double>(lone + held);
+    lone_ns += static_cast<double>(lone);
+    held_ns += static_cast<double>(held);
   }
   if (count == 0) return;
   finding f;
   f.rule = "sync_copy";
-  f.cost_ms_per_step = ms(m.per_step(cost_ns));
+  f.cost_ms_per_step = ms(m.per_step(lone_ns)) + ms(m.per_step(held_ns));
   std::vector<std::string> parts;
   for (const auto& [k, d] : dirs) {
     parts.push_back(fmt::format(
@@ -128,13 +129,16 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
   f.numbers["count_per_step"] = m.per_step(static_cast<double>(count));
   f.numbers["blocked_ms_per_step"] = ms(m.per_step(blocked_ns));
   f.numbers["copy_ms_per_step"] = ms(m.per_step(copy_ns));
+  f.numbers["cost_lone_copy_ms_per_step"] = ms(m.per_step(lone_ns));
+  f.numbers["cost_held_idle_ms_per_step"] = ms(m.per_step(held_ns));
   f.title = fmt::format("{} blocking cop{} per step hold{} back the next launch",
                         count_text(m.per_step(static_cast<double>(count))),
                         count == m.step_count() ? "y" : "ies", count == m.step_count() ? "s" : "");
   f.evidence = fmt::format(
-      "{}; the main thread was blocked {} per step waiting for them; the copies took {} per "
-      "step that no kernel overlapped with",
-      fmt::join(parts, ", "), ms_text(ms(m.per_step(blocked_ns))), ms_text(ms(m.per_step(copy_ns))));
+      "{}; the main thread was blocked {} per step waiting for them; the copies took {} per step, {} of it "
+      "with no kernel running, and the GPU idled {} per step after them while the main thread still waited",
+      fmt::join(parts, ", "), ms_text(ms(m.per_step(blocked_ns))), ms_text(ms(m.per_step(copy_ns))),
+      ms_text(ms(m.per_step(lone_ns))), ms_text(ms(m.per_step(held_ns))));
   f.fix =
       "non-blocking copy from pinned memory on a copy stream: ferry::ingest::prefetcher (ingest L2..L4) / "
       "ferry::egress::pipeline (egress L3..L4)";

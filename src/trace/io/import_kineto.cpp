@@ -132,6 +132,7 @@ timeline import_kineto(raw_trace& raw) {
   // Pass 2: the events.
   const std::uint32_t pytorch = t.strings.intern("pytorch");
   const std::uint32_t pytorch_op = t.strings.intern("pytorch.op");
+  std::uint64_t last_thread = 0;  // the thread whose process was looked up last (events come in runs)
   for (const raw_event& r : raw.events) {
     if (raw.strings[r.f[s_ph].s] != "X") continue;
     const auto cat = raw.get_string(r, s_cat);
@@ -193,6 +194,11 @@ timeline import_kineto(raw_trace& raw) {
           thread = it->second.thread;
       if (!thread) continue;  // a named track such as "Spans"
       e.thread = *thread;
+      if (e.kind != activity::sync && *thread != last_thread) {
+        last_thread = *thread;
+        if (const auto pid = pid_of(r); pid && *pid >= 0)
+          t.thread_processes.emplace(*thread, static_cast<std::uint64_t>(*pid));
+      }
     }
     e.name = t.strings.intern(name);
     t.events.push_back(e);
