@@ -9,90 +9,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "analyze/builder.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/trace/trace_io.hpp"
 #include "support/test_support.hpp"
 
-namespace {
-
 using namespace ferry::trace;
+using namespace ferry::trace::test_traces;
 
-constexpr std::int64_t us = 1000;
-constexpr std::uint64_t main_tid = 100;
-constexpr std::uint64_t worker_tid = 200;
-
-// Builds timelines event by event; times in microseconds.
-struct builder {
-  timeline t;
-  builder() {
-    t.source = "test";
-    t.device_name = "test gpu";
-    t.thread_names[main_tid] = "main";
-  }
-  event& add(activity kind, std::string_view name, double start_us, double end_us) {
-    event e;
-    e.kind = kind;
-    e.name = t.strings.intern(name);
-    e.start_ns = static_cast<std::int64_t>(start_us * us);
-    e.end_ns = static_cast<std::int64_t>(end_us * us);
-    t.events.push_back(e);
-    return t.events.back();
-  }
-  event& kernel(double s, double e, std::uint64_t stream = 7, std::string_view name = "gemm") {
-    event& k = add(activity::kernel, name, s, e);
-    k.device = 0;
-    k.stream = stream;
-    return k;
-  }
-  event& copy(copy_kind dir, double s, double e, std::uint64_t bytes, mem_kind host, bool async,
-              std::uint64_t stream = 7) {
-    event& c = add(activity::memcpy, "memcpy", s, e);
-    c.device = 0;
-    c.stream = stream;
-    c.copy = dir;
-    c.bytes = bytes;
-    c.async = async;
-    c.src = dir == copy_kind::h2d ? host : mem_kind::device;
-    c.dst = dir == copy_kind::d2h ? host : mem_kind::device;
-    return c;
-  }
-  event& range(std::string_view name, double s, double e, std::uint64_t thread = main_tid) {
-    event& r = add(activity::range, name, s, e);
-    r.thread = thread;
-    return r;
-  }
-  event& api(std::string_view name, double s, double e, sync_kind sync = sync_kind::none,
-             std::uint64_t thread = main_tid) {
-    event& a = add(activity::api, name, s, e);
-    a.thread = thread;
-    a.sync = sync;
-    return a;
-  }
-  // `n` steps of `period` us named `name` on the main thread, starting at 0.
-  void steps(int n, double period, std::string_view name = "ProfilerStep#") {
-    for (int i = 0; i < n; ++i)
-      range(name == "ProfilerStep#" ? fmt::format("ProfilerStep#{}", i) : std::string(name), i * period,
-            (i + 1) * period);
-  }
-  analysis run(const analyze_options& o = {}) {
-    t.sort();
-    return analyze(t, o);
-  }
-};
-
-const finding* find_rule(const analysis& a, std::string_view rule) {
-  for (const finding& f : a.findings)
-    if (f.rule == rule) return &f;
-  return nullptr;
-}
-
-// A compute-bound base: 4 steps of 1000 us with 950 us of kernels each.
-builder busy_steps(int n = 4) {
-  builder b;
-  b.steps(n, 1000);
-  for (int i = 0; i < n; ++i) b.kernel(i * 1000 + 25, i * 1000 + 975);
-  return b;
-}
+namespace {
 
 // ---- steps ----
 
@@ -500,9 +425,7 @@ TEST(analyze_output, long_traces_show_ten_steps) {
 
 // ---- PyTorch profiler fixtures ----
 
-std::filesystem::path fixture(const char* name) {
-  return std::filesystem::path(FERRY_TESTS_DIR) / "trace" / "data" / name;
-}
+std::filesystem::path fixture(const char* name) { return test_data("trace", name); }
 
 TEST(analyze_kineto, naive_ingest_idles_in_make_batch) {
   const analysis a = analyze(read_trace(fixture("kineto_naive.json")));
