@@ -45,7 +45,8 @@ std::string main_thread_reason(std::string_view rule, std::string_view step_pref
 
 nlohmann::json neighbours_json(const std::vector<idle_neighbour>& ns) {
   nlohmann::json j = nlohmann::json::array();
-  for (const idle_neighbour& n : ns) j.push_back({{"activity", n.activity}, {"gaps", n.gaps}, {"idle_ms", n.idle_ms}});
+  for (const idle_neighbour& n : ns)
+    j.push_back({{"activity", n.activity}, {"gaps", n.gaps}, {"idle_ms", n.idle_ms}});
   return j;
 }
 
@@ -69,7 +70,8 @@ std::string format_text(const analysis& a) {
                        a.main_thread.empty() ? "" : fmt::format(" on {}", a.main_thread));
   }
   if (!a.main_thread.empty())
-    out += fmt::format("main thread: {} ({})\n", a.main_thread, main_thread_reason(a.main_thread_rule, a.step_prefix));
+    out += fmt::format("main thread: {} ({})\n", a.main_thread,
+                       main_thread_reason(a.main_thread_rule, a.step_prefix));
   if (a.dropped > 0)
     out +=
         fmt::format("warning: the recorder dropped {} events; the analysis may miss activity\n", a.dropped);
@@ -92,9 +94,9 @@ std::string format_text(const analysis& a) {
                        x.main_thread ? " (main)" : "", x.activity, x.blocking ? " (blocking)" : "");
   }
   if (a.uncovered.idle_ms > 0) {
-    out += fmt::format("  {:>9.2f} ms {:>5}  {} (main): no recorded activity, in {} stretch{}\n", a.uncovered.idle_ms,
-                       pct(a.uncovered.fraction_of_idle), a.main_thread, a.uncovered.gaps,
-                       a.uncovered.gaps == 1 ? "" : "es");
+    out += fmt::format("  {:>9.2f} ms {:>5}  {} (main): no recorded activity, in {} stretch{}\n",
+                       a.uncovered.idle_ms, pct(a.uncovered.fraction_of_idle), a.main_thread,
+                       a.uncovered.gaps, a.uncovered.gaps == 1 ? "" : "es");
     if (!a.uncovered.before.empty())
       out += fmt::format("               just before: {}\n", neighbours_text(a.uncovered.before));
     if (!a.uncovered.after.empty())

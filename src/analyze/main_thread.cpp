@@ -48,7 +48,8 @@ void model::pick_main_thread() {
     const event& e = t_.events[i];
     threads.insert(e.thread);
     if (e.kind == activity::api) ++api_calls[e.thread];
-    if ((e.kind == activity::range || e.kind == activity::stage) && !excluded_activity(e)) ++annotations[e.thread];
+    if ((e.kind == activity::range || e.kind == activity::stage) && !excluded_activity(e))
+      ++annotations[e.thread];
   }
   for (std::uint64_t thread : threads) {
     const auto p = t_.thread_processes.find(thread);

@@ -213,7 +213,8 @@ ns_t model::idle_during(std::vector<span> windows) const {
   const interval_union u(std::move(windows));
   ns_t idle = 0;
   for (const span& w : u.spans()) {
-    auto s = std::partition_point(steps_.begin(), steps_.end(), [&](const step_span& x) { return x.end <= w.start; });
+    auto s = std::partition_point(steps_.begin(), steps_.end(),
+                                  [&](const step_span& x) { return x.end <= w.start; });
     for (; s != steps_.end() && s->start < w.end; ++s)
       idle += busy().gaps(std::max(w.start, s->start), std::min(w.end, s->end));
   }

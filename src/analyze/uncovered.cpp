@@ -38,7 +38,8 @@ void model::find_uncovered_idle() {
   for (std::size_t i : cpu_) {
     const event& e = t_.events[i];
     if (e.thread != *main_thread_ || e.end_ns <= e.start_ns) continue;
-    if ((e.kind == activity::range || e.kind == activity::stage) && (name(e) == "bench level" || matcher_(name(e))))
+    if ((e.kind == activity::range || e.kind == activity::stage) &&
+        (name(e) == "bench level" || matcher_(name(e))))
       continue;
     evs.push_back(i);
   }

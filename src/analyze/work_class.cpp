@@ -132,7 +132,8 @@ work_class classify_work(std::string_view name, bool gpu_wait) noexcept {
     switch (p.how) {
       case match::prefix: return starts_with_ignoring_case(name, p.text);
       case match::contains: return contains_ignoring_case(name, p.text);
-      case match::driver: return name.size() > 2 && name.starts_with(p.text) && name[2] >= 'A' && name[2] <= 'Z';
+      case match::driver:
+        return name.size() > 2 && name.starts_with(p.text) && name[2] >= 'A' && name[2] <= 'Z';
     }
     return false;
   });
@@ -199,7 +200,8 @@ std::string idle_advice(work_class c, std::string_view activity) {
       return fmt::format(
           "the main thread waits in '{}' instead of queueing the next work; see the sync_copy finding: "
           "non-blocking copies from pinned memory on a copy stream (ferry::ingest::prefetcher, "
-          "ferry::egress::pipeline) let the launches run ahead; read values back (.item(), .cpu()) less often",
+          "ferry::egress::pipeline) let the launches run ahead; read values back (.item(), .cpu()) less "
+          "often",
           activity);
     case work_class::host_wait:
       return fmt::format(

@@ -110,7 +110,7 @@ struct timeline {
   // OS thread id -> its process id, where the source says (a profiler's pid): the analyzer takes the
   // thread whose id is its process's id as the process's main thread when no step spans say otherwise.
   std::map<std::uint64_t, std::uint64_t> thread_processes;
-  std::map<std::string, std::string> metadata;        // free-form: bench level, command line, ...
+  std::map<std::string, std::string> metadata;  // free-form: bench level, command line, ...
 
   [[nodiscard]] std::string_view name_of(const event& e) const { return strings[e.name]; }
   [[nodiscard]] std::string_view domain_of(const event& e) const { return strings[e.domain]; }

@@ -20,8 +20,8 @@ namespace {
 std::string neighbours_text(const model& m, const std::vector<idle_neighbour>& ns) {
   std::vector<std::string> parts;
   for (const idle_neighbour& n : ns)
-    parts.push_back(fmt::format("'{}' ({} stretch{}, {} per step)", n.activity, n.gaps, n.gaps == 1 ? "" : "es",
-                                ms_text(m.per_step(n.idle_ms))));
+    parts.push_back(fmt::format("'{}' ({} stretch{}, {} per step)", n.activity, n.gaps,
+                                n.gaps == 1 ? "" : "es", ms_text(m.per_step(n.idle_ms))));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -88,8 +88,8 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     f.numbers["attributed_fraction"] = top->fraction_of_idle;
     f.fix = idle_advice(classify_work(top->activity, top->blocking), top->activity);
   } else if (uncovered) {
-    f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record", pct(fraction),
-                          step_word);
+    f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record",
+                          pct(fraction), step_word);
     f.evidence += uncovered_text(m);
     if (top != nullptr)
       f.evidence += fmt::format("; its most covering activity, '{}', covered only {}", top->activity,
@@ -111,9 +111,9 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     else
       f.evidence += "; no recorded activity of the main thread covered it";
     if (other != nullptr)
-      f.evidence += fmt::format("; {} was in '{}' for {} per step ({} of the idle)", other->thread,
-                                other->activity, ms_text(m.per_step(other->idle_ms)),
-                                pct(other->fraction_of_idle));
+      f.evidence +=
+          fmt::format("; {} was in '{}' for {} per step ({} of the idle)", other->thread, other->activity,
+                      ms_text(m.per_step(other->idle_ms)), pct(other->fraction_of_idle));
     if (s.uncovered.idle_ms > 0) f.evidence += uncovered_text(m);
     f.fix = see_more;
   }
