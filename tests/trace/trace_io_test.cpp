@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -723,6 +724,134 @@ TEST(TraceIo, invalid_utf8_is_refused_and_never_written) {
   const timeline back = parse_trace(to_chrome_json(t), "utf8");
   ASSERT_EQ(back.events.size(), 1u);
   EXPECT_EQ(back.name_of(back.events[0]), "bad \xef\xbf\xbd\xef\xbf\xbd byte \xef\xbf\xbd\xef\xbf\xbd");
+}
+
+// --- gzip and streaming ----------------------------------------------------------------------------
+
+// `text` gzip-compressed (one member), at `level`.
+std::string gzip(std::string_view text, int level = 6) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// A trace_input over `bytes` whose reader hands out at most `piece` bytes per call.
+trace_input pieces(const std::string& bytes, std::size_t piece, std::string origin = "pieces") {
+  trace_input in;
+  in.origin = std::move(origin);
+  in.size = bytes.size();
+  in.open = [&bytes, piece] {
+    return [&bytes, piece, at = std::size_t{0}](char* buf, std::size_t capacity) mutable {
+      const std::size_t n = std::min({piece, capacity, bytes.size() - at});
+      std::copy_n(bytes.data() + at, n, buf);
+      at += n;
+      return n;
+    };
+  };
+  return in;
+}
+
+TEST(TraceIo, gzip_input_is_recognised_by_its_magic_bytes_and_reads_the_same) {
+  const std::string plain = read_file(data_dir / "kineto_naive.json");
+  const timeline expected = parse_trace(plain, "plain");
+  const std::string gz = gzip(plain);
+  ASSERT_LT(gz.size(), plain.size());
+  EXPECT_EQ(ferry::test::timeline_difference(expected, parse_trace(gz, "naive.pt.trace.json.gz")), "");
+  // By content, not by name: a .json file holding gzip, as a file.
+  temp_dir dir;
+  const fs::path p = dir.path / "misnamed.json";
+  std::ofstream(p, std::ios::binary) << gz;
+  EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(p)), "");
+  // Concatenated members (`cat a.gz b.gz`) inflate to the concatenated text.
+  const std::string half = plain.substr(0, plain.size() / 2);
+  EXPECT_EQ(ferry::test::timeline_difference(
+                expected, parse_trace(gzip(half) + gzip(plain.substr(half.size())), "two members")),
+            "");
+}
+
+TEST(TraceIo, truncated_or_corrupt_gzip_is_refused_naming_the_position) {
+  const std::string gz = gzip(to_chrome_json(sample_timeline()));
+  const std::string cut = gz.substr(0, gz.size() / 2);
+  expect_contains(parse_error(cut),
+                  {"t.json", "truncated gzip stream", std::to_string(cut.size()) + " compressed bytes"});
+  std::string corrupt = gz;
+  for (std::size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
+  expect_contains(parse_error(corrupt), {"t.json", "corrupt gzip stream near compressed byte"});
+  expect_contains(parse_error(gz + "garbage"), {"t.json", "7 bytes after the end of the gzip stream"});
+  // The inflated JSON is checked as plain JSON is, its offsets counted in the inflated stream.
+  expect_contains(parse_error(gzip(R"({"traceEvents":[}")")),
+                  {"t.json", "invalid JSON at byte 16 of the inflated stream"});
+  expect_contains(parse_error(gzip(R"({"traceEvents":[)")), {"t.json", "truncated JSON at byte 16"});
+  expect_contains(parse_error(gzip("  \n ")), {"t.json", "empty input"});
+}
+
+TEST(TraceIo, a_gzip_bomb_stops_at_max_bytes_of_inflated_text) {
+  // 64 MiB of whitespace inside traceEvents compresses to ~64 KiB; the limit applies to what inflates.
+  std::string text = R"({"traceEvents":[)";
+  text.append(std::size_t{64} << 20, ' ');
+  text += "]}";
+  const std::string gz = gzip(text, 9);
+  ASSERT_LT(gz.size(), std::size_t{1} << 20);
+  read_limits limits;
+  limits.max_bytes = std::size_t{16} << 20;
+  expect_contains(parse_error(gz, limits),
+                  {"t.json", "inflates to more than read_limits::max_bytes (16777216 bytes)"});
+  limits.max_bytes = std::size_t{128} << 20;
+  EXPECT_TRUE(parse_trace(gz, "t.json", limits).events.empty());
+}
+
+// The reader reads in chunks: whatever the pieces the input arrives in (1 byte, 7 bytes, ...), a
+// token, a number, an escape or a UTF-8 sequence split across them reads the same timeline.
+TEST(TraceIo, pieces_of_any_size_read_the_same_timeline) {
+  const std::string kineto = read_file(data_dir / "kineto_prefetch.json");
+  const std::string ferry = to_chrome_json(sample_timeline());
+  for (const std::string* text : {&kineto, &ferry}) {
+    const timeline expected = parse_trace(*text, "whole");
+    const std::string gz = gzip(*text);
+    for (const std::size_t piece : {1, 2, 3, 7, 64, 4093, 1 << 20}) {
+      EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(pieces(*text, piece))), "") << piece;
+      EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(pieces(gz, piece))), "") << piece;
+    }
+  }
+  // Errors name the same position whatever the pieces.
+  const std::string bad = R"({"traceEvents":[{"ph":"X",)" + std::string(5000, ' ') + "x]}";
+  for (const std::size_t piece : {1, 13, 1 << 20})
+    expect_contains(error_of([&] { (void)read_trace(pieces(bad, piece, "bad")); }),
+                    {"bad", "invalid JSON at byte 5026 (of 5029)"});
+}
+
+// A ferry trace whose "ferry" object follows its events is opened twice; any other input once.
+TEST(TraceIo, only_a_late_ferry_object_reads_the_input_twice) {
+  const std::string late =
+      R"({"traceEvents":[{"ph":"X","name":"r","ts":1,"dur":2,"args":{"kind":"range"}}],"ferry":{}})";
+  const std::string early = to_chrome_json(sample_timeline());
+  for (const auto& [text, opens] : {std::pair{&late, 2}, std::pair{&early, 1}}) {
+    trace_input in = pieces(*text, 5);
+    int count = 0;
+    auto open = in.open;
+    in.open = [&] {
+      ++count;
+      return open();
+    };
+    (void)read_trace(in);
+    EXPECT_EQ(count, opens);
+  }
+}
+
+TEST(TraceIo, progress_is_quiet_for_a_quick_read) {
+  std::vector<std::string> lines;
+  temp_dir dir;
+  write_chrome_trace(sample_timeline(), dir.path / "t.json");
+  (void)read_trace(dir.path / "t.json", {}, [&](const std::string& line) { lines.push_back(line); });
+  EXPECT_TRUE(lines.empty()) << "lines start after 2 s of reading";
 }
 
 // --- the fuzz corpus -----------------------------------------------------------------------------
