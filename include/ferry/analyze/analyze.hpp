@@ -91,14 +91,21 @@ struct uncovered_idle {
 ///   serialized_copy       copies and kernels on one stream, never overlapping
 ///   low_copy_bandwidth    copies far below the probed link
 ///   compute_bound         no transfer bottleneck: the GPU computes nearly all the time (informational)
-///   drain_tail            host work that goes on after the last step's GPU work (latency at the end of a
-///                         run, not lost per step: cost 0, listed last)
+///   host_bound            the host bounds the pipeline: GPU idle while the main thread waits on other
+///                         host work (a queue, a free buffer), or a backlog of host work after the last
+///                         GPU activity longer than a step
+///   drain_tail            host work that goes on after the last step's GPU work for up to a step (latency
+///                         at the end of a run, not lost per step: cost 0, listed last)
 struct finding {
   std::string rule;
-  std::string title;                      // one line: what is wrong
-  std::string evidence;                   // times, counts, bytes
-  std::string fix;                        // what to change, naming the ferry component or ladder level
-  double cost_ms_per_step = 0;            // estimated GPU time lost per step; findings are sorted by it
+  std::string title;            // one line: what is wrong
+  std::string evidence;         // times, counts, bytes
+  std::string fix;              // what to change, naming the ferry component or ladder level
+  double cost_ms_per_step = 0;  // estimated GPU time lost per step; findings are sorted by it
+  /// gpu_idle: the kind of the activity it names as the cause (idle_attribution::work), "" when none. A
+  /// gpu_idle whose cause a more specific finding explains (a copy: sync_copy, pageable_async_copy; a
+  /// wait on host work: host_bound) gives way to that finding when it costs 5% of the step.
+  std::string cause;
   std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
 };
 

@@ -41,8 +41,7 @@ std::string uncovered_text(const model& m) {
 constexpr const char* see_more =
     "see what the main thread runs there: wrap the suspect code (output handling, a queue get, a "
     "buffer wait) in torch.profiler.record_function (FERRY_RANGE in C++) and record with with_stack=True "
-    "to see the Python lines; then move that work to worker threads (ferry::ingest::loader, "
-    "ferry::egress::pipeline's sinks) or remove the wait";
+    "to see the Python lines; the analysis then names it and the fix that fits it";
 
 }  // namespace
 
@@ -68,10 +67,6 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
       break;
     }
   const bool named = top != nullptr && top->fraction_of_idle >= cause_share;
-  // A main thread that waits on other host work: host_bound explains that idle and leads instead.
-  if (named && classify_work(top->activity, top->blocking) == work_class::host_wait &&
-      m.per_step(top->idle_ms) >= material_fraction * mean.wall_ms)
-    return;
   const bool uncovered = s.uncovered.fraction_of_idle >= cause_share;
   const std::string step_word = m.whole_trace() ? "of the trace" : "of each step";
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
@@ -86,7 +81,9 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     if (uncovered) f.evidence += uncovered_text(m);
     f.numbers["attributed_ms_per_step"] = m.per_step(top->idle_ms);
     f.numbers["attributed_fraction"] = top->fraction_of_idle;
-    f.fix = idle_advice(classify_work(top->activity, top->blocking), top->activity);
+    const work_class cause = classify_work(top->activity, top->blocking);
+    f.cause = std::string(to_string(cause));
+    f.fix = idle_advice(cause, top->activity);
   } else if (uncovered) {
     f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record",
                           pct(fraction), step_word);
