@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
+  zlib1g-dev                  # gzip-compressed traces (.json.gz)
   python3 python3-numpy
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
