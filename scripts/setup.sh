@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3 python3-numpy
+  python3-torchvision         # the PyTorch examples' models (examples/pytorch), in tests/python
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
   clang-format clang-tidy     # scripts/lint.sh

@@ -147,8 +147,9 @@ def batches(name, args, dev):
     elif name == "reference":
         yield from ReferencePrefetcher(make_loader(args, dev, pin=True), dev)
     elif name == "ferry":
-        import ferry.torch as ft  # noqa: F401 -- the ferry level needs ferry's Python package
-        raise NotImplementedError("the ferry level is added with ferry's Python package")
+        from ferry.torch import Prefetcher
+        yield from Prefetcher(make_loader(args, dev, pin=False), depth=args.depth, workers=args.ferry_workers,
+                              slots=args.slots)
     else:
         raise ValueError(name)
 
@@ -220,18 +221,19 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=["resnet18", "tiny"], default="resnet18")
     p.add_argument("--workers", type=int, default=8, help="DataLoader worker processes (default 8)")
     p.add_argument("--prefetch-factor", type=int, default=2, help="DataLoader prefetch_factor (default 2)")
-    p.add_argument("--depth", type=int, default=2, help="ferry: batches copied ahead (default 2)")
+    p.add_argument("--depth", type=int, default=2, help="ferry: device slots, batches copied ahead (default 2)")
+    p.add_argument("--slots", type=int, default=2, help="ferry: pinned host slots (default 2)")
+    p.add_argument("--ferry-workers", type=int, default=4, help="ferry: staging threads (default 4)")
     p.add_argument("--cpus", type=int, help="limit this process and its workers to the first N allowed cores")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH ('-' for stdout)")
     p.add_argument("--dry-run", action="store_true",
-                   help="a tiny run on the CPU: --device cpu --model tiny --batch 2 --size 32 --steps 2 "
-                        "--warmup 1 --workers 2 --classes 10")
+                   help="a tiny run on the CPU (defaults: --device cpu --model tiny --batch 2 --size 32 --steps 2 "
+                        "--warmup 1 --workers 2 --classes 10)")
+    if p.parse_args(argv).dry_run:  # new defaults; options given explicitly still win
+        p.set_defaults(device="cpu", model="tiny", batch=2, size=32, steps=2, warmup=1, workers=2, classes=10)
     a = p.parse_args(argv)
-    if a.dry_run:
-        a.device, a.model, a.batch, a.size, a.steps, a.warmup, a.workers, a.classes = \
-            "cpu", "tiny", 2, 32, 2, 1, 2, 10
-    for name in ("steps", "batch", "size", "classes", "prefetch_factor", "depth"):
+    for name in ("steps", "batch", "size", "classes", "prefetch_factor", "depth", "slots", "ferry_workers"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")
     if a.warmup < 1:
