@@ -15,7 +15,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 [ -z "${FERRY_LIBRARY:-}" ] && [ -f .carry/libferry_c.so ] && export FERRY_LIBRARY="$PWD/.carry/libferry_c.so"
 seg_levels=${SEG_LEVELS:-ideal,L0,L1,L2,L3,L4,L4-pinned,L4-pinned-nocopy,ferry}
-train_levels=${TRAIN_LEVELS:-ideal,pinned,reference,ferry}
+train_levels=${TRAIN_LEVELS:-ideal,loader,pinned,reference,ferry}
 seg_args=${SEG_ARGS:-}
 train_args=${TRAIN_ARGS:-}
 tag=${TAG:-}

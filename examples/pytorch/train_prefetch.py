@@ -11,6 +11,8 @@ processes. Levels, each run in this one process:
              while batch N computes; the compute stream waits on it (record_stream keeps it alive)
   ferry      DataLoader() (no pinning) + ferry.torch.Prefetcher: ferry's threads stage each batch in
              its pinned slots and copy it to the GPU on its own stream
+  loader     the DataLoader alone (no pinning, no GPU): the rate at which its workers make batches on
+             the cores allowed, a ceiling for every level fed by it
 
 Each level reports steps/s, its ratio to ideal and the CPU seconds per step of this process and its
 children (the DataLoader's workers) over the timed steps. `--cpus 4` limits the process (and the
@@ -56,6 +58,7 @@ LEVELS = {
     "pinned": "DataLoader(pin_memory=True), .to(device, non_blocking=True) in the loop",
     "reference": "DataLoader(pin_memory=True) + the reference prefetcher (side stream, one batch ahead)",
     "ferry": "DataLoader() + ferry.torch.Prefetcher",
+    "loader": "the DataLoader alone, no training: how fast its workers make batches on these cores",
 }
 
 
@@ -141,7 +144,9 @@ def make_loader(args, dev, pin):
 
 
 def batches(name, args, dev):
-    if name == "pinned":
+    if name == "loader":
+        yield from make_loader(args, dev, pin=False)
+    elif name == "pinned":
         for x, y in make_loader(args, dev, pin=True):
             yield x.to(dev.torch_device, non_blocking=True), y.to(dev.torch_device, non_blocking=True)
     elif name == "reference":
@@ -158,13 +163,16 @@ def run_level(name, args, dev, model, opt):
     row = lc.Row(name, LEVELS[name])
     crit = torch.nn.CrossEntropyLoss()
     total = args.total_steps
-    marks = torch.zeros(total, dtype=torch.float64, device=dev.torch_device)
-    labels = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
+    on = torch.device("cpu") if name == "loader" else dev.torch_device
+    marks = torch.zeros(total, dtype=torch.float64, device=on)
+    labels = torch.zeros(total, dtype=torch.int64, device=on)
     win = lc.Window()
 
     def train_step(i, x, y):
         marks[i] = x[:, 0, 0, 0].double().sum()
         labels[i] = y.sum()
+        if name == "loader":
+            return
         loss = crit(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -205,7 +213,7 @@ def run_level(name, args, dev, model, opt):
     row.steps = args.steps
     row.seconds = win.wall
     row.cpu_seconds = win.cpu
-    row.bytes_moved = 0 if name == "ideal" else args.steps * args.batch * 3 * args.size * args.size * 4
+    row.bytes_moved = 0 if name in ("ideal", "loader") else args.steps * args.batch * 3 * args.size * args.size * 4
     return row
 
 

@@ -87,7 +87,7 @@ def test_segmentation_bad_options_are_refused_naming_the_value(capsys):
 
 
 def test_train_every_level_checks_every_batch(tmp_path):
-    levels = ["ideal", "pinned", "reference", "ferry"]
+    levels = ["ideal", "loader", "pinned", "reference", "ferry"]
     code, rows = run("train_prefetch", tmp_path, "--levels", ",".join(levels))
     assert code == 0
     assert list(rows) == levels
