@@ -150,6 +150,9 @@ class loader {
   [[nodiscard]] bool done() const;
   /// Stops the workers (mid-epoch too) and wakes a blocked next(). Idempotent.
   void close();
+  /// True once the loader was closed or failed: a fill that waits for something outside the loader
+  /// polls it, so that close() (which joins the workers) never waits for that fill forever.
+  [[nodiscard]] bool stopping() const noexcept;
 
   [[nodiscard]] const loader_options& options() const noexcept;
   [[nodiscard]] const sampler& batches() const noexcept;
