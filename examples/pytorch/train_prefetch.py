@@ -49,6 +49,7 @@ def _limit_cpus_early(argv):
 if __name__ == "__main__":
     _limit_cpus_early(sys.argv[1:])
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ladder_common as lc  # noqa: E402
@@ -64,7 +65,12 @@ LEVELS = {
 
 class RandomImages(torch.utils.data.Dataset):
     """Images of uniform noise made on demand; sample i carries i in its first pixel and has label
-    i % classes, so the device can check which samples a batch holds."""
+    i % classes, so the device can check which samples a batch holds.
+
+    The noise comes from numpy's PCG64 generator seeded with the sample's index. torch.rand (a serial
+    Mersenne Twister on the CPU) costs several times more per sample: with it the DataLoader alone
+    could not keep up with ResNet-18 on an H100 even on 16 cores (docs/PERFORMANCE.md), so every level
+    would measure the dataset rather than the path to the GPU."""
 
     def __init__(self, n, size, classes):
         self.n, self.size, self.classes = n, size, classes
@@ -73,7 +79,7 @@ class RandomImages(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i):
-        img = torch.rand(3, self.size, self.size)
+        img = torch.from_numpy(np.random.default_rng(i).random((3, self.size, self.size), dtype=np.float32))
         img[0, 0, 0] = float(i)
         return img, i % self.classes
 
