@@ -128,32 +128,54 @@ def _live_children_cpu_seconds():
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         if int(fields[1]) == me:  # ppid
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (no children's)
     return total
 
 
-def cpu_seconds():
-    """CPU seconds used so far by this process (all its threads) and its children, live or exited."""
-    s = resource.getrusage(resource.RUSAGE_SELF)
+def _stat_cpu_seconds(path):
+    """User + system CPU seconds from a /proc stat file, or None where there is none."""
+    try:
+        with open(path, "rb") as f:
+            stat = f.read().decode()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def cpu_parts():
+    """CPU seconds used so far: (main thread, the process's other threads, its child processes live or
+    exited). The process and its main thread are read from /proc with the same clock-tick resolution, so
+    their difference is never negative; without /proc the whole process counts as its main thread."""
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + _live_children_cpu_seconds()
+    children = c.ru_utime + c.ru_stime + _live_children_cpu_seconds()
+    process = _stat_cpu_seconds("/proc/self/stat")
+    main = _stat_cpu_seconds(f"/proc/self/task/{os.getpid()}/stat")
+    if process is None or main is None:
+        s = resource.getrusage(resource.RUSAGE_SELF)
+        return s.ru_utime + s.ru_stime, 0.0, children
+    return main, process - main, children
 
 
 class Window:
     """The timed part of a level: wall seconds and CPU seconds (process + children) between begin()
-    and end(). end() must come after the device finished the timed work."""
+    and end(), in total and as (main thread, other threads, children). end() must come after the device
+    finished the timed work."""
 
     def __init__(self):
         self.wall = self.cpu = None
+        self.parts = (0.0, 0.0, 0.0)
         self._t0 = self._c0 = None
 
     def begin(self):
-        self._c0 = cpu_seconds()
+        self._c0 = cpu_parts()
         self._t0 = time.perf_counter()
 
     def end(self):
         self.wall = time.perf_counter() - self._t0
-        self.cpu = cpu_seconds() - self._c0
+        # Clock-tick sampling can leave a part a hair below zero over a short window.
+        self.parts = tuple(max(0.0, b - a) for a, b in zip(self._c0, cpu_parts()))
+        self.cpu = sum(self.parts)
 
 
 # ---- results -------------------------------------------------------------------------------------
@@ -167,11 +189,16 @@ class Row:
         self.steps = 0
         self.seconds = 0.0
         self.cpu_seconds = 0.0
+        self.cpu_parts = (0.0, 0.0, 0.0)  # main thread, other threads, child processes
         self.bytes_moved = 0
         self.checked = 0
         self.mismatches = 0
         self.extra = {}
         self.error = None
+
+    def set_window(self, steps, window):
+        """The level's timed steps and the Window that timed them."""
+        self.steps, self.seconds, self.cpu_seconds, self.cpu_parts = steps, window.wall, window.cpu, window.parts
 
     @property
     def steps_per_s(self):
@@ -187,6 +214,9 @@ class Row:
             "x_ideal": (self.steps_per_s / ideal.steps_per_s) if ideal and ideal.steps_per_s > 0 else None,
             "gb_per_s": self.bytes_moved / self.seconds / 1e9 if self.seconds > 0 else 0.0,
             "cpu_seconds_per_step": self.cpu_seconds / self.steps if self.steps else None,
+            "cpu_per_step_main_thread": self.cpu_parts[0] / self.steps if self.steps else None,
+            "cpu_per_step_other_threads": self.cpu_parts[1] / self.steps if self.steps else None,
+            "cpu_per_step_children": self.cpu_parts[2] / self.steps if self.steps else None,
             "checked_outputs": self.checked,
             "mismatches": self.mismatches,
             "error": self.error,

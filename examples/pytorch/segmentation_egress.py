@@ -322,9 +322,7 @@ def run_level(name, args, dev, w):
         host_sums = workers.results
     else:
         host_sums = run_pool_level(name, args, dev, w, win, row)
-    row.steps = args.steps
-    row.seconds = win.wall
-    row.cpu_seconds = win.cpu
+    row.set_window(args.steps, win)
     if name != "ideal":
         row.bytes_moved = args.steps * n_out
         expected = w.expected()
@@ -421,7 +419,7 @@ def run_ferry(args, dev, w):
             row.extra["ferry_" + key] = stats[key]
     n_out = output_bytes(args)
     expected = w.expected()
-    row.steps, row.seconds, row.cpu_seconds = args.steps, win.wall, win.cpu
+    row.set_window(args.steps, win)
     row.bytes_moved = args.steps * n_out
     row.checked = len(host_sums)
     row.mismatches = sum(1 for i in range(w.total) if host_sums.get(i) != (expected[i], n_out))
@@ -492,6 +490,9 @@ def main(argv=None):
         ("x ideal", 7, lc.ratio),
         ("D2H GB/s", 8, lambda r, i: f"{r.bytes_moved / r.seconds / 1e9:.2f}" if r.bytes_moved else "-"),
         ("CPU s/step", 10, lambda r, i: f"{r.cpu_seconds / r.steps:.2f}"),
+        ("main", 5, lambda r, i: f"{r.cpu_parts[0] / r.steps:.2f}"),
+        ("threads", 7, lambda r, i: f"{r.cpu_parts[1] / r.steps:.2f}"),
+        ("workers", 7, lambda r, i: f"{r.cpu_parts[2] / r.steps:.2f}"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"segmentation egress: {args.model}, batch {args.batch}x3x{args.size}x{args.size}, "

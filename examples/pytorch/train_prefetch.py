@@ -56,10 +56,10 @@ import ladder_common as lc  # noqa: E402
 
 LEVELS = {
     "ideal": "one batch already on the device, reused every step (the ceiling)",
+    "loader": "the DataLoader alone, no training: how fast its workers make batches on these cores",
     "pinned": "DataLoader(pin_memory=True), .to(device, non_blocking=True) in the loop",
     "reference": "DataLoader(pin_memory=True) + the reference prefetcher (side stream, one batch ahead)",
     "ferry": "DataLoader() + ferry.torch.Prefetcher",
-    "loader": "the DataLoader alone, no training: how fast its workers make batches on these cores",
 }
 
 
@@ -216,9 +216,7 @@ def run_level(name, args, dev, model, opt):
         row.checked = total
         row.mismatches = sum(1 for i in range(total)
                              if got_marks[i] != want_marks[i] or got_labels[i] != want_labels[i])
-    row.steps = args.steps
-    row.seconds = win.wall
-    row.cpu_seconds = win.cpu
+    row.set_window(args.steps, win)
     row.bytes_moved = 0 if name in ("ideal", "loader") else args.steps * args.batch * 3 * args.size * args.size * 4
     return row
 
@@ -276,6 +274,9 @@ def main(argv=None):
         ("x ideal", 7, lc.ratio),
         ("H2D GB/s", 8, lambda r, i: f"{r.bytes_moved / r.seconds / 1e9:.2f}" if r.bytes_moved else "-"),
         ("CPU s/step", 10, lambda r, i: f"{r.cpu_seconds / r.steps:.3f}"),
+        ("main", 6, lambda r, i: f"{r.cpu_parts[0] / r.steps:.3f}"),
+        ("threads", 7, lambda r, i: f"{r.cpu_parts[1] / r.steps:.3f}"),
+        ("workers", 7, lambda r, i: f"{r.cpu_parts[2] / r.steps:.3f}"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"train prefetch: {args.model}, Adam, batch {args.batch}x3x{args.size}x{args.size}, "
