@@ -500,7 +500,7 @@ TEST(analyze_output, long_traces_show_ten_steps) {
 // ---- PyTorch profiler fixtures ----
 
 std::filesystem::path fixture(const char* name) {
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "trace" / "data" / name;
+  return std::filesystem::path(FERRY_TESTS_DIR) / "trace" / "data" / name;
 }
 
 TEST(analyze_kineto, naive_ingest_idles_in_make_batch) {
