@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -15,6 +17,32 @@
 namespace {
 
 using namespace ferry;
+
+// The ladders' host settings (ladder_host_options, default_*_options) with every modelled duration
+// `time_scale` times longer: link bandwidths divided, copy latency, compute and the modelled CPU costs
+// (process_ms_per_mib, make_ms_per_mib) multiplied. Every proportion the ladder's expected findings rest on
+// is kept (copy against compute, processing against compute, pageable against pinned), so each level is
+// bound by the same thing as at the demo's scale. What does not scale is the emulator's own real cost,
+// which a trace of the host backend records as device time (real memcpy, page faults, stream threads
+// woken late on a busy machine: docs/DEVICE.md): a few milliseconds per step whatever the scale. At the
+// demo's scale (20 ms of compute per egress step, 10 ms per ingest step) that is enough on a loaded 2-core
+// machine to turn a level's first finding into GPU idle; at 6x it stays a small fraction of each step, and
+// the test still ends in well under a minute.
+constexpr double time_scale = 6;
+
+host_device_options scaled_link() {
+  host_device_options o = bench::ladder_host_options();
+  for (double* gbps :
+       {&o.h2d_gbps, &o.d2h_gbps, &o.pageable_h2d_gbps, &o.pageable_d2h_gbps, &o.duplex_gbps, &o.d2d_gbps})
+    *gbps /= time_scale;
+  o.latency = std::chrono::nanoseconds(
+      static_cast<std::int64_t>(static_cast<double>(o.latency.count()) * time_scale));
+  return o;
+}
+
+std::chrono::nanoseconds scaled(std::chrono::nanoseconds d) {
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(d.count()) * time_scale));
+}
 
 // Checks one level's trace: it holds the timed steps, and live and read back it names the expected rule.
 void check_level(const bench::level_trace& t, const std::string& expected, int steps,
@@ -35,9 +63,11 @@ void check_level(const bench::level_trace& t, const std::string& expected, int s
 }
 
 TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes) {
-  const host_device_options link = bench::ladder_host_options();
+  const host_device_options link = scaled_link();
   auto dev = make_host_device(link);
   bench::egress_options cfg = bench::default_egress_options(backend::host);
+  cfg.compute = scaled(cfg.compute);
+  cfg.process_ms_per_mib *= time_scale;
   cfg.probed_gbps = link.d2h_gbps;  // the modelled pinned D2H: skip the probe
   cfg.steps = 6;
   cfg.trace.enabled = true;
@@ -65,9 +95,11 @@ TEST(bench_trace, every_egress_level_names_the_bottleneck_the_next_level_removes
 }
 
 TEST(bench_trace, every_ingest_level_names_the_bottleneck_the_next_level_removes) {
-  const host_device_options link = bench::ladder_host_options();
+  const host_device_options link = scaled_link();
   auto dev = make_host_device(link);
   bench::ingest_options cfg = bench::default_ingest_options(backend::host);
+  cfg.compute = scaled(cfg.compute);
+  cfg.make_ms_per_mib *= time_scale;
   cfg.probed_gbps = link.h2d_gbps;
   cfg.steps = 6;
   cfg.trace.enabled = true;

@@ -282,11 +282,13 @@ class host_device final : public device {
   void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
     const api_span span = api(&trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    // A spin lasts exactly its duration of modelled time, and in wall time until its modelled end.
+    // A spin lasts exactly its duration of modelled time, and in wall time until its modelled end and at
+    // least its duration from when the stream thread began it (see wall_end).
     st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), &trace_names::spin,
                               [&st, duration] {
+                                const auto began = host_stream::time_point::clock::now();
                                 const auto end = st.clock() + duration;
-                                std::this_thread::sleep_until(end);
+                                std::this_thread::sleep_until(host_backend::wall_end(end, began, duration));
                                 st.advance_to(end);
                               }));
   }
@@ -330,7 +332,7 @@ class host_device final : public device {
     body();
     if (link_.modelled()) {
       const auto end = link_.device_work_end(bytes, st.clock());
-      std::this_thread::sleep_until(end);
+      std::this_thread::sleep_until(host_backend::wall_end(end, t0, end - st.clock()));
       st.advance_to(end);
     } else {
       st.advance_to(st.clock() + (host_stream::time_point::clock::now() - t0));

@@ -56,9 +56,10 @@ double link_model::bandwidth(copy_direction dir, bool pageable) const noexcept {
 }
 
 // The copy is done in slices; after each, the thread sleeps until the modelled time of the bytes copied
-// so far, counted from the copy's modelled start (so oversleeping never accumulates, and a thread that
-// started late catches up). A copy therefore never finishes before its modelled end, and takes memcpy's
-// time when that is longer; its modelled length is latency + the sum of slice / rate either way.
+// so far, counted from when the copy really began (so oversleeping within a copy never accumulates). A copy
+// therefore never finishes before its modelled end, lasts at least its modelled length in wall time, and
+// takes memcpy's time when that is longer; its modelled length is latency + the sum of slice / rate
+// either way.
 link_model::time_point link_model::copy(void* dst, const void* src, std::size_t bytes, copy_direction dir,
                                         double gbps, time_point start) {
   auto* out = static_cast<std::byte*>(dst);
@@ -83,6 +84,8 @@ link_model::time_point link_model::copy(void* dst, const void* src, std::size_t 
     own->busy.store(true, std::memory_order_relaxed);
     start = std::max(start, own->free_at);
   }
+  // In wall time the copy lasts its modelled length from when it really began (wall_end).
+  const time_point began = std::max(start, steady::now());
   // GB/s are 1e9 bytes per second: one byte per nanosecond.
   double due_ns = static_cast<double>(opt_.latency.count());
   std::size_t done = 0;
@@ -96,7 +99,7 @@ link_model::time_point link_model::copy(void* dst, const void* src, std::size_t 
     std::memcpy(out + done, in + done, slice);
     done += slice;
     due_ns += static_cast<double>(slice) / rate;
-    std::this_thread::sleep_until(start + std::chrono::nanoseconds(std::llround(due_ns)));
+    std::this_thread::sleep_until(began + std::chrono::nanoseconds(std::llround(due_ns)));
   }
   const time_point end = start + std::chrono::nanoseconds(std::llround(due_ns));
   if (own != nullptr) {

@@ -7,6 +7,7 @@
 // is free, whichever is later, and its modelled length does not depend on how fast memcpy ran.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -15,6 +16,18 @@
 #include "ferry/device/device.hpp"
 
 namespace ferry::host_backend {
+
+/// When a stream operation of modelled length `length` that ends at modelled time `modelled_end` ends in
+/// wall time, the stream thread having really begun it at `began`: not before its modelled end, and not
+/// less than its modelled length after it began. A stream thread running late (a busy machine wakes it
+/// late, a memcpy or page faults take long) never compresses the next operation to catch up with the
+/// modelled clock, so a trace, which records when the stream threads really ran, shows every operation
+/// at least as long as the model says, and the host threads waiting on it wait as long.
+[[nodiscard]] inline std::chrono::steady_clock::time_point wall_end(
+    std::chrono::steady_clock::time_point modelled_end, std::chrono::steady_clock::time_point began,
+    std::chrono::nanoseconds length) noexcept {
+  return std::max(modelled_end, began + length);
+}
 
 /// The modelled host link: bandwidths per direction and memory kind, latency, one copy engine per
 /// direction and the duplex limit.
