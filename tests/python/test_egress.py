@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ferry
-from ferry.torch import CallbackSink, ChecksumSink, Egress, NpySink, NullSink, RawFileSink
+from ferry.torch import ChecksumSink, Egress, NpySink, NullSink, RawFileSink
 from fakes import FakeTensor
 
 ROOT = Path(__file__).resolve().parents[2]
