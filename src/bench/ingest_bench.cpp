@@ -477,7 +477,7 @@ ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn pro
 }
 
 ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& cfg, int batches,
-                                             progress_fn progress, steady_clock::time_point deadline) {
+                                             progress_fn progress, start_line* together) {
   FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
   ingest_pure_copy_result r{};
   r.probed_h2d_gbps = probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(),
@@ -511,11 +511,13 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
                          format_bytes(cfg.batch_bytes())));
   }
   steady_clock::time_point t0{};
+  auto deadline = steady_clock::time_point::max();
   std::uint64_t step = 0;
   for (ingest::device_batch& b : gpu.batches(consumer)) {
     if (step == 1) {
       consumer.synchronize();  // batch 0 is the warm-up
-      t0 = steady_clock::now();
+      t0 = together != nullptr ? together->arrive() : steady_clock::now();
+      if (together != nullptr) deadline = together->deadline();
     }
     dev.checksum_async(b.field(0), sums.view(16 * step, 8), consumer);
     dev.checksum_async(b.field(1), sums.view(16 * step + 8, 8), consumer);
@@ -527,8 +529,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
   r.window_end = steady_clock::now();
   r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
   gpu.close();
-  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) ||
-                              deadline != steady_clock::time_point::max()),
+  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) || together != nullptr),
                 fmt::format("ingest pure copy delivered {} batches, expected {}", step, batches + 1));
   r.batches = static_cast<int>(step - 1);
   r.gbps = gb_per_s(cfg.batch_bytes() * static_cast<std::uint64_t>(r.batches), r.seconds);
@@ -561,15 +562,16 @@ both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const 
   egress_options out = out_cfg;
   if (in.probed_gbps <= 0) in.probed_gbps = 1;  // the ratio that matters here is the two-way one
   if (out.probed_gbps <= 0) out.probed_gbps = 1;
-  // Both sides run until one deadline, far enough out that their set-up (pinning, first fills) is a small
-  // part of it, so their timed windows overlap.
-  const auto deadline = steady_clock::now() + duration;
+  // Both sides set up (pinning, first fills, a warm-up item), meet at the start line, and run from one
+  // start until one deadline, each timing at least one item: their windows share a start.
+  start_line line(2, duration);
   std::exception_ptr egress_error;
   std::thread egress_thread([&] {
     try {
-      r.egress = run_egress_pure_copy(dev, out, std::numeric_limits<int>::max(), progress, deadline);
+      r.egress = run_egress_pure_copy(dev, out, std::numeric_limits<int>::max(), progress, &line);
     } catch (...) {
       egress_error = std::current_exception();
+      line.leave();
     }
   });
   try {
@@ -577,8 +579,9 @@ both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const 
     // since every batch's checksum is kept until the end.
     const double seconds = std::chrono::duration<double>(duration).count();
     const int most = static_cast<int>(seconds * 100e9 / static_cast<double>(in.batch_bytes())) + 16;
-    r.ingest = run_ingest_pure_copy(dev, in, most, progress, deadline);
+    r.ingest = run_ingest_pure_copy(dev, in, most, progress, &line);
   } catch (...) {
+    line.leave();
     egress_thread.join();
     throw;
   }

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "ferry/core/atomic_file.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry_embedded/report_css.hpp"
 #include "html_text.hpp"
@@ -213,18 +214,8 @@ std::string to_html(const timeline& t, const analysis& a, const html_options& op
 
 void write_html_report(const timeline& t, const analysis& a, const std::filesystem::path& path,
                        const html_options& options) {
-  const std::string html = to_html(t, a, options);
-  errno = 0;
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  auto fail = [&](const char* what) {
-    const int err = errno != 0 ? errno : EIO;
-    throw std::system_error(err, std::generic_category(),
-                            fmt::format("cannot {} the HTML report {}", what, path.string()));
-  };
-  if (!f) fail("create");
-  f.write(html.data(), static_cast<std::streamsize>(html.size()));
-  f.close();
-  if (!f) fail("write");
+  // Under a temporary name until complete: a full disk leaves no partial report.
+  write_file_atomically(path, to_html(t, a, options));
 }
 
 }  // namespace ferry::trace

@@ -18,6 +18,7 @@
 
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ladder.hpp"
+#include "ferry/bench/start_line.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
@@ -87,12 +88,15 @@ struct ingest_pure_copy_result {
   double link_fraction = 0;
   std::uint64_t mismatches = 0;
 };
-[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(
-    device& dev, const ingest_options& cfg, int batches, progress_fn progress = {},
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+/// `together` (may be null): the timed window starts, after the warm-up batch, when every run on that
+/// line has arrived, and ends at its deadline with at least one batch timed.
+[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& cfg,
+                                                           int batches, progress_fn progress = {},
+                                                           start_line* together = nullptr);
 
-/// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
-/// together and stopped at one deadline; compared with the probed both-directions total.
+/// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, their
+/// timed windows started together once both are set up (a start_line) and stopped at one deadline
+/// `duration` later, each with at least one item; compared with the probed both-directions total.
 struct both_ways_result {
   ingest_pure_copy_result ingest;
   pure_copy_result egress;
