@@ -60,6 +60,13 @@ void write_header(writer& o, const timeline& t, const analysis& a) {
   } else if (a.steps.size() == 1) {
     o.out(" (the whole trace as one step)");
   }
+  if (!a.main_thread.empty()) {
+    o.out(" &nbsp; <b>Main thread:</b> ");
+    o.text(a.main_thread);
+    o.out(" <small id=\"main-thread-rule\">(");
+    o.text(a.main_thread_rule);
+    o.out(")</small>");
+  }
   o.out(" &nbsp; <b>Events:</b> {}</div>\n", t.events.size());
 
   const std::uint64_t dropped = a.dropped > 0 ? a.dropped : t.dropped;
@@ -173,6 +180,19 @@ void write_idle_table(writer& o, const analysis& a) {
     if (i.blocking) o.out(" <small>(waits for the GPU)</small>");
     o.out("</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", fmt_ms(i.idle_ms),
           fmt_pct(i.fraction_of_idle));
+  }
+  // Idle while the main thread ran nothing the trace recorded (plain Python between operators, say).
+  if (a.uncovered.idle_ms > 0) {
+    o.out("<tr id=\"uncovered\"><td>");
+    o.text(a.main_thread);
+    o.out(" <small>(main)</small></td><td><i>no recorded activity</i>");
+    if (!a.uncovered.before.empty()) {
+      o.out(" <small>(just before: ");
+      o.text(a.uncovered.before.front().activity);
+      o.out(")</small>");
+    }
+    o.out("</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", fmt_ms(a.uncovered.idle_ms),
+          fmt_pct(a.uncovered.fraction_of_idle));
   }
   o.out("</table>\n");
 }

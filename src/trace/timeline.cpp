@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <utility>
+#include <vector>
 
 #include "ferry/core/error.hpp"
 
@@ -56,11 +57,21 @@ sync_kind parse_sync_kind(std::string_view text) {
 
 string_table::string_table() {
   strings_.emplace_back();
-  ids_.emplace(std::string{}, 0);
+  ids_.emplace(strings_.back(), 0);
+}
+
+string_table::string_table(const string_table& other) : strings_(other.strings_) {
+  ids_.reserve(strings_.size());
+  for (std::size_t i = 0; i < strings_.size(); ++i) ids_.emplace(strings_[i], static_cast<std::uint32_t>(i));
+}
+
+string_table& string_table::operator=(const string_table& other) {
+  if (this != &other) *this = string_table(other);
+  return *this;
 }
 
 std::uint32_t string_table::intern(std::string_view text) {
-  if (auto it = ids_.find(std::string(text)); it != ids_.end()) return it->second;
+  if (auto it = ids_.find(text); it != ids_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(strings_.size());
   strings_.emplace_back(text);
   ids_.emplace(strings_.back(), id);
@@ -74,8 +85,36 @@ std::string_view string_table::operator[](std::uint32_t id) const {
 }
 
 void timeline::sort() {
-  std::stable_sort(events.begin(), events.end(),
-                   [](const event& a, const event& b) { return a.start_ns < b.start_ns; });
+  // Equivalent to a stable sort by start, without stable_sort's buffer of as many events: sort (start,
+  // position) keys, then move each event to its place along the permutation's cycles.
+  const auto by_start = [](const event& a, const event& b) { return a.start_ns < b.start_ns; };
+  if (std::is_sorted(events.begin(), events.end(), by_start)) return;
+  struct key {
+    std::int64_t start;
+    std::size_t from;
+  };
+  std::vector<key> keys(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) keys[i] = {events[i].start_ns, i};
+  std::sort(keys.begin(), keys.end(), [](const key& a, const key& b) {
+    return a.start != b.start ? a.start < b.start : a.from < b.from;
+  });
+  constexpr std::size_t done = ~std::size_t{0};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].from == done) continue;
+    // Position i takes the event at keys[i].from, which takes the one at its keys[].from, ... back to i.
+    const event first = events[i];
+    std::size_t at = i;
+    while (true) {
+      const std::size_t from = keys[at].from;
+      keys[at].from = done;
+      if (from == i) {
+        events[at] = first;
+        break;
+      }
+      events[at] = events[from];
+      at = from;
+    }
+  }
 }
 
 std::uint64_t this_thread_id() noexcept {

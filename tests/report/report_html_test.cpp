@@ -202,6 +202,24 @@ TEST(ReportHtml, HeaderNamesSourceDeviceStepsAndBottleneck) {
   EXPECT_NE(warned.find("1234 events were dropped", w), std::string::npos);
 }
 
+TEST(ReportHtml, NamesTheMainThreadsRuleAndTheIdleNoActivityCovers) {
+  fixture f = make_fixture();
+  EXPECT_EQ(to_html(f.t, f.a).find("id=\"uncovered\""), std::string::npos) << "none without uncovered idle";
+  f.a.main_thread = "pt_main_thread";
+  f.a.main_thread_rule = "tid_is_pid";
+  f.a.uncovered.idle_ms = 1.25;
+  f.a.uncovered.fraction_of_idle = 0.25;
+  f.a.uncovered.before = {{"cudaMemcpyAsync", 3, 1.25}};
+  const std::string html = to_html(f.t, f.a);
+  EXPECT_NE(
+      html.find("<b>Main thread:</b> pt_main_thread <small id=\"main-thread-rule\">(tid_is_pid)</small>"),
+      std::string::npos);
+  const auto u = html.find("id=\"uncovered\"");
+  ASSERT_NE(u, std::string::npos);
+  EXPECT_NE(html.find("just before: cudaMemcpyAsync", u), std::string::npos);
+  EXPECT_NE(html.find("25%", u), std::string::npos);
+}
+
 TEST(ReportHtml, OneBarPerStepPlusTheMean) {
   const fixture f = make_fixture();
   const std::string html = to_html(f.t, f.a);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -499,28 +500,151 @@ TEST(TraceIo, trace_events_must_be_an_array_of_objects) {
   expect_contains(parse_error(R"({"schemaVersion":1})"), {"no traceEvents array"});
 }
 
+// In a ferry trace (its "ferry" object first, as ferry writes it) an odd time refuses the file.
+const std::string ferry_head = R"({"ferry":{"format":1},"traceEvents":[)";
+
 TEST(TraceIo, event_missing_ts_is_named) {
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"M"},{"ph":"X","name":"k","dur":1}]})"),
+  expect_contains(parse_error(ferry_head + R"({"ph":"M"},{"ph":"X","name":"k","dur":1}]})"),
                   {"t.json", "traceEvents[1]", "no ts"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","name":"k","ts":1}]})"),
+  expect_contains(parse_error(ferry_head + R"({"ph":"X","name":"k","ts":1}]})"),
                   {"traceEvents[0]", "no dur"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":"12","dur":1}]})"),
+  expect_contains(parse_error(ferry_head + R"({"ph":"X","ts":"12","dur":1}]})"),
                   {"traceEvents[0].ts", "expected a number of microseconds", "found a string"});
 }
 
 TEST(TraceIo, negative_dur_is_named) {
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":1,"dur":1},{"ph":"X","ts":1,"dur":-0.5}]})"),
-                  {"t.json", "traceEvents[1].dur", "negative"});
+  expect_contains(
+      parse_error(ferry_head + R"({"ph":"X","ts":1,"dur":1,"cat":"kernel"},{"ph":"X","ts":1,"dur":-0.5}]})"),
+      {"t.json", "traceEvents[1].dur", "negative"});
 }
 
 TEST(TraceIo, timestamps_beyond_int64_nanoseconds_are_refused) {
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":9.3e15,"dur":1}]})"),
+  expect_contains(parse_error(ferry_head + R"({"ph":"X","ts":9.3e15,"dur":1}]})"),
                   {"traceEvents[0].ts = 9.3e15 us is out of range", "9.2e+15"});
   expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":1e999,"dur":1}]})"),
                   {"byte 35", "number overflow"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":18446744073709551615,"dur":1}]})"),
+  expect_contains(parse_error(ferry_head + R"({"ph":"X","ts":18446744073709551615,"dur":1}]})"),
                   {"traceEvents[0].ts", "out of range"});
-  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":9.1e15,"dur":9.1e15}]})"), {"ts + dur"});
+  expect_contains(parse_error(ferry_head + R"({"ph":"X","ts":9.1e15,"dur":9.1e15}]})"), {"ts + dur"});
+}
+
+// --- traces ferry did not write: odd records are skipped and counted ------------------------------
+
+// Every field the Kineto importer reads, with an odd value: the record is skipped (and counted by
+// reason), or, where the value has a known meaning, mapped; the rest of the file is read.
+TEST(TraceIo, kineto_odd_records_are_skipped_and_counted_not_refused) {
+  const std::string text = R"J({"schemaVersion":1,"traceEvents":[
+    {"ph":"X","cat":"cuda_runtime","name":"cudaEventSynchronize","pid":10,"tid":11,"ts":100,"dur":50,"args":{"correlation":5}},
+    {"ph":"X","cat":"cuda_sync","name":"Event Sync","pid":0,"tid":7,"ts":101,"dur":48,"args":{"correlation":5,"stream":-1,"device":0}},
+    {"ph":"X","cat":"kernel","name":"good","pid":0,"tid":7,"ts":200,"dur":10,"args":{"correlation":-1,"stream":7,"device":0}},
+    {"ph":"X","cat":"kernel","name":"k stream -1","pid":0,"tid":7,"ts":210,"dur":10,"args":{"stream":-1,"device":0}},
+    {"ph":"X","cat":"kernel","name":"k stream text","pid":0,"tid":7,"ts":210,"dur":10,"args":{"stream":"7","device":0}},
+    {"ph":"X","cat":"kernel","name":"k device -2","pid":0,"tid":7,"ts":210,"dur":10,"args":{"stream":7,"device":-2}},
+    {"ph":"X","cat":"kernel","name":"k corr text","pid":0,"tid":7,"ts":210,"dur":10,"args":{"stream":7,"correlation":"x"}},
+    {"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pinned -> Device)","pid":0,"tid":7,"ts":220,"dur":10,"args":{"stream":7,"bytes":-1}},
+    {"ph":"X","cat":"gpu_memset","name":"Memset (Device)","pid":0,"tid":7,"ts":230,"dur":10,"args":{"stream":7,"bytes":1.5}},
+    {"ph":"X","cat":"cpu_op","name":"no ts","pid":10,"tid":11,"dur":10},
+    {"ph":"X","cat":"cpu_op","name":"no dur","pid":10,"tid":11,"ts":1},
+    {"ph":"X","cat":"cpu_op","name":"ts text","pid":10,"tid":11,"ts":"1","dur":1},
+    {"ph":"X","cat":"cpu_op","name":"ts object","pid":10,"tid":11,"ts":{},"dur":1},
+    {"ph":"X","cat":"cpu_op","name":"negative dur","pid":10,"tid":11,"ts":1,"dur":-1},
+    {"ph":"X","cat":"cpu_op","name":"ts huge","pid":10,"tid":11,"ts":9.3e15,"dur":1},
+    {"ph":"X","cat":"cpu_op","name":"end huge","pid":10,"tid":11,"ts":9.1e15,"dur":9.1e15},
+    {"ph":"X","cat":"cpu_op","name":7,"pid":10,"tid":11,"ts":1,"dur":1},
+    {"ph":"X","cat":["cpu_op"],"name":"cat array","pid":10,"tid":11,"ts":1,"dur":1},
+    {"ph":5,"cat":"cpu_op","name":"ph number","pid":10,"tid":11,"ts":1,"dur":1},
+    {"ph":"X","cat":"cuda_sync","name":"Context Sync","pid":0,"tid":"Spans","ts":300,"dur":1,"args":{"stream":-1}},
+    {"ph":"X","cat":"cuda_sync","name":"Stream Sync","pid":0,"tid":7,"ts":300,"dur":1,"args":{"stream":-3}},
+    {"ph":"X","cat":"cuda_sync","name":"Event Sync","pid":0,"tid":"Spans","ts":300,"dur":1,"args":{"correlation":99,"stream":-1}},
+    {"ph":"X","cat":"cpu_op","name":"ok op","pid":10,"tid":11,"ts":1,"dur":400,"args":{"stream":-1}},
+    {"ph":"X","cat":"Trace","name":"ignored, not counted","pid":10,"tid":11,"ts":-5,"dur":-1}
+  ]})J";
+  const timeline t = parse_trace(text, "odd.json");
+  std::map<std::string, const event*> by_name;
+  for (const event& e : t.events) by_name[std::string(t.name_of(e))] = &e;
+  EXPECT_EQ(by_name.size(), 4u) << "kept: cudaEventSynchronize, Event Sync, good, ok op";
+  ASSERT_EQ(by_name.count("Event Sync"), 1u) << "stream -1 on a sync record means no stream";
+  EXPECT_EQ(by_name.at("Event Sync")->stream, 0u);
+  EXPECT_EQ(by_name.at("Event Sync")->thread, 11u);
+  EXPECT_EQ(by_name.at("Event Sync")->sync, sync_kind::event);
+  ASSERT_EQ(by_name.count("good"), 1u);
+  EXPECT_EQ(by_name.at("good")->correlation, 0u) << "correlation -1 means none";
+  EXPECT_EQ(by_name.count("ok op"), 1u) << "a field ferry does not read on this record is not checked";
+  const std::map<std::string, std::uint64_t> expected{
+      {"kernel record: args.stream is not a stream id (a non-negative integer)", 2},
+      {"kernel record: args.device is not a device ordinal", 1},
+      {"kernel record: args.correlation is not an integer", 1},
+      {"gpu_memcpy record: args.bytes is not a byte count (a non-negative integer)", 1},
+      {"gpu_memset record: args.bytes is not a byte count (a non-negative integer)", 1},
+      {"cpu_op record: no ts", 1},
+      {"cpu_op record: no dur", 1},
+      {"cpu_op record: ts is not a number", 2},
+      {"cpu_op record: negative dur", 1},
+      {"cpu_op record: ts is out of range (int64 nanoseconds)", 1},
+      {"cpu_op record: ts + dur is beyond int64 nanoseconds", 1},
+      {"cpu_op record: name is not a string", 1},
+      {"a record whose cat is not a string", 1},
+      {"a record whose ph is not a string", 1},
+      {"cuda_sync record: no thread and no correlation with a runtime call", 1},
+      {"cuda_sync record: args.stream is not a stream id", 1},
+      {"cuda_sync record: no thread (its track is not a thread, and no runtime call has its correlation)", 1},
+  };
+  EXPECT_EQ(t.skipped, expected);
+}
+
+// The first report: Kineto's Event Sync records carry "stream": -1, and the whole file was refused.
+TEST(TraceIo, kineto_event_sync_with_stream_minus_one_is_read) {
+  const timeline t = parse_trace(
+      R"({"traceEvents":[{"ph":"X","cat":"cuda_sync","name":"Event Sync","pid":0,"tid":7,"ts":1,"dur":2,)"
+      R"("args":{"device":0,"stream":-1,"correlation":0}},)"
+      R"({"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2,"args":{"stream":7}}]})",
+      "sync.json");
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_TRUE(t.skipped.empty());
+}
+
+// A "ferry" object after traceEvents: the events are read (again) as ferry's, whose odd fields refuse.
+TEST(TraceIo, a_ferry_object_after_the_events_reads_them_as_ferry_events) {
+  const timeline t = parse_trace(
+      R"({"traceEvents":[{"ph":"X","name":"r","ts":1,"dur":2,"args":{"kind":"range","thread":5}}],)"
+      R"("ferry":{"format":1,"source":"late header"}})",
+      "late.json");
+  EXPECT_EQ(t.source, "late header");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].kind, activity::range);
+  EXPECT_EQ(t.events[0].thread, 5u);
+  expect_contains(parse_error(R"({"traceEvents":[{"ph":"X","ts":"1","dur":1}],"ferry":{}})"),
+                  {"traceEvents[0].ts", "expected a number of microseconds"});
+}
+
+// PyTorch 1.8 to 1.10 named categories "Kernel", "Memcpy", "Memset", "Runtime", "Operator", "Python".
+TEST(TraceIo, older_pytorch_category_spellings_are_read) {
+  const std::string text = R"J({"schemaVersion":1,"traceEvents":[
+    {"ph":"X","cat":"Operator","name":"ProfilerStep#3","pid":10,"tid":11,"ts":0,"dur":1000},
+    {"ph":"X","cat":"Python","name":"train.py(3): loop","pid":10,"tid":11,"ts":1,"dur":900},
+    {"ph":"X","cat":"Runtime","name":"cudaMemcpyAsync","pid":10,"tid":11,"ts":10,"dur":5,"args":{"correlation":4}},
+    {"ph":"X","cat":"Runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":20,"dur":5,"args":{"correlation":5}},
+    {"ph":"X","cat":"Memcpy","name":"Memcpy HtoD (Pinned -> Device)","pid":0,"tid":"stream 7","ts":12,"dur":30,"args":{"device":0,"stream":7,"correlation":4,"bytes":1024}},
+    {"ph":"X","cat":"Kernel","name":"gemm","pid":0,"tid":"stream 7","ts":50,"dur":100,"args":{"device":0,"stream":7,"correlation":5}},
+    {"ph":"X","cat":"Memset","name":"Memset (Device)","pid":0,"tid":"stream 7","ts":160,"dur":1,"args":{"device":0,"stream":7,"bytes":8}},
+    {"ph":"X","cat":"User","name":"ProfilerStep#3","pid":0,"tid":"stream 7 user","ts":0,"dur":1000}
+  ]})J";
+  const timeline t = parse_trace(text, "old.json");
+  std::map<std::string, const event*> by_name;
+  for (const event& e : t.events) by_name[std::string(t.name_of(e))] = &e;
+  ASSERT_EQ(t.events.size(), 7u);
+  EXPECT_EQ(by_name.at("gemm")->kind, activity::kernel);
+  EXPECT_EQ(by_name.at("gemm")->stream, 7u);
+  const event& copy = *by_name.at("Memcpy HtoD (Pinned -> Device)");
+  EXPECT_EQ(copy.kind, activity::memcpy);
+  EXPECT_EQ(copy.copy, copy_kind::h2d);
+  EXPECT_TRUE(copy.async) << "launched by cudaMemcpyAsync";
+  EXPECT_EQ(by_name.at("Memset (Device)")->kind, activity::memset);
+  EXPECT_EQ(by_name.at("cudaLaunchKernel")->kind, activity::api);
+  EXPECT_EQ(by_name.at("ProfilerStep#3")->kind, activity::range);
+  EXPECT_EQ(by_name.at("ProfilerStep#3")->thread, 11u);
+  EXPECT_EQ(t.domain_of(*by_name.at("train.py(3): loop")), "pytorch.op");
+  EXPECT_TRUE(t.skipped.empty());
 }
 
 TEST(TraceIo, too_deep_nesting_is_refused) {
@@ -600,6 +724,134 @@ TEST(TraceIo, invalid_utf8_is_refused_and_never_written) {
   const timeline back = parse_trace(to_chrome_json(t), "utf8");
   ASSERT_EQ(back.events.size(), 1u);
   EXPECT_EQ(back.name_of(back.events[0]), "bad \xef\xbf\xbd\xef\xbf\xbd byte \xef\xbf\xbd\xef\xbf\xbd");
+}
+
+// --- gzip and streaming ----------------------------------------------------------------------------
+
+// `text` gzip-compressed (one member), at `level`.
+std::string gzip(std::string_view text, int level = 6) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// A trace_input over `bytes` whose reader hands out at most `piece` bytes per call.
+trace_input pieces(const std::string& bytes, std::size_t piece, std::string origin = "pieces") {
+  trace_input in;
+  in.origin = std::move(origin);
+  in.size = bytes.size();
+  in.open = [&bytes, piece] {
+    return [&bytes, piece, at = std::size_t{0}](char* buf, std::size_t capacity) mutable {
+      const std::size_t n = std::min({piece, capacity, bytes.size() - at});
+      std::copy_n(bytes.data() + at, n, buf);
+      at += n;
+      return n;
+    };
+  };
+  return in;
+}
+
+TEST(TraceIo, gzip_input_is_recognised_by_its_magic_bytes_and_reads_the_same) {
+  const std::string plain = read_file(data_dir / "kineto_naive.json");
+  const timeline expected = parse_trace(plain, "plain");
+  const std::string gz = gzip(plain);
+  ASSERT_LT(gz.size(), plain.size());
+  EXPECT_EQ(ferry::test::timeline_difference(expected, parse_trace(gz, "naive.pt.trace.json.gz")), "");
+  // By content, not by name: a .json file holding gzip, as a file.
+  temp_dir dir;
+  const fs::path p = dir.path / "misnamed.json";
+  std::ofstream(p, std::ios::binary) << gz;
+  EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(p)), "");
+  // Concatenated members (`cat a.gz b.gz`) inflate to the concatenated text.
+  const std::string half = plain.substr(0, plain.size() / 2);
+  EXPECT_EQ(ferry::test::timeline_difference(
+                expected, parse_trace(gzip(half) + gzip(plain.substr(half.size())), "two members")),
+            "");
+}
+
+TEST(TraceIo, truncated_or_corrupt_gzip_is_refused_naming_the_position) {
+  const std::string gz = gzip(to_chrome_json(sample_timeline()));
+  const std::string cut = gz.substr(0, gz.size() / 2);
+  expect_contains(parse_error(cut),
+                  {"t.json", "truncated gzip stream", std::to_string(cut.size()) + " compressed bytes"});
+  std::string corrupt = gz;
+  for (std::size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
+  expect_contains(parse_error(corrupt), {"t.json", "corrupt gzip stream near compressed byte"});
+  expect_contains(parse_error(gz + "garbage"), {"t.json", "7 bytes after the end of the gzip stream"});
+  // The inflated JSON is checked as plain JSON is, its offsets counted in the inflated stream.
+  expect_contains(parse_error(gzip(R"({"traceEvents":[}")")),
+                  {"t.json", "invalid JSON at byte 16 of the inflated stream"});
+  expect_contains(parse_error(gzip(R"({"traceEvents":[)")), {"t.json", "truncated JSON at byte 16"});
+  expect_contains(parse_error(gzip("  \n ")), {"t.json", "empty input"});
+}
+
+TEST(TraceIo, a_gzip_bomb_stops_at_max_bytes_of_inflated_text) {
+  // 64 MiB of whitespace inside traceEvents compresses to ~64 KiB; the limit applies to what inflates.
+  std::string text = R"({"traceEvents":[)";
+  text.append(std::size_t{64} << 20, ' ');
+  text += "]}";
+  const std::string gz = gzip(text, 9);
+  ASSERT_LT(gz.size(), std::size_t{1} << 20);
+  read_limits limits;
+  limits.max_bytes = std::size_t{16} << 20;
+  expect_contains(parse_error(gz, limits),
+                  {"t.json", "inflates to more than read_limits::max_bytes (16777216 bytes)"});
+  limits.max_bytes = std::size_t{128} << 20;
+  EXPECT_TRUE(parse_trace(gz, "t.json", limits).events.empty());
+}
+
+// The reader reads in chunks: whatever the pieces the input arrives in (1 byte, 7 bytes, ...), a
+// token, a number, an escape or a UTF-8 sequence split across them reads the same timeline.
+TEST(TraceIo, pieces_of_any_size_read_the_same_timeline) {
+  const std::string kineto = read_file(data_dir / "kineto_prefetch.json");
+  const std::string ferry = to_chrome_json(sample_timeline());
+  for (const std::string* text : {&kineto, &ferry}) {
+    const timeline expected = parse_trace(*text, "whole");
+    const std::string gz = gzip(*text);
+    for (const std::size_t piece : {1, 2, 3, 7, 64, 4093, 1 << 20}) {
+      EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(pieces(*text, piece))), "") << piece;
+      EXPECT_EQ(ferry::test::timeline_difference(expected, read_trace(pieces(gz, piece))), "") << piece;
+    }
+  }
+  // Errors name the same position whatever the pieces.
+  const std::string bad = R"({"traceEvents":[{"ph":"X",)" + std::string(5000, ' ') + "x]}";
+  for (const std::size_t piece : {1, 13, 1 << 20})
+    expect_contains(error_of([&] { (void)read_trace(pieces(bad, piece, "bad")); }),
+                    {"bad", "invalid JSON at byte 5026 (of 5029)"});
+}
+
+// A ferry trace whose "ferry" object follows its events is opened twice; any other input once.
+TEST(TraceIo, only_a_late_ferry_object_reads_the_input_twice) {
+  const std::string late =
+      R"({"traceEvents":[{"ph":"X","name":"r","ts":1,"dur":2,"args":{"kind":"range"}}],"ferry":{}})";
+  const std::string early = to_chrome_json(sample_timeline());
+  for (const auto& [text, opens] : {std::pair{&late, 2}, std::pair{&early, 1}}) {
+    trace_input in = pieces(*text, 5);
+    int count = 0;
+    auto open = in.open;
+    in.open = [&] {
+      ++count;
+      return open();
+    };
+    (void)read_trace(in);
+    EXPECT_EQ(count, opens);
+  }
+}
+
+TEST(TraceIo, progress_is_quiet_for_a_quick_read) {
+  std::vector<std::string> lines;
+  temp_dir dir;
+  write_chrome_trace(sample_timeline(), dir.path / "t.json");
+  (void)read_trace(dir.path / "t.json", {}, [&](const std::string& line) { lines.push_back(line); });
+  EXPECT_TRUE(lines.empty()) << "lines start after 2 s of reading";
 }
 
 // --- the fuzz corpus -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -56,17 +57,18 @@ enum class sync_kind : std::uint8_t {
 
 /// One event. Times are nanoseconds on the timeline's clock; end_ns >= start_ns (equal for instants).
 /// Names are ids into the timeline's (or recorder's) string table, so recording copies no strings.
+/// 72 bytes, wide fields first: an imported trace may hold 16 Mi of them.
 struct event {
-  activity kind = activity::kernel;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint32_t name = 0;         // string id: kernel name, API name, range text
-  std::uint32_t domain = 0;       // string id of the NVTX domain (ranges); 0 = none
-  std::int32_t device = -1;       // GPU activity: device ordinal
   std::uint64_t stream = 0;       // GPU activity (and stream waits): stream id within its device
   std::uint64_t thread = 0;       // CPU activity: the OS thread id
   std::uint64_t correlation = 0;  // links an API call with the GPU activity it launched; 0 = none
   std::uint64_t bytes = 0;        // memcpy, memset
+  std::uint32_t name = 0;         // string id: kernel name, API name, range text
+  std::uint32_t domain = 0;       // string id of the NVTX domain (ranges); 0 = none
+  std::int32_t device = -1;       // GPU activity: device ordinal
+  activity kind = activity::kernel;
   copy_kind copy = copy_kind::none;
   mem_kind src = mem_kind::unknown;
   mem_kind dst = mem_kind::unknown;
@@ -78,18 +80,26 @@ struct event {
   }
   [[nodiscard]] std::int64_t duration_ns() const noexcept { return end_ns - start_ns; }
 };
+static_assert(sizeof(event) == 72);
 
-/// Interned strings: id 0 is the empty string. Not thread-safe; the recorder guards its own.
+/// Interned strings: id 0 is the empty string. Each text is stored once (the index holds views of it).
+/// Not thread-safe; the recorder guards its own.
 class string_table {
  public:
   string_table();
+  string_table(const string_table& other);
+  string_table& operator=(const string_table& other);
+  string_table(string_table&&) noexcept = default;
+  string_table& operator=(string_table&&) noexcept = default;
+  ~string_table() = default;
   [[nodiscard]] std::uint32_t intern(std::string_view text);
   [[nodiscard]] std::string_view operator[](std::uint32_t id) const;
   [[nodiscard]] std::size_t size() const noexcept { return strings_.size(); }
 
  private:
-  std::vector<std::string> strings_;
-  std::unordered_map<std::string, std::uint32_t> ids_;
+  // A deque never moves its elements, so the views in ids_ stay valid as it grows (and when it moves).
+  std::deque<std::string> strings_;
+  std::unordered_map<std::string_view, std::uint32_t> ids_;
 };
 
 /// A recorded or imported timeline.
@@ -107,7 +117,10 @@ struct timeline {
   double link_d2h_gbps = 0;
   std::map<std::uint64_t, std::string> thread_names;  // OS thread id -> name ("main", "egress sink 0")
   std::map<std::uint64_t, std::string> stream_names;  // stream id -> name ("compute", "egress copy")
-  std::map<std::string, std::string> metadata;        // free-form: bench level, command line, ...
+  // OS thread id -> its process id, where the source says (a profiler's pid): the analyzer takes the
+  // thread whose id is its process's id as the process's main thread when no step spans say otherwise.
+  std::map<std::uint64_t, std::uint64_t> thread_processes;
+  std::map<std::string, std::string> metadata;  // free-form: bench level, command line, ...
 
   [[nodiscard]] std::string_view name_of(const event& e) const { return strings[e.name]; }
   [[nodiscard]] std::string_view domain_of(const event& e) const { return strings[e.domain]; }

@@ -61,7 +61,7 @@ std::optional<std::string_view> raw_trace::get_string(const raw_event& e, slot s
   if (v.t == scalar::type::absent) return std::nullopt;
   if (v.t != scalar::type::string)
     fail("{}.{}: expected a string, found {}", event_label(e), slot_names[s], type_name(v.t));
-  return strings[v.s];
+  return texts[v.s];
 }
 
 std::optional<std::uint64_t> raw_trace::get_u64(const raw_event& e, slot s) const {
@@ -96,7 +96,7 @@ std::optional<std::uint64_t> raw_trace::numeric_id(const scalar& v) const {
     return v.i >= 0 ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(v.i)) : std::nullopt;
   if (v.t == scalar::type::big_unsigned) return v.u;
   if (v.t != scalar::type::string) return std::nullopt;
-  std::string_view text = strings[v.s];
+  std::string_view text = texts[v.s];
   if (text.starts_with("stream ")) text.remove_prefix(7);
   while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   std::uint64_t id = 0;

@@ -1,12 +1,12 @@
-// What the SAX pass over a Chrome trace keeps (private to ferry::trace), and what the importers read it
-// with.
+// What the SAX pass over a Chrome trace reads of each event (private to ferry::trace), and what the
+// importers read it with.
 //
-// The reader (sax_reader.cpp) reduces each complete ("X") and metadata ("M") event to the few fields ferry
-// reads as they stream by, and keeps the top-level "ferry" object and Kineto's hints. Whether the input is
-// a ferry trace is only known once the whole input has been read (the "ferry" object may stand anywhere),
-// so the conversion into a timeline comes after, in import_ferry.cpp or import_kineto.cpp. Their
-// accessors check each field's type and throw input_error naming the input, the event, the field and the
-// form expected.
+// The reader (sax_reader.cpp) reduces each event of traceEvents to the few fields ferry reads as they stream
+// by (a raw_event, reused from one event to the next) and hands each complete ("X") and metadata ("M")
+// event to an importer, which turns it into a timeline event at once: import_ferry.cpp for a trace with a
+// top-level "ferry" object, import_kineto.cpp for the rest. Their accessors check each field's type and
+// throw input_error naming the input, the event, the field and the form expected; the Kineto importer
+// catches those for one record, skips it and counts why.
 #pragma once
 
 #include <fmt/format.h>
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,8 +27,7 @@
 
 namespace ferry::trace::detail {
 
-/// One JSON scalar as the SAX pass saw it. Strings are ids into raw_trace::strings.
-/// 16 bytes: a trace holds millions of events, each buffered with its fields until the input ends.
+/// One JSON scalar as the SAX pass saw it. Strings are indices into raw_trace::texts.
 struct scalar {
   enum class type : std::uint8_t {
     absent,
@@ -45,7 +45,7 @@ struct scalar {
     std::uint64_t u;     // big_unsigned (above INT64_MAX)
     double d;            // floating
     bool b;              // boolean
-    std::uint32_t s;     // string (0 when the reader does not keep the text)
+    std::uint32_t s;     // string: index into raw_trace::texts (0, the empty text, when not kept)
   };
 };
 static_assert(sizeof(scalar) == 16);
@@ -96,7 +96,8 @@ inline constexpr std::array<std::string_view, slot_count> slot_names{"ph",      
 [[nodiscard]] std::optional<slot> event_slot(std::string_view key);
 [[nodiscard]] std::optional<slot> args_slot(std::string_view key);
 
-/// One event of traceEvents, reduced to its slots; ts and dur are checked and in nanoseconds.
+/// One event of traceEvents, reduced to its slots; ts and dur are checked and in nanoseconds, or
+/// time_problem says what is wrong with them.
 struct raw_event {
   std::size_t index = 0;  // position in traceEvents
   std::array<scalar, slot_count> f;
@@ -104,6 +105,7 @@ struct raw_event {
   bool has_dur = false;
   std::int64_t ts_ns = 0;
   std::int64_t dur_ns = 0;
+  std::string time_problem;  // why ts or dur cannot be used (empty when they can)
 };
 
 /// The top-level "ferry" object of a ferry trace.
@@ -118,17 +120,25 @@ struct ferry_header {
   std::map<std::uint64_t, std::string> stream_names;
 };
 
-/// The whole input as the SAX pass left it, with the typed accessors the importers read it by.
+/// What the SAX pass keeps besides the events, with the typed accessors the importers read events by.
 struct raw_trace {
-  explicit raw_trace(std::string_view origin_name) : origin(origin_name) {}
+  explicit raw_trace(std::string_view origin_name) : origin(origin_name) { texts.emplace_back(); }
 
   std::string origin;              // names the input in errors
-  string_table strings;            // texts of the strings kept (scalar::s)
-  std::vector<raw_event> events;   // the "X" and "M" events, in input order
+  std::vector<std::string> texts;  // texts of the strings of the current event (scalar::s); [0] is ""
+  std::size_t text_count = 1;      // texts in use
   bool is_ferry = false;           // the input has a top-level "ferry" object
   bool kineto = false;             // the input has Kineto's top-level fields
   ferry_header ferry;              // read when is_ferry
   std::string kineto_device_name;  // deviceProperties[0].name
+
+  /// Keeps `text` for the current event; returns its index.
+  std::uint32_t keep_text(std::string_view text) {
+    if (text_count == texts.size()) texts.emplace_back();
+    texts[text_count].assign(text.data(), text.size());
+    return static_cast<std::uint32_t>(text_count++);
+  }
+  [[nodiscard]] std::string_view text(const scalar& v) const { return texts[v.s]; }
 
   /// Throws input_error: "<origin>: <message>".
   template <class... Args>
@@ -163,9 +173,78 @@ struct raw_trace {
   }
 };
 
-/// The timeline of a ferry trace (raw.is_ferry); takes raw.ferry's fields. Unsorted.
-[[nodiscard]] timeline import_ferry(raw_trace& raw);
-/// The timeline of a PyTorch profiler (Kineto) trace, or of another Chrome trace. Unsorted.
-[[nodiscard]] timeline import_kineto(raw_trace& raw);
+/// Events as they are imported, in chunks, so that no reallocation ever holds two copies of them all.
+class event_buffer {
+ public:
+  void push_back(const event& e) {
+    if (chunks_.empty() || chunks_.back().size() == chunk_events) {
+      chunks_.emplace_back();
+      chunks_.back().reserve(chunk_events);
+    }
+    chunks_.back().push_back(e);
+    ++size_;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// Every event, in order, in one vector of exactly their number; empties the buffer chunk by chunk.
+  [[nodiscard]] std::vector<event> take() {
+    std::vector<event> out;
+    out.reserve(size_);
+    for (auto& c : chunks_) {
+      out.insert(out.end(), c.begin(), c.end());
+      std::vector<event>().swap(c);
+    }
+    chunks_.clear();
+    size_ = 0;
+    return out;
+  }
+
+ private:
+  static constexpr std::size_t chunk_events = std::size_t{1} << 16;
+  std::vector<std::vector<event>> chunks_;
+  std::size_t size_ = 0;
+};
+
+/// Turns the events of a ferry trace into timeline events; every odd field refuses the file (ferry wrote
+/// it, so the file is damaged).
+class ferry_importer {
+ public:
+  explicit ferry_importer(timeline& t) : t_(t) {}
+  /// A complete ("X") event, its times checked.
+  void add(const raw_trace& raw, const raw_event& r, event_buffer& out);
+  /// Takes raw.ferry's header fields into the timeline.
+  void finish(raw_trace& raw);
+
+ private:
+  timeline& t_;
+};
+
+/// Turns the events of a PyTorch profiler (Kineto) trace, or of another Chrome trace, into timeline
+/// events. A record with an odd field is skipped and counted in timeline::skipped by reason.
+class kineto_importer {
+ public:
+  explicit kineto_importer(timeline& t);
+  /// A complete ("X") event; its times may have a time_problem.
+  void add(const raw_trace& raw, const raw_event& r, event_buffer& out);
+  /// A metadata ("M") event: track names and GPU process labels.
+  void add_metadata(const raw_trace& raw, const raw_event& r);
+  /// Counts one record skipped for `reason`.
+  void skip(const std::string& reason) { ++t_.skipped[reason]; }
+  /// Completes the timeline once every event is in t.events (moved there from the buffer): names the
+  /// tracks, resolves what needs the runtime call behind a correlation id (a copy's asynchrony, the
+  /// thread a CUPTI sync record waited on).
+  void finish(raw_trace& raw);
+
+ private:
+  timeline& t_;
+  std::uint32_t pytorch_;
+  std::uint32_t pytorch_op_;
+  std::set<std::int64_t> gpu_pids_;
+  std::map<std::pair<std::int64_t, std::uint64_t>, std::string> track_names_;  // (pid, tid) -> name
+  std::vector<std::size_t> copies_;    // memcpy events whose launching call decides `async`
+  std::vector<std::size_t> syncs_;     // sync events whose thread is the launching call's
+  std::vector<bool> sync_has_thread_;  // per syncs_: the record's own track gave a thread
+  // Runtime calls on tracks without a numeric thread: (correlation, name id), for copies' asynchrony.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> trackless_calls_;
+};
 
 }  // namespace ferry::trace::detail

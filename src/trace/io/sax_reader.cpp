@@ -1,17 +1,26 @@
-// The Chrome trace reader's first pass: a SAX handler over nlohmann's iterative parser, so no DOM of the
-// whole file is built and nesting cannot overflow the stack. It enforces read_limits, reports malformed
-// input by position and field, and keeps what raw_trace.hpp describes; import_ferry.cpp and
-// import_kineto.cpp then build the timeline.
+// The Chrome trace reader: a SAX handler over nlohmann's iterative parser fed by a byte_stream, so neither
+// the text nor a DOM of it is ever held whole and nesting cannot overflow the stack. It enforces
+// read_limits, reports malformed input by position and field, and hands each event to an importer as soon
+// as its closing brace is read (raw_trace.hpp).
+//
+// Whether the input is a ferry trace is known from its top-level "ferry" object, which ferry writes before
+// traceEvents. Events read before a "ferry" object are read as Kineto's; if one then appears, the input is
+// read a second time as ferry's (trace_input::open is called again).
 #include "ferry/trace/trace_io.hpp"
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "byte_stream.hpp"
 #include "chrome_format.hpp"
 #include "ferry/core/error.hpp"
 #include "raw_trace.hpp"
@@ -56,7 +66,8 @@ struct frame {
 
 class sax_reader {
  public:
-  sax_reader(std::string_view origin, const read_limits& limits) : raw_(origin), limits_(limits) {}
+  sax_reader(std::string_view origin, const read_limits& limits, byte_stream& in, bool ferry_pass)
+      : raw_(origin), limits_(limits), in_(in), ferry_pass_(ferry_pass) {}
 
   template <class... Args>
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
@@ -101,14 +112,26 @@ class sax_reader {
   bool string(json::string_t& s) {
     scalar v;
     v.t = scalar::type::string;
-    v.s = keeps_text() ? raw_.strings.intern(s) : 0;
+    if (keeps_text()) {
+      // Texts outside an event are used at once: only an event's are kept until it closes.
+      if (!in_event()) raw_.text_count = 1;
+      v.s = raw_.keep_text(s);
+    } else {
+      v.s = 0;
+    }
     return value(v, {});
   }
   bool binary(json::binary_t& /*unused*/) { fail("binary values are not JSON"); }
   bool start_object(std::size_t /*unused*/) { return open(false); }
   bool start_array(std::size_t /*unused*/) { return open(true); }
   bool key(json::string_t& k) {
-    stack_.back().key = k;
+    frame& top = stack_.back();
+    top.key = k;
+    if (top.c == ctx::root && k == "ferry" && mode_ == mode::kineto) {
+      // Events were read as Kineto's: stop, and read the input again as a ferry trace.
+      needs_ferry_pass_ = true;
+      return false;
+    }
     return true;
   }
   bool end_object() { return close(); }
@@ -123,14 +146,25 @@ class sax_reader {
     if (what.size() > 300) what = what.substr(0, 300);
     // nlohmann counts the characters read, the offending one included: its offset is one less. Running
     // out of input reads one past the end.
-    const std::size_t offset = std::min(position == 0 ? 0 : position - 1, text_size_);
-    fail("{} at byte {} (of {}): {}; expected a complete JSON document (Chrome trace format)",
-         offset >= text_size_ ? "truncated JSON" : "invalid JSON", offset, text_size_, what);
+    const bool ended = in_.ended();
+    const std::uint64_t total = in_.known_size() != 0 ? in_.known_size() : ended ? in_.delivered() : 0;
+    if (ended && !anything_read_ && stack_.empty() &&
+        std::string_view(ex.what()).find("unexpected end of input") != std::string_view::npos)
+      fail("empty input: expected a Chrome trace JSON object with traceEvents");
+    std::uint64_t offset = position == 0 ? 0 : position - 1;
+    if (total != 0) offset = std::min<std::uint64_t>(offset, total);
+    const bool truncated = ended && offset >= in_.delivered();
+    const std::string of = total != 0 && !in_.gzip() ? fmt::format(" (of {})", total)
+                           : in_.gzip()              ? std::string(" of the inflated stream")
+                                                     : std::string();
+    fail("{} at byte {}{}: {}; expected a complete JSON document (Chrome trace format)",
+         truncated ? "truncated JSON" : "invalid JSON", offset, of, what);
   }
 
   // Results ---------------------------------------------------------------------------------------
-  void set_text_size(std::size_t n) { text_size_ = n; }
-  timeline finish();
+  /// The timeline, sorted; or nullopt when the input must be read again as a ferry trace.
+  std::optional<timeline> finish();
+  [[nodiscard]] bool needs_ferry_pass() const { return needs_ferry_pass_; }
 
  private:
   // Where the reader is, as "traceEvents[3].args.x"; `next` is appended (the child about to open).
@@ -146,6 +180,10 @@ class sax_reader {
     return p.empty() ? "the top level" : p;
   }
   [[nodiscard]] std::string event_label(const raw_event& e) const { return raw_.event_label(e); }
+
+  [[nodiscard]] bool in_event() const {
+    return !stack_.empty() && (stack_.back().c == ctx::event || stack_.back().c == ctx::args);
+  }
 
   // Whether a string arriving now is one ferry reads (the rest are not even copied).
   [[nodiscard]] bool keeps_text() const {
@@ -170,16 +208,19 @@ class sax_reader {
   }
 
   bool open(bool array) {
+    anything_read_ = true;
     if (stack_.size() + 1 > limits_.max_depth)
       fail("JSON nested deeper than {} levels (read_limits::max_depth) at {}", limits_.max_depth,
            stack_.empty() ? std::string("the top level") : path(child_label()));
     frame f;
     f.array = array;
     if (stack_.empty()) {
-      if (array)
+      if (array) {
         f.c = ctx::events;  // the JSON Array Format: a bare list of events
-      else
+        start_events();
+      } else {
         f.c = ctx::root;
+      }
       seen_events_ = array;
       stack_.push_back(std::move(f));
       return true;
@@ -211,6 +252,7 @@ class sax_reader {
         if (k == "traceEvents") {
           if (!array) fail("traceEvents: expected an array of events, found an object");
           seen_events_ = true;
+          start_events();
           return ctx::events;
         }
         if (k == "ferry") {
@@ -230,9 +272,12 @@ class sax_reader {
       case ctx::event:
         if (k == "args" && !array) return ctx::args;
         if (const auto s = event_slot(k)) current_.f[*s].t = scalar::type::container;
-        if (k == "ts" || k == "dur")
-          fail("{}.{}: expected a number of microseconds, found an {}", event_label(current_), k,
-               array ? "array" : "object");
+        if (k == "ts" || k == "dur") {
+          if (mode_ == mode::ferry)
+            fail("{}.{}: expected a number of microseconds, found an {}", event_label(current_), k,
+                 array ? "array" : "object");
+          current_.time_problem = fmt::format("{} is not a number", k);
+        }
         return ctx::skip;
       case ctx::args:
         if (const auto s = args_slot(k)) current_.f[*s].t = scalar::type::container;
@@ -262,39 +307,71 @@ class sax_reader {
 
   [[nodiscard]] std::string_view events_label() const { return "traceEvents"; }
 
+  // traceEvents opens: the importer is chosen by what the top level said so far.
+  void start_events() {
+    if (mode_ != mode::undecided) return;
+    if (ferry_pass_ || raw_.is_ferry) {
+      mode_ = mode::ferry;
+      ferry_.emplace(t_);
+    } else {
+      mode_ = mode::kineto;
+      kineto_.emplace(t_);
+    }
+  }
+
   void begin_event(std::size_t index) {
     ++event_count_;
     if (event_count_ > limits_.max_events)
       fail("more than {} trace events (read_limits::max_events): traceEvents[{}] is one too many",
            limits_.max_events, index);
-    current_ = raw_event{};
+    if ((event_count_ & 0xffff) == 0) in_.set_events(event_count_);
     current_.index = index;
+    current_.f.fill(scalar{});
+    current_.has_ts = current_.has_dur = false;
+    current_.ts_ns = current_.dur_ns = 0;
+    current_.time_problem.clear();
+    raw_.text_count = 1;
   }
 
   void finish_event() {
     // Only complete events ("X") and metadata ("M") carry anything ferry reads; flows, instants and
     // counters are dropped here so they cost no memory.
     const scalar& ph = current_.f[s_ph];
+    const bool ferry = mode_ == mode::ferry;
     if (ph.t != scalar::type::string) {
-      if (ph.t != scalar::type::absent)
-        fail("{}.ph: expected a string, found {}", event_label(current_), type_name(ph.t));
+      if (ph.t != scalar::type::absent) {
+        if (ferry) fail("{}.ph: expected a string, found {}", event_label(current_), type_name(ph.t));
+        kineto_->skip("a record whose ph is not a string");
+      }
       return;
     }
-    const std::string_view p = raw_.strings[ph.s];
+    const std::string_view p = raw_.text(ph);
     if (p == "X") {
-      if (!current_.has_ts) fail("{}: complete event (ph \"X\") has no ts", event_label(current_));
-      if (!current_.has_dur) fail("{}: complete event (ph \"X\") has no dur", event_label(current_));
+      if (!current_.has_ts && current_.time_problem.empty()) {
+        if (ferry) fail("{}: complete event (ph \"X\") has no ts", event_label(current_));
+        current_.time_problem = "no ts";
+      }
+      if (!current_.has_dur && current_.time_problem.empty()) {
+        if (ferry) fail("{}: complete event (ph \"X\") has no dur", event_label(current_));
+        current_.time_problem = "no dur";
+      }
       std::int64_t end = 0;
-      if (__builtin_add_overflow(current_.ts_ns, current_.dur_ns, &end))
-        fail("{}: ts + dur is beyond int64 nanoseconds", event_label(current_));
-      raw_.events.push_back(current_);
-    } else if (p == "M") {
-      raw_.events.push_back(current_);
+      if (current_.time_problem.empty() && __builtin_add_overflow(current_.ts_ns, current_.dur_ns, &end)) {
+        if (ferry) fail("{}: ts + dur is beyond int64 nanoseconds", event_label(current_));
+        current_.time_problem = "ts + dur is beyond int64 nanoseconds";
+      }
+      if (ferry)
+        ferry_->add(raw_, current_, events_);
+      else
+        kineto_->add(raw_, current_, events_);
+    } else if (p == "M" && !ferry) {
+      kineto_->add_metadata(raw_, current_);
     }
   }
 
   // A scalar arrived (number text is set for floats).
   bool value(const scalar& v, std::string_view number_text) {
+    anything_read_ = true;
     if (stack_.empty()) fail("the top level is {}: expected a JSON object with traceEvents", type_name(v.t));
     frame& top = stack_.back();
     const std::string_view k = top.key;
@@ -335,8 +412,7 @@ class sax_reader {
       }
       case ctx::device_props: break;
       case ctx::device_prop0:
-        if (k == "name" && v.t == scalar::type::string)
-          raw_.kineto_device_name = std::string(raw_.strings[v.s]);
+        if (k == "name" && v.t == scalar::type::string) raw_.kineto_device_name = std::string(raw_.text(v));
         break;
       case ctx::skip: break;
     }
@@ -346,7 +422,7 @@ class sax_reader {
 
   std::string_view expect_string(const scalar& v, const std::string& field) {
     if (v.t != scalar::type::string) fail("{}: expected a string, found {}", field, type_name(v.t));
-    return raw_.strings[v.s];
+    return raw_.text(v);
   }
 
   void ferry_field(std::string_view k, const scalar& v) {
@@ -382,8 +458,11 @@ class sax_reader {
     }
   }
 
+  // A ts or dur: refused in a ferry trace, noted in current_.time_problem (the record is then skipped) in
+  // another.
   void time_field(std::string_view k, const scalar& v, std::string_view number_text) {
     auto field = [&] { return fmt::format("{}.{}", event_label(current_), k); };
+    const bool ferry = mode_ == mode::ferry;
     std::optional<std::int64_t> ns;
     switch (v.t) {
       case scalar::type::integer:
@@ -391,7 +470,14 @@ class sax_reader {
         break;
       case scalar::type::big_unsigned: break;
       case scalar::type::floating: ns = us_text_to_ns(number_text, v.d); break;
-      default: fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
+      default:
+        if (ferry) fail("{}: expected a number of microseconds, found {}", field(), type_name(v.t));
+        current_.time_problem = fmt::format("{} is not a number", k);
+        return;
+    }
+    if (!ns && !ferry) {
+      current_.time_problem = fmt::format("{} is out of range (int64 nanoseconds)", k);
+      return;
     }
     if (!ns) {
       const std::string shown = v.t == scalar::type::floating  ? std::string(number_text.substr(0, 40))
@@ -404,47 +490,117 @@ class sax_reader {
       current_.has_ts = true;
       current_.ts_ns = *ns;
     } else {
-      if (*ns < 0)
+      if (*ns < 0) {
+        if (!ferry) {
+          current_.time_problem = "negative dur";
+          return;
+        }
         fail("{} = {} us is negative: expected a duration >= 0", field(), static_cast<double>(*ns) / 1000.0);
+      }
       current_.has_dur = true;
       current_.dur_ns = *ns;
     }
   }
 
+  enum class mode : std::uint8_t { undecided, ferry, kineto };
+
   raw_trace raw_;
   read_limits limits_;
-  std::size_t text_size_ = 0;
+  byte_stream& in_;
+  const bool ferry_pass_;  // read the events as ferry's whatever comes first
+  mode mode_ = mode::undecided;
+  bool needs_ferry_pass_ = false;
+  bool anything_read_ = false;
   std::vector<frame> stack_;
   raw_event current_;
   std::uint64_t event_count_ = 0;
   bool seen_events_ = false;
+  timeline t_;
+  event_buffer events_;
+  std::optional<ferry_importer> ferry_;
+  std::optional<kineto_importer> kineto_;
 };
 
-timeline sax_reader::finish() {
+std::optional<timeline> sax_reader::finish() {
+  if (needs_ferry_pass_ || (raw_.is_ferry && mode_ == mode::kineto)) return std::nullopt;
   if (!seen_events_)
     fail("no traceEvents array: expected a Chrome trace (a ferry or PyTorch profiler trace)");
-  timeline t = raw_.is_ferry ? import_ferry(raw_) : import_kineto(raw_);
-  t.sort();
-  return t;
+  t_.events = events_.take();
+  if (ferry_)
+    ferry_->finish(raw_);
+  else
+    kineto_->finish(raw_);
+  t_.sort();
+  return std::move(t_);
 }
+
+// One reading of the input; nullopt when it must be read again as a ferry trace.
+std::optional<timeline> read_once(const trace_input& in, const read_limits& limits,
+                                  const progress_fn& progress, bool ferry_pass) {
+  byte_stream bytes(in, limits, progress);
+  sax_reader r(in.origin, limits, bytes, ferry_pass);
+  const bool complete = nlohmann::json::sax_parse(byte_iterator(&bytes), byte_iterator(), &r);
+  if (!complete && !r.needs_ferry_pass())
+    throw input_error(fmt::format("{}: the JSON parser stopped early", in.origin));
+  return r.finish();
+}
+
+// Reads a file with read(2), retrying interrupted calls.
+class file_reader {
+ public:
+  explicit file_reader(const std::filesystem::path& path) : path_(path.string()) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0)
+      throw input_error(fmt::format("{}: cannot open for reading: {}", path_, std::strerror(errno)));
+  }
+  file_reader(const file_reader&) = delete;
+  file_reader& operator=(const file_reader&) = delete;
+  ~file_reader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::size_t read(char* buf, std::size_t capacity) {
+    while (true) {
+      const ssize_t n = ::read(fd_, buf, capacity);
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno != EINTR) throw input_error(fmt::format("{}: read failed: {}", path_, std::strerror(errno)));
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 }  // namespace
 }  // namespace detail
 
-timeline parse_trace(std::string_view text, std::string_view origin, const read_limits& limits) {
-  if (text.size() > limits.max_bytes)
-    throw input_error(fmt::format("{}: {} bytes is more than read_limits::max_bytes ({} bytes)", origin,
-                                  text.size(), limits.max_bytes));
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    throw input_error(
-        fmt::format("{}: empty input: expected a Chrome trace JSON object with traceEvents", origin));
-  detail::sax_reader r(origin, limits);
-  r.set_text_size(text.size());
-  nlohmann::json::sax_parse(text.data(), text.data() + text.size(), &r);
-  return r.finish();
+timeline read_trace(const trace_input& in, const read_limits& limits, const progress_fn& progress) {
+  if (in.size > limits.max_bytes)
+    throw input_error(fmt::format("{}: {} bytes is more than read_limits::max_bytes ({} bytes)", in.origin,
+                                  in.size, limits.max_bytes));
+  if (auto t = detail::read_once(in, limits, progress, false)) return std::move(*t);
+  auto t = detail::read_once(in, limits, progress, true);
+  if (!t) throw input_error(fmt::format("{}: the \"ferry\" object could not be read", in.origin));
+  return std::move(*t);
 }
 
-timeline read_trace(const std::filesystem::path& path, const read_limits& limits) {
+timeline parse_trace(std::string_view text, std::string_view origin, const read_limits& limits) {
+  trace_input in;
+  in.origin = origin;
+  in.size = text.size();
+  in.open = [text] {
+    return [text, at = std::size_t{0}](char* buf, std::size_t capacity) mutable {
+      const std::size_t n = std::min(capacity, text.size() - at);
+      std::copy_n(text.data() + at, n, buf);
+      at += n;
+      return n;
+    };
+  };
+  return read_trace(in, limits);
+}
+
+timeline read_trace(const std::filesystem::path& path, const read_limits& limits,
+                    const progress_fn& progress) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status))
@@ -453,18 +609,15 @@ timeline read_trace(const std::filesystem::path& path, const read_limits& limits
     throw input_error(fmt::format("{}: cannot read: not a regular file", path.string()));
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) throw input_error(fmt::format("{}: cannot read its size: {}", path.string(), ec.message()));
-  if (size > limits.max_bytes)
-    throw input_error(fmt::format("{}: {} bytes is more than read_limits::max_bytes ({} bytes)",
-                                  path.string(), size, limits.max_bytes));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw input_error(fmt::format("{}: cannot open for reading", path.string()));
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  if (static_cast<std::uintmax_t>(in.gcount()) != size)
-    throw input_error(
-        fmt::format("{}: read {} of {} bytes (did the file shrink?)", path.string(), in.gcount(), size));
-  // A file that grew while being read is read up to its size then: still within the limit.
-  return parse_trace(text, path.string(), limits);
+  trace_input in;
+  in.origin = path.string();
+  in.size = size;
+  in.open = [path] {
+    auto file = std::make_shared<detail::file_reader>(path);
+    return [file](char* buf, std::size_t capacity) { return file->read(buf, capacity); };
+  };
+  // A file that grows while it is read is read to its end: the byte_stream keeps max_bytes.
+  return read_trace(in, limits, progress);
 }
 
 }  // namespace ferry::trace
