@@ -31,6 +31,7 @@ LAYERS: dict[str, set[str]] = {
     "ingest": {"device"},
     "egress": {"device"},
     "bench": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
+    "c": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
 }
 # Targets that must build without the CUDA toolkit (DESIGN.md: host-only layers).
 HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path data_dir = FERRY_REAL_TRACES_DIR;
+// FERRY_REAL_TRACES_DIR in the environment points the test at another fixture set with its own manifest.
+const fs::path data_dir = [] {
+  const char* dir = std::getenv("FERRY_REAL_TRACES_DIR");
+  return fs::path(dir != nullptr && *dir != '\0' ? dir : FERRY_REAL_TRACES_DIR);
+}();
 
 struct entry {
   std::string file;
@@ -171,6 +176,24 @@ TEST(real_traces, manifest_lists_every_trace_with_its_origin_and_expectation) {
     if (trace && name != "manifest.json") {
       EXPECT_TRUE(listed.contains(name)) << name << " is not in manifest.json";
     }
+  }
+}
+
+TEST(real_traces, the_readme_lists_every_trace_with_its_expected_rule) {
+  std::ifstream in(data_dir / "README.md");
+  ASSERT_TRUE(in) << data_dir / "README.md"
+                  << " is missing";
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (const entry& e : load_manifest()) {
+    const json expect = e.spec.value("expect", json::object());
+    const std::string rule = field_or(expect, "rule");
+    const std::string wanted = rule.empty() ? field_or(expect, "error_contains") : "`" + rule + "`";
+    const std::string file = "`" + e.file + "`";
+    const bool listed = std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.starts_with("| " + file) && l.find(wanted) != std::string::npos;
+    });
+    EXPECT_TRUE(listed) << "README.md has no table row for " << e.file << " naming " << wanted;
   }
 }
 

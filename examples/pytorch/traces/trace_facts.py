@@ -4,7 +4,7 @@
     python3 examples/pytorch/traces/trace_facts.py TRACE.json[.gz] [...]
 
 Prints, per trace: the PyTorch/Kineto format (old category spellings or new), the threads, the
-ProfilerStep# spans, and per step the GPU time split into kernels, copies (by kind), memsets and idle,
+ProfilerStep# spans, and per step (its window on the GPU, from the first GPU work the step launched) the GPU time split into kernels, copies (by kind), memsets and idle,
 how much copy time overlapped kernels, the traced time after the last GPU activity, and the CPU
 annotations (user ranges and top-level ops of the step-holding thread) that covered the most GPU idle
 time. This is the cross-check behind each expectation in tests/data/real_traces/manifest.json: ferry's
@@ -123,6 +123,28 @@ def copy_kind(ev):
     return "other"
 
 
+def gpu_windows(ev, gpu, steps):
+    """Each step's window on the GPU: from the first GPU work launched inside its span to the first of the
+    next step's (the last step ends with its last GPU work), so a CPU that runs ahead does not blur the
+    steps. Launches are matched to GPU records by their correlation id."""
+    by_corr = collections.defaultdict(list)
+    for g in gpu:
+        c = g.get("args", {}).get("correlation")
+        if c is not None:
+            by_corr[c].append(g)
+    calls = sorted((e["ts"], e.get("args", {}).get("correlation")) for e in ev
+                   if e.get("ph") == "X" and e.get("cat") in RUNTIME and "ts" in e)
+    times = [t for t, _ in calls]
+    spans = []
+    for s in steps:
+        lo, hi = bisect.bisect_left(times, s["ts"]), bisect.bisect_right(times, s["ts"] + s["dur"])
+        launched = [g for _, c in calls[lo:hi] for g in by_corr.get(c, ())]
+        if launched:
+            spans.append((min(g["ts"] for g in launched), max(g["ts"] + g["dur"] for g in launched), s["name"]))
+    spans.sort()
+    return [(a, spans[i + 1][0] if i + 1 < len(spans) else b, n) for i, (a, b, n) in enumerate(spans)]
+
+
 def facts(path, top=4):
     d = load(path)
     ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict)]
@@ -138,7 +160,9 @@ def facts(path, top=4):
         return
     kern = union((e["ts"], e["ts"] + e["dur"]) for e in gpu if e["cat"] in KERNEL)
     busy = union((e["ts"], e["ts"] + e["dur"]) for e in gpu)
-    steps = sorted((e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")),
+    # The CPU spans; Kineto repeats each on the GPU timeline as a gpu_user_annotation.
+    steps = sorted((e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"),
                    key=lambda e: e["ts"])
     step_tids = collections.Counter((s.get("pid"), str(s.get("tid"))) for s in steps)
     main = step_tids.most_common(1)[0][0] if step_tids else None
@@ -157,7 +181,7 @@ def facts(path, top=4):
     if sync_neg:
         print(f"  cuda_sync records with stream -1: {sync_neg}")
     print(f"  traced after the last GPU activity: {(trace_end - last_gpu) / 1e3:.2f} ms")
-    windows = [(s["ts"], s["ts"] + s["dur"], s["name"]) for s in steps] or [(first_gpu, last_gpu, "whole trace")]
+    windows = gpu_windows(ev, gpu, steps) or [(first_gpu, last_gpu, "whole trace")]
     print(f"  {'step':<18}{'wall ms':>9}{'kernel':>9}{'H2D':>8}{'D2H':>8}{'DtoD':>8}{'memset':>8}"
           f"{'idle':>8}{'idle%':>7}{'cp ovl':>8}")
     flat = innermost_segments(cpu)

@@ -65,7 +65,11 @@ struct ingest_options : ladder_options {
 [[nodiscard]] const std::vector<level_info>& ingest_levels();
 
 /// A full ladder run. Rows count checked and wrong batches; extras: worker_threads (threads making
-/// samples besides the main thread) and cpu_ms_per_step (process CPU time over the timed steps / steps).
+/// samples besides the main thread), cpu_ms_per_step (process CPU time over the timed steps / steps),
+/// cpu_ms_per_batch_made (the same CPU time / batches made in the window, comparable between levels
+/// that run different distances ahead), make_cpu_ms_per_batch (CPU time inside the sample maker),
+/// cpu_ms_per_batch.<thread role>, user/system CPU, page faults and context switches per batch, and
+/// ferry's copier_waits (prefetch_stats::copier_waits).
 struct ingest_result : ladder_result {
   ingest_options config;
 };
