@@ -125,12 +125,14 @@ void model::attribute_idle() {
         std::partition_point(idle_spans.begin(), idle_spans.end(), [&](const span& x) { return x.end <= a; });
     for (; g != idle_spans.end() && g->start < b; ++g) f(span{std::max(a, g->start), std::min(b, g->end)});
   };
-  for (const auto& [thread, evs] : per_thread) {
+  for (const auto& [th, evs] : per_thread) {
+    const std::uint64_t thread = th;  // a structured binding cannot be captured before C++20 in clang 14
     const std::vector<segment> segs = segment_thread(evs);
     for (const segment& s : segs)
       gaps_in(s.start, s.end, [&](span w) { covered[{thread, s.label}] += w.end - w.start; });
   }
-  for (const auto& [thread, ops] : top_ops) {
+  for (const auto& [th, ops] : top_ops) {
+    const std::uint64_t thread = th;
     std::vector<span> other;
     if (auto it = per_thread.find(thread); it != per_thread.end())
       for (const segment& s : segment_thread(it->second)) other.push_back({s.start, s.end});

@@ -217,7 +217,7 @@ TEST(ReportHtml, NamesTheMainThreadsRuleAndTheIdleNoActivityCovers) {
   const auto u = html.find("id=\"uncovered\"");
   ASSERT_NE(u, std::string::npos);
   EXPECT_NE(html.find("just before: cudaMemcpyAsync", u), std::string::npos);
-  EXPECT_NE(html.find("25%", u), std::string::npos);
+  EXPECT_NE(html.find("25.0%", u), std::string::npos);
 }
 
 TEST(ReportHtml, OneBarPerStepPlusTheMean) {

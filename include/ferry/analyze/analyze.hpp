@@ -98,15 +98,15 @@ struct uncovered_idle {
 ///                         at the end of a run, not lost per step: cost 0, listed last)
 struct finding {
   std::string rule;
-  std::string title;            // one line: what is wrong
-  std::string evidence;         // times, counts, bytes
-  std::string fix;              // what to change, naming the ferry component or ladder level
-  double cost_ms_per_step = 0;  // estimated GPU time lost per step; findings are sorted by it
+  std::string title;                      // one line: what is wrong
+  std::string evidence;                   // times, counts, bytes
+  std::string fix;                        // what to change, naming the ferry component or ladder level
+  double cost_ms_per_step = 0;            // estimated GPU time lost per step; findings are sorted by it
+  std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
   /// gpu_idle: the kind of the activity it names as the cause (idle_attribution::work), "" when none. A
   /// gpu_idle whose cause a more specific finding explains (a copy: sync_copy, pageable_async_copy; a
   /// wait on host work: host_bound) gives way to that finding when it costs 5% of the step.
-  std::string cause;
-  std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
+  std::string cause = {};
 };
 
 struct analysis {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,11 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     f.numbers["attributed_ms_per_step"] = m.per_step(top->idle_ms);
     f.numbers["attributed_fraction"] = top->fraction_of_idle;
     const work_class cause = classify_work(top->activity, top->blocking);
-    f.cause = std::string(to_string(cause));
+    // Another real cause on the main thread keeps this finding: it names work the other finding does not.
+    const bool sole = std::none_of(s.idle.begin(), s.idle.end(), [&](const idle_attribution& a) {
+      return a.main_thread && &a != top && a.fraction_of_idle >= cause_share;
+    });
+    if (sole) f.cause = std::string(to_string(cause));
     f.fix = idle_advice(cause, top->activity);
   } else if (uncovered) {
     f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record",
