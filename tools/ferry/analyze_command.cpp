@@ -2,6 +2,8 @@
 // trace and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -30,7 +32,11 @@ struct analyze_flags {
 int run_analyze(const analyze_flags& f) {
   trace::read_limits limits;
   if (!f.max_bytes.empty()) limits.max_bytes = parse_bytes(f.max_bytes);
-  const trace::timeline t = trace::read_trace(f.file, limits);
+  // Progress lines (bytes read, events) for a long read, to a person watching: only on a terminal.
+  progress_fn progress;
+  if (::isatty(STDERR_FILENO) == 1)
+    progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  const trace::timeline t = trace::read_trace(f.file, limits, progress);
   trace::analyze_options opts;
   opts.step_prefix = f.step_prefix;
   opts.idle_threshold = f.idle_threshold;
