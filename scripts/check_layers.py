@@ -31,6 +31,7 @@ LAYERS: dict[str, set[str]] = {
     "ingest": {"device"},
     "egress": {"device"},
     "bench": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
+    "c": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
 }
 # Targets that must build without the CUDA toolkit (DESIGN.md: host-only layers).
 HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}
@@ -39,7 +40,7 @@ TOP = {"tools", "examples"}
 # Test folders that are not named after a target, and the target they test.
 # tests/device runs its conformance suite on every backend, so it is checked as the cuda target's.
 TEST_FOLDERS = {"support": "cuda", "fuzz": "trace", "layers": None, "compile_fail": "device",
-                "device": "cuda"}
+                "device": "cuda", "real_traces": "analyze"}
 
 CUDA_HEADER = re.compile(r"^(cuda[_a-z0-9]*|cupti[_a-z0-9]*|nvml|nccl|cublas[_a-zA-Z0-9]*|"
                          r"cuda/.*|nvrtc|cufile)\.h(pp)?$|^ferry/cuda/detail/")

@@ -59,7 +59,9 @@ if [ $rebuild -eq 1 ]; then
   mv "$binary.tmp" "$binary"
 fi
 
-args=(-max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+# -timeout: one input taking this long counts as a hang. Parsing 64 KiB takes milliseconds; the bound is
+# generous so that a busy machine (or a stalled process) is never reported as a hang.
+args=(-max_len=65536 -max_total_time="$seconds" -timeout=120 -rss_limit_mb=2048 -print_final_stats=1
       -dict="$root/tests/fuzz/trace_import.dict" -artifact_prefix="$out/crashes/")
 [ "$jobs" -gt 1 ] && args+=(-fork="$jobs" -ignore_crashes=0)
 echo "fuzz: running for ${seconds}s over $seeds"

@@ -9,6 +9,9 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   zlib1g-dev                  # gzip-compressed traces (.json.gz)
   python3 python3-numpy
+  python3-pytest python3-torch                 # the Python package's tests (torch 1.13, CPU)
+  python3-setuptools python3-wheel python3-pip python3-venv  # python3 -m pip install --no-build-isolation .
+  python3-torchvision                          # the PyTorch examples' models (examples/pytorch), in tests/python
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
   clang-format clang-tidy     # scripts/lint.sh

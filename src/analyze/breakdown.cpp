@@ -8,6 +8,7 @@
 
 #include "ferry/core/error.hpp"
 #include "model.hpp"
+#include "work_class.hpp"
 
 namespace ferry::trace::detail {
 
@@ -105,19 +106,39 @@ void model::attribute_idle() {
   ns_t total_idle = 0;
   for (const span& g : idle_spans) total_idle += g.end - g.start;
   std::map<std::uint64_t, std::vector<std::size_t>> per_thread;  // cpu_ is sorted by start already
+  // A profiler's operators (PyTorch's cpu_op): only the outermost of each nest, and only where nothing
+  // else of the thread covers the idle (an annotation or a call says more than the operator around it).
+  std::map<std::uint64_t, std::vector<segment>> top_ops;
   for (std::size_t i : cpu_) {
     const event& e = t_.events[i];
-    if (e.end_ns > e.start_ns && !excluded_activity(e)) per_thread[e.thread].push_back(i);
+    if (e.end_ns <= e.start_ns) continue;
+    if (!excluded_activity(e)) {
+      per_thread[e.thread].push_back(i);
+    } else if (e.domain != 0 && t_.domain_of(e) == "pytorch.op" && !matcher_(name(e))) {
+      std::vector<segment>& ops = top_ops[e.thread];
+      if (ops.empty() || e.start_ns >= ops.back().end) ops.push_back({e.start_ns, e.end_ns, label_of(e)});
+    }
   }
   std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
+  const auto gaps_in = [&](ns_t a, ns_t b, auto&& f) {  // f(idle span) for each idle gap part inside [a, b)
+    auto g =
+        std::partition_point(idle_spans.begin(), idle_spans.end(), [&](const span& x) { return x.end <= a; });
+    for (; g != idle_spans.end() && g->start < b; ++g) f(span{std::max(a, g->start), std::min(b, g->end)});
+  };
   for (const auto& [thread, evs] : per_thread) {
     const std::vector<segment> segs = segment_thread(evs);
-    for (const span& g : idle_spans) {
-      auto it =
-          std::partition_point(segs.begin(), segs.end(), [&](const segment& s) { return s.end <= g.start; });
-      for (; it != segs.end() && it->start < g.end; ++it)
-        covered[{thread, it->label}] += std::min(g.end, it->end) - std::max(g.start, it->start);
-    }
+    for (const segment& s : segs)
+      gaps_in(s.start, s.end, [&](span w) { covered[{thread, s.label}] += w.end - w.start; });
+  }
+  for (const auto& [thread, ops] : top_ops) {
+    std::vector<span> other;
+    if (auto it = per_thread.find(thread); it != per_thread.end())
+      for (const segment& s : segment_thread(it->second)) other.push_back({s.start, s.end});
+    const interval_union others(std::move(other));
+    for (const segment& o : ops)
+      gaps_in(o.start, o.end, [&](span w) {
+        if (const ns_t n = others.gaps(w.start, w.end); n > 0) covered[{thread, o.label}] += n;
+      });
   }
   for (const auto& [key, idle] : covered) {
     idle_attribution a;
@@ -126,6 +147,7 @@ void model::attribute_idle() {
     a.activity = label_text(key.second);
     a.blocking = (key.second & blocking_bit) != 0;
     a.main_thread = main_thread_ && *main_thread_ == key.first;
+    a.work = std::string(to_string(classify_work(a.activity, a.blocking)));
     a.idle_ms = ms(idle);
     a.fraction_of_idle = total_idle > 0 ? static_cast<double>(idle) / static_cast<double>(total_idle) : 0;
     out_.idle.push_back(std::move(a));

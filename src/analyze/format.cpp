@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/analyze/analyze.hpp"
 #include "ferry/core/units.hpp"
@@ -32,6 +33,30 @@ std::string step_row(std::string_view label, const step_breakdown& b) {
       pct(b.copy_overlap), format_bytes(b.h2d_bytes), format_bytes(b.d2h_bytes));
 }
 
+// Why the main thread is the main thread, for the text report.
+std::string main_thread_reason(std::string_view rule, std::string_view step_prefix) {
+  if (rule == "step_spans") return fmt::format("it holds the '{}' step spans", step_prefix);
+  if (rule == "tid_is_pid") return "its thread id is its process id";
+  if (rule == "most_annotations") return "it issues the most annotations";
+  if (rule == "most_api_calls") return "it issues the most CUDA API calls";
+  if (rule == "autograd_only") return "the autograd engine's thread: no other thread qualifies";
+  return std::string(rule);
+}
+
+nlohmann::json neighbours_json(const std::vector<idle_neighbour>& ns) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const idle_neighbour& n : ns)
+    j.push_back({{"activity", n.activity}, {"gaps", n.gaps}, {"idle_ms", n.idle_ms}});
+  return j;
+}
+
+std::string neighbours_text(const std::vector<idle_neighbour>& ns) {
+  std::string out;
+  for (const idle_neighbour& n : ns)
+    out += fmt::format("{}'{}' {:.2f} ms", out.empty() ? "" : ", ", n.activity, n.idle_ms);
+  return out;
+}
+
 }  // namespace
 
 std::string format_text(const analysis& a) {
@@ -44,6 +69,9 @@ std::string format_text(const analysis& a) {
     out += fmt::format("steps: {} ('{}' spans{})\n", a.steps.size(), a.step_prefix,
                        a.main_thread.empty() ? "" : fmt::format(" on {}", a.main_thread));
   }
+  if (!a.main_thread.empty())
+    out += fmt::format("main thread: {} ({})\n", a.main_thread,
+                       main_thread_reason(a.main_thread_rule, a.step_prefix));
   if (a.dropped > 0)
     out +=
         fmt::format("warning: the recorder dropped {} events; the analysis may miss activity\n", a.dropped);
@@ -65,6 +93,15 @@ std::string format_text(const analysis& a) {
     out += fmt::format("  {:>9.2f} ms {:>5}  {}{}: '{}'{}\n", x.idle_ms, pct(x.fraction_of_idle), x.thread,
                        x.main_thread ? " (main)" : "", x.activity, x.blocking ? " (blocking)" : "");
   }
+  if (a.uncovered.idle_ms > 0) {
+    out += fmt::format("  {:>9.2f} ms {:>5}  {} (main): no recorded activity, in {} stretch{}\n",
+                       a.uncovered.idle_ms, pct(a.uncovered.fraction_of_idle), a.main_thread,
+                       a.uncovered.gaps, a.uncovered.gaps == 1 ? "" : "es");
+    if (!a.uncovered.before.empty())
+      out += fmt::format("               just before: {}\n", neighbours_text(a.uncovered.before));
+    if (!a.uncovered.after.empty())
+      out += fmt::format("               just after: {}\n", neighbours_text(a.uncovered.after));
+  }
   out += "\nFindings (costliest first)\n";
   for (std::size_t i = 0; i < a.findings.size(); ++i) {
     const finding& f = a.findings[i];
@@ -84,6 +121,7 @@ std::string to_json(const analysis& a) {
   j["skipped"] = a.skipped;
   j["step_prefix"] = a.step_prefix;
   j["main_thread"] = a.main_thread;
+  j["main_thread_rule"] = a.main_thread_rule;
   j["bottleneck"] = a.findings.empty() ? std::string() : a.bottleneck();
   j["mean"] = step_json(a.mean);
   j["steps"] = nlohmann::json::array();
@@ -96,7 +134,13 @@ std::string to_json(const analysis& a) {
                          {"idle_ms", x.idle_ms},
                          {"fraction_of_idle", x.fraction_of_idle},
                          {"blocking", x.blocking},
-                         {"main_thread", x.main_thread}});
+                         {"main_thread", x.main_thread},
+                         {"work", x.work}});
+  j["uncovered"] = {{"idle_ms", a.uncovered.idle_ms},
+                    {"fraction_of_idle", a.uncovered.fraction_of_idle},
+                    {"gaps", a.uncovered.gaps},
+                    {"before", neighbours_json(a.uncovered.before)},
+                    {"after", neighbours_json(a.uncovered.after)}};
   j["findings"] = nlohmann::json::array();
   for (const finding& f : a.findings)
     j["findings"].push_back({{"rule", f.rule},

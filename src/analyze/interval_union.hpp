@@ -56,6 +56,8 @@ class interval_union {
   }
 
   [[nodiscard]] bool empty() const noexcept { return spans_.empty(); }
+  /// The intervals, sorted and disjoint.
+  [[nodiscard]] const std::vector<span>& spans() const noexcept { return spans_; }
   /// Start of the first interval; the union must not be empty.
   [[nodiscard]] ns_t first() const { return spans_.front().start; }
   /// End of the last interval; the union must not be empty.

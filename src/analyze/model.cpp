@@ -60,6 +60,7 @@ model::model(const timeline& t, const analyze_options& opts) : t_(t), opts_(opts
   build_unions();
   breakdown();
   attribute_idle();
+  find_uncovered_idle();
 }
 
 void model::check_options() const {
@@ -146,11 +147,6 @@ void model::detect_steps() {
   if (!steps_.empty()) {
     place_steps_on_gpu();
     out_.step_prefix = m.prefix;
-    std::map<std::uint64_t, std::size_t> per_thread;
-    for (const step_span& s : steps_) ++per_thread[s.thread];
-    main_thread_ = std::max_element(per_thread.begin(), per_thread.end(), [](const auto& a, const auto& b) {
-                     return a.second < b.second;
-                   })->first;
   } else {
     ns_t first = std::numeric_limits<ns_t>::max(), last = std::numeric_limits<ns_t>::min();
     for (std::size_t i : gpu_) {
@@ -159,16 +155,8 @@ void model::detect_steps() {
     }
     steps_.push_back({first, std::max(last, first + 1), 0});
     whole_trace_ = true;
-    std::map<std::uint64_t, std::size_t> api_per_thread;
-    for (std::size_t i : cpu_)
-      if (t_.events[i].kind == activity::api) ++api_per_thread[t_.events[i].thread];
-    if (!api_per_thread.empty())
-      main_thread_ =
-          std::max_element(api_per_thread.begin(), api_per_thread.end(), [](const auto& a, const auto& b) {
-            return a.second < b.second;
-          })->first;
   }
-  if (main_thread_) out_.main_thread = thread_name(*main_thread_);
+  pick_main_thread();
 }
 
 // The CPU spans become windows that tile the timeline, so GPU work the CPU queued ahead (it runs after
@@ -219,6 +207,18 @@ int model::step_of(ns_t t) const {
       std::partition_point(steps_.begin(), steps_.end(), [t](const step_span& s) { return s.end <= t; });
   if (it == steps_.end() || t < it->start) return -1;
   return static_cast<int>(it - steps_.begin());
+}
+
+ns_t model::idle_during(std::vector<span> windows) const {
+  const interval_union u(std::move(windows));
+  ns_t idle = 0;
+  for (const span& w : u.spans()) {
+    auto s = std::partition_point(steps_.begin(), steps_.end(),
+                                  [&](const step_span& x) { return x.end <= w.start; });
+    for (; s != steps_.end() && s->start < w.end; ++s)
+      idle += busy().gaps(std::max(w.start, s->start), std::min(w.end, s->end));
+  }
+  return idle;
 }
 
 void model::build_unions() {

@@ -97,7 +97,7 @@ class model {
   [[nodiscard]] double per_step(double total) const { return total / step_count(); }
   /// No step spans were found: the trace is one step spanning its GPU activity.
   [[nodiscard]] bool whole_trace() const noexcept { return whole_trace_; }
-  /// The thread holding the step spans (or issuing most API calls), if any.
+  /// The thread that runs the loop (main_thread.cpp says how it is picked), if any.
   [[nodiscard]] const std::optional<std::uint64_t>& main_thread() const noexcept { return main_thread_; }
   [[nodiscard]] double mean_wall_ns() const noexcept { return mean_wall_ns_; }
 
@@ -108,6 +108,10 @@ class model {
   /// Kernel starts and ends, each sorted.
   [[nodiscard]] const std::vector<ns_t>& kernel_starts() const noexcept { return kernel_starts_; }
   [[nodiscard]] const std::vector<ns_t>& kernel_ends() const noexcept { return kernel_ends_; }
+
+  /// GPU idle inside the steps during any of `windows` (each instant counted once, however many windows
+  /// hold it): what the CPU's blocking in those windows cost the GPU.
+  [[nodiscard]] ns_t idle_during(std::vector<span> windows) const;
 
   /// The step holding time t (by start), or -1.
   [[nodiscard]] int step_of(ns_t t) const;
@@ -140,10 +144,13 @@ class model {
   void check_options() const;
   void classify();
   void detect_steps();
+  void pick_main_thread();
+  [[nodiscard]] bool autograd_thread(std::uint64_t thread) const;
   void place_steps_on_gpu();
   void build_unions();
   void breakdown();
   void attribute_idle();
+  void find_uncovered_idle();
   [[nodiscard]] std::uint64_t label_of(const event& e) const;
 
   const timeline& t_;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <string_view>
+#include <vector>
 
 namespace ferry::trace::detail {
 
@@ -13,6 +15,7 @@ namespace {
 constexpr std::array table{
     rule{"compute_bound", find_compute_bound, true},
     rule{"gpu_idle", find_gpu_idle},
+    rule{"host_bound", find_host_bound},
     rule{"sync_copy", find_sync_copy},
     rule{"pageable_async_copy", find_pageable_async_copy},
     rule{"device_sync", find_device_sync},
@@ -26,21 +29,49 @@ std::size_t rank_of(std::string_view id) {
   return static_cast<std::size_t>(it - table.begin());
 }
 
+// The rules that explain GPU idle whose cause is of a kind (finding::cause).
+struct explained_by {
+  std::string_view cause;
+  std::array<std::string_view, 2> rules;
+};
+constexpr std::array explanations{
+    explained_by{"copy", {"sync_copy", "pageable_async_copy"}},
+    explained_by{"host_wait", {"host_bound", "host_bound"}},
+};
+
+// True when `f` is a gpu_idle finding whose cause another finding of `fs` explains at a material cost.
+bool explained_elsewhere(const finding& f, const std::vector<finding>& fs, double material_ms) {
+  if (f.rule != "gpu_idle" || f.cause.empty()) return false;
+  for (const explained_by& e : explanations) {
+    if (e.cause != f.cause) continue;
+    return std::any_of(fs.begin(), fs.end(), [&](const finding& g) {
+      return (g.rule == e.rules[0] || g.rule == e.rules[1]) && g.cost_ms_per_step >= material_ms;
+    });
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<finding> find_all(const model& m) {
   std::vector<finding> fs;
   for (const rule& r : table)
     if (!r.fallback) r.find(m, fs);
+  const double material = material_fraction * m.summary().mean.wall_ms;
+  std::vector<bool> drop(fs.size());
+  for (std::size_t i = 0; i < fs.size(); ++i) drop[i] = explained_elsewhere(fs[i], fs, material);
+  std::vector<finding> kept;
+  for (std::size_t i = 0; i < fs.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(fs[i]));
+  fs = std::move(kept);
   std::stable_sort(fs.begin(), fs.end(), [](const finding& a, const finding& b) {
     if (a.cost_ms_per_step != b.cost_ms_per_step) return a.cost_ms_per_step > b.cost_ms_per_step;
     const std::size_t ra = rank_of(a.rule), rb = rank_of(b.rule);
     if (ra != rb) return ra < rb;
     return a.title < b.title;
   });
-  const double material_ms = material_fraction * m.summary().mean.wall_ms;
   const bool bound =
-      std::any_of(fs.begin(), fs.end(), [&](const finding& f) { return f.cost_ms_per_step >= material_ms; });
+      std::any_of(fs.begin(), fs.end(), [&](const finding& f) { return f.cost_ms_per_step >= material; });
   if (bound) return fs;
   std::vector<finding> leading;
   for (const rule& r : table)

@@ -15,6 +15,9 @@ namespace ferry::trace::detail {
 /// below it, compute_bound leads.
 inline constexpr double material_fraction = 0.05;
 
+/// A CPU activity is named as the cause of GPU idle only when it covers at least this share of the idle.
+inline constexpr double cause_share = 0.20;
+
 /// Appends a rule's findings to `out`.
 using rule_fn = void (*)(const model& m, std::vector<finding>& out);
 
@@ -34,7 +37,20 @@ void find_pageable_async_copy(const model& m, std::vector<finding>& out);
 void find_device_sync(const model& m, std::vector<finding>& out);
 void find_serialized_copy(const model& m, std::vector<finding>& out);
 void find_low_copy_bandwidth(const model& m, std::vector<finding>& out);
+void find_host_bound(const model& m, std::vector<finding>& out);
 void find_drain_tail(const model& m, std::vector<finding>& out);
+
+/// Named host work after the last step's GPU work: [start, end) and the activity that covered most of it
+/// (top_ns of it; 0 when none).
+struct trailing_work {
+  ns_t start = 0;
+  ns_t end = 0;
+  std::uint64_t thread = 0;
+  std::uint64_t label = 0;
+  ns_t top_ns = 0;
+  [[nodiscard]] ns_t length() const noexcept { return end - start; }
+};
+[[nodiscard]] trailing_work find_trailing_work(const model& m);
 
 /// Runs every rule of the table on `m` and returns the findings, ranked: costliest first and, on equal
 /// cost, by their rule's place in the table (the rule that names the more direct cause first), then by

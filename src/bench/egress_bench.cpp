@@ -478,7 +478,7 @@ egress_result run_egress(device& dev, const egress_options& cfg, progress_fn pro
 }
 
 pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, int outputs,
-                                      progress_fn progress, steady_clock::time_point deadline) {
+                                      progress_fn progress, start_line* together) {
   FERRY_EXPECTS(outputs >= 1, fmt::format("pure copy of {} outputs; at least 1 is needed", outputs));
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
@@ -504,9 +504,11 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, in
   static_cast<void>(pipe.submit(out, producer, 0));  // warm-up: the output is never rewritten
   pipe.flush();
   const egress::pipeline_stats before = pipe.stats();
-  const auto t0 = steady_clock::now();
+  const auto t0 = together != nullptr ? together->arrive() : steady_clock::now();
+  const auto deadline = together != nullptr ? together->deadline() : steady_clock::time_point::max();
   int submitted = 0;
-  for (; submitted < outputs && steady_clock::now() < deadline; ++submitted) {
+  // At least one output is timed, however late the set-up made this run.
+  for (; submitted < outputs && (submitted == 0 || steady_clock::now() < deadline); ++submitted) {
     static_cast<void>(pipe.submit(out, producer, static_cast<std::uint64_t>(submitted) + 1));
   }
   pipe.flush();

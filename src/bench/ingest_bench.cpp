@@ -1,11 +1,18 @@
 #include "ferry/bench/ingest_bench.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -29,6 +36,44 @@ std::chrono::nanoseconds decode_per_sample(const ingest_options& cfg) {
       cfg.make_ms_per_mib * 1e6 * static_cast<double>(cfg.image_bytes()) / (1 << 20)));
 }
 
+// CPU time of every thread of the process, summed per role: the main thread is "main", other threads by
+// their name without a trailing number ("ingest-load-3" -> "ingest-load"), unnamed ones as the process.
+// From /proc/self/task/*/schedstat (nanoseconds on the CPU); empty where /proc does not offer it. A thread
+// that ends inside a window is not counted; threads that start inside one count from 0.
+std::map<std::string, std::uint64_t> cpu_ns_by_thread_role() {
+  std::map<std::string, std::uint64_t> out;
+  const std::string self = std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream stat(task.path() / "schedstat");
+    std::ifstream comm(task.path() / "comm");
+    std::uint64_t ns = 0;
+    std::string name;
+    if (!(stat >> ns) || !std::getline(comm, name)) continue;
+    if (task.path().filename() == self) {
+      name = "main";
+    } else {
+      while (!name.empty() &&
+             (std::isdigit(static_cast<unsigned char>(name.back())) != 0 || name.back() == '-'))
+        name.pop_back();
+    }
+    out[name] += ns;
+  }
+  return out;
+}
+
+// The process's resource usage: user and system CPU seconds, minor page faults, voluntary and involuntary
+// context switches.
+std::array<double, 5> process_usage() noexcept {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return {};
+  auto secs = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return {secs(u.ru_utime), secs(u.ru_stime), static_cast<double>(u.ru_minflt),
+          static_cast<double>(u.ru_nvcsw), static_cast<double>(u.ru_nivcsw)};
+}
+
 // Sample j of batch `step` (every level makes the same samples): its image is the pattern of this seed,
 // its label the dataset index.
 std::uint64_t sample_seed(std::uint64_t step, std::size_t j, std::size_t batch) {
@@ -44,21 +89,37 @@ struct batch_layout {
   [[nodiscard]] std::uint64_t labels() const noexcept { return sizeof(std::int64_t) * batch; }
 };
 
+std::uint64_t thread_cpu_ns() noexcept {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// What making samples cost, counted alike at every level: the samples made, and the CPU time of the
+// threads that made them, spent inside make_sample (the same function at every level, ferry's included).
+struct making_counter {
+  std::atomic<std::uint64_t> samples{0};
+  std::atomic<std::uint64_t> cpu_ns{0};
+};
+
 void make_sample(std::span<std::byte> image, std::span<std::byte> label, std::uint64_t step, std::size_t j,
-                 std::size_t batch, std::chrono::nanoseconds decode) {
+                 std::size_t batch, std::chrono::nanoseconds decode, making_counter& made) {
   if (decode.count() > 0) std::this_thread::sleep_for(decode);
+  const std::uint64_t cpu0 = thread_cpu_ns();
   fill_pattern(image, sample_seed(step, j, batch));
   const std::int64_t index = static_cast<std::int64_t>(step * batch + j);
   std::memcpy(label.data(), &index, sizeof index);
+  made.cpu_ns.fetch_add(thread_cpu_ns() - cpu0, std::memory_order_relaxed);
+  made.samples.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Fills samples [from, to) of batch `step` into a contiguous images+labels buffer.
 void make_samples(std::byte* base, const batch_layout& l, std::uint64_t step, std::size_t from,
-                  std::size_t to) {
+                  std::size_t to, making_counter& made) {
   FERRY_RANGE("make samples", trace::color::yellow);
   for (std::size_t j = from; j < to; ++j) {
     make_sample({base + j * l.image_bytes, l.image_bytes}, {base + l.images() + j * 8, 8}, step, j, l.batch,
-                l.decode);
+                l.decode, made);
   }
 }
 
@@ -99,8 +160,57 @@ class workload {
     window_.compute_done(step, s);
   }
 
-  void begin_timing() { window_.begin(); }
-  void end_timing(ladder_row& row) { window_.end(row); }
+  /// Counts the samples this level makes and their CPU time (pass to make_sample).
+  [[nodiscard]] making_counter& made() { return made_; }
+
+  void begin_timing() {
+    window_.begin();
+    made_at_begin_ = made_.samples.load();
+    make_ns_at_begin_ = made_.cpu_ns.load();
+    roles_at_begin_ = cpu_ns_by_thread_role();
+    usage_at_begin_ = process_usage();
+  }
+  /// Ends the timed window. Besides the window's figures, per batch made in the window (levels run
+  /// different distances ahead, so the batches made in the window, not its steps, are what its CPU time
+  /// paid for; per step for a level that makes none in it): cpu_ms_per_batch_made, the process CPU time;
+  /// make_cpu_ms_per_batch, the part inside make_sample; cpu_ms_per_batch.<thread role>, the CPU time of
+  /// the threads alive at both ends of the window by role, and .ended_threads for those that ended
+  /// inside it (a level's sample makers end once they made their last batch); the process's user and
+  /// system CPU time, page faults and context switches. cpu_ms_per_batch itself stays what earlier
+  /// results called it: an alias of cpu_ms_per_step.
+  void end_timing(ladder_row& row) {
+    window_.end(row);
+    const auto roles = cpu_ns_by_thread_role();
+    const auto usage = process_usage();
+    const std::uint64_t made_in_window = made_.samples.load() - made_at_begin_;
+    const double make_ms = static_cast<double>(made_.cpu_ns.load() - make_ns_at_begin_) * 1e-6;
+    const double window_cpu_ms = row.extra("cpu_ms_per_step") * row.steps;
+    const double batches = static_cast<double>(made_in_window) / static_cast<double>(layout_.batch);
+    const double per = made_in_window > 0 ? batches : row.steps;
+    row.set_extra("batches_made_in_window", batches);
+    row.set_extra("cpu_ms_per_batch_made", window_cpu_ms / per);
+    row.set_extra("make_cpu_ms_per_batch", make_ms / per);
+    // Where the window's CPU time went: user or kernel, page faults, sleeps (voluntary switches),
+    // preemptions.
+    static constexpr std::array<std::pair<const char*, double>, 5> usage_names{
+        {{"user_cpu_ms_per_batch", 1e3},
+         {"system_cpu_ms_per_batch", 1e3},
+         {"page_faults_per_batch", 1},
+         {"voluntary_switches_per_batch", 1},
+         {"involuntary_switches_per_batch", 1}}};
+    for (std::size_t i = 0; i < usage.size(); ++i)
+      row.set_extra(usage_names[i].first, (usage[i] - usage_at_begin_[i]) * usage_names[i].second / per);
+    double live_ms = 0;
+    for (const auto& [role, ns] : roles) {
+      const auto before = roles_at_begin_.find(role);
+      const std::uint64_t base = before == roles_at_begin_.end() ? 0 : before->second;
+      if (ns <= base) continue;
+      live_ms += static_cast<double>(ns - base) * 1e-6;
+      row.set_extra("cpu_ms_per_batch." + role, static_cast<double>(ns - base) * 1e-6 / per);
+    }
+    if (!roles.empty())
+      row.set_extra("cpu_ms_per_batch.ended_threads", std::max(0.0, window_cpu_ms - live_ms) / per);
+  }
 
   /// Compares every step's device checksums with the host's expectation for batch batch_of(step).
   template <class F>
@@ -135,6 +245,11 @@ class workload {
   batch_layout layout_;
   stream compute_;
   buffer sums_;
+  making_counter made_;
+  std::uint64_t made_at_begin_ = 0;
+  std::uint64_t make_ns_at_begin_ = 0;
+  std::map<std::string, std::uint64_t> roles_at_begin_;
+  std::array<double, 5> usage_at_begin_{};
 };
 
 // Host batches made ahead by worker threads, handed out in step order. Each worker makes whole batches
@@ -219,7 +334,7 @@ class host_pool {
 void run_ideal(device& dev, const ingest_options& cfg, workload& w, ladder_row& row) {
   const batch_layout& l = w.layout();
   buffer host = dev.alloc_pinned(cfg.batch_bytes());
-  make_samples(host.host_bytes(), l, 0, 0, l.batch);
+  make_samples(host.host_bytes(), l, 0, 0, l.batch, w.made());
   buffer on_device = dev.alloc_device(cfg.batch_bytes());
   dev.copy(on_device, host, w.compute_stream());
   for (int step = 0; step < w.total_steps(); ++step) {
@@ -240,7 +355,7 @@ void run_l0(device& dev, const ingest_options& cfg, workload& w, ladder_row& row
     if (step == cfg.warmup) w.begin_timing();
     FERRY_RANGE("step", trace::color::gray);
     buffer fresh = dev.alloc_pageable(cfg.batch_bytes());
-    make_samples(fresh.host_bytes(), l, static_cast<std::uint64_t>(step), 0, l.batch);
+    make_samples(fresh.host_bytes(), l, static_cast<std::uint64_t>(step), 0, l.batch, w.made());
     dev.copy(on_device, fresh, w.compute_stream());
     w.compute(step, on_device.view(0, l.images()), on_device.view(l.images(), l.labels()));
     w.compute_stream().synchronize();  // the naive loop reads its loss back every step (loss.item())
@@ -272,11 +387,11 @@ void run_pooled(device& dev, const ingest_options& cfg, workload& w, ladder_row&
       cfg.workers, w.total_steps(), [&](int step) { return pool.take(step); },
       [&](int step, std::byte* base) {
         if (!collate) {
-          make_samples(base, l, static_cast<std::uint64_t>(step), 0, l.batch);
+          make_samples(base, l, static_cast<std::uint64_t>(step), 0, l.batch, w.made());
           return;
         }
         std::byte* scratch = sample_scratch[static_cast<std::size_t>(step) % cfg.workers].host_bytes();
-        make_samples(scratch, l, static_cast<std::uint64_t>(step), 0, l.batch);
+        make_samples(scratch, l, static_cast<std::uint64_t>(step), 0, l.batch, w.made());
         FERRY_RANGE("collate", trace::color::purple);
         std::memcpy(base, scratch, cfg.batch_bytes());
       });
@@ -355,8 +470,9 @@ void run_ferry(device& dev, const ingest_options& cfg, workload& w, ladder_row& 
   opts.workers = cfg.workers;
   opts.slots = cfg.host_slots;
   opts.epochs = 1;
-  ingest::loader data(dev, opts, [&l](const ingest::sample& s, ingest::sample_fields out) {
-    make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode);
+  making_counter& made = w.made();
+  ingest::loader data(dev, opts, [&l, &made](const ingest::sample& s, ingest::sample_fields out) {
+    make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode, made);
   });
   ingest::prefetch_options popts;
   popts.depth = cfg.depth;
@@ -373,14 +489,18 @@ void run_ferry(device& dev, const ingest_options& cfg, workload& w, ladder_row& 
                 fmt::format("ferry ingest delivered {} batches, expected {}", step, w.total_steps()));
   w.end_timing(row);
   gpu.close();
+  // Times ferry's copier waited for the device (0 when healthy; each wait busy-spins a core on cuda).
+  row.set_extra("copier_waits", static_cast<double>(gpu.stats().copier_waits), true);
   if (cfg.check) w.check(row, [](int s) { return static_cast<std::uint64_t>(s); });
 }
 
-// The table's columns after the standard ones: sample-making threads, CPU time, wrong batches.
+// The table's columns after the standard ones: sample-making threads, CPU time per batch (the whole
+// process's, and inside make_sample), wrong batches.
 std::vector<ladder_column> columns() {
   return standard_columns(copy_direction::host_to_device,
                           {extra_column("workers", 7, 0, "worker_threads"),
-                           extra_column("CPU ms/step", 11, 1, "cpu_ms_per_step"), wrong_column(8)});
+                           extra_column("CPU ms/batch", 12, 1, "cpu_ms_per_batch_made"),
+                           extra_column("make ms/batch", 13, 1, "make_cpu_ms_per_batch"), wrong_column(8)});
 }
 
 using level_args = level_context<ingest_options, workload>;
@@ -448,7 +568,8 @@ const ladder_spec& ingest_spec() {
     ladder_spec s{
         "ingest", copy_direction::host_to_device, "batch", "batches", infos_of(level_table()), 7, columns(),
         {}};
-    s.json_aliases.emplace_back("cpu_ms_per_batch", "cpu_ms_per_step");  // its name in earlier results
+    // Its name in earlier results: the window's CPU time per step (cpu_ms_per_batch_made is per batch made).
+    s.json_aliases.emplace_back("cpu_ms_per_batch", "cpu_ms_per_step");
     return s;
   }();
   return spec;
@@ -477,7 +598,7 @@ ingest_result run_ingest(device& dev, const ingest_options& cfg, progress_fn pro
 }
 
 ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& cfg, int batches,
-                                             progress_fn progress, steady_clock::time_point deadline) {
+                                             progress_fn progress, start_line* together) {
   FERRY_EXPECTS(batches >= 1, fmt::format("pure copy of {} batches; at least 1 is needed", batches));
   ingest_pure_copy_result r{};
   r.probed_h2d_gbps = probe::pinned_ceiling(dev, copy_direction::host_to_device, cfg.batch_bytes(),
@@ -493,9 +614,10 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
   opts.slots = cfg.host_slots;
   // Batch g lives in slot g % slots, so from the second pass on a slot's images are those of batch
   // g % slots, made on the first pass; only the labels are written again.
-  ingest::loader data(dev, opts, [&l, slots](const ingest::sample& s, ingest::sample_fields out) {
+  making_counter made;
+  ingest::loader data(dev, opts, [&l, slots, &made](const ingest::sample& s, ingest::sample_fields out) {
     if (s.batch < slots) {
-      make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode);
+      make_sample(out[0], out[1], s.batch, s.position, l.batch, l.decode, made);
     } else {
       const std::int64_t index = static_cast<std::int64_t>(s.batch * l.batch + s.position);
       std::memcpy(out[1].data(), &index, sizeof index);
@@ -511,11 +633,13 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
                          format_bytes(cfg.batch_bytes())));
   }
   steady_clock::time_point t0{};
+  auto deadline = steady_clock::time_point::max();
   std::uint64_t step = 0;
   for (ingest::device_batch& b : gpu.batches(consumer)) {
     if (step == 1) {
       consumer.synchronize();  // batch 0 is the warm-up
-      t0 = steady_clock::now();
+      t0 = together != nullptr ? together->arrive() : steady_clock::now();
+      if (together != nullptr) deadline = together->deadline();
     }
     dev.checksum_async(b.field(0), sums.view(16 * step, 8), consumer);
     dev.checksum_async(b.field(1), sums.view(16 * step + 8, 8), consumer);
@@ -527,8 +651,7 @@ ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& 
   r.window_end = steady_clock::now();
   r.seconds = std::chrono::duration<double>(r.window_end - t0).count();
   gpu.close();
-  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) ||
-                              deadline != steady_clock::time_point::max()),
+  FERRY_EXPECTS(step >= 2 && (step == static_cast<std::uint64_t>(batches + 1) || together != nullptr),
                 fmt::format("ingest pure copy delivered {} batches, expected {}", step, batches + 1));
   r.batches = static_cast<int>(step - 1);
   r.gbps = gb_per_s(cfg.batch_bytes() * static_cast<std::uint64_t>(r.batches), r.seconds);
@@ -561,15 +684,16 @@ both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const 
   egress_options out = out_cfg;
   if (in.probed_gbps <= 0) in.probed_gbps = 1;  // the ratio that matters here is the two-way one
   if (out.probed_gbps <= 0) out.probed_gbps = 1;
-  // Both sides run until one deadline, far enough out that their set-up (pinning, first fills) is a small
-  // part of it, so their timed windows overlap.
-  const auto deadline = steady_clock::now() + duration;
+  // Both sides set up (pinning, first fills, a warm-up item), meet at the start line, and run from one
+  // start until one deadline, each timing at least one item: their windows share a start.
+  start_line line(2, duration);
   std::exception_ptr egress_error;
   std::thread egress_thread([&] {
     try {
-      r.egress = run_egress_pure_copy(dev, out, std::numeric_limits<int>::max(), progress, deadline);
+      r.egress = run_egress_pure_copy(dev, out, std::numeric_limits<int>::max(), progress, &line);
     } catch (...) {
       egress_error = std::current_exception();
+      line.leave();
     }
   });
   try {
@@ -577,8 +701,9 @@ both_ways_result run_both_ways(device& dev, const ingest_options& in_cfg, const 
     // since every batch's checksum is kept until the end.
     const double seconds = std::chrono::duration<double>(duration).count();
     const int most = static_cast<int>(seconds * 100e9 / static_cast<double>(in.batch_bytes())) + 16;
-    r.ingest = run_ingest_pure_copy(dev, in, most, progress, deadline);
+    r.ingest = run_ingest_pure_copy(dev, in, most, progress, &line);
   } catch (...) {
+    line.leave();
     egress_thread.join();
     throw;
   }

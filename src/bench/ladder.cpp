@@ -188,6 +188,10 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
 
   double ideal = 0;
   for (const std::size_t index : order) {
+    if (cfg.stop != nullptr && cfg.stop->load()) {
+      result.interrupted = true;
+      break;
+    }
     const level_info& level = spec.levels[index];
     if (progress) {
       progress(fmt::format("{}: {} warm-up + {} timed steps, {} {} per step", level.name, cfg.warmup,

@@ -102,7 +102,10 @@ class cuda_device final : public device {
   void* do_event_create(bool timing) override {
     select();
     cudaEvent_t e = nullptr;
-    FERRY_CUDA_TRY(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    // cudaEventBlockingSync: a thread in cudaEventSynchronize sleeps instead of spinning, also when a
+    // framework created the context before ferry did, so cudaDeviceScheduleBlockingSync above never took.
+    const unsigned flags = cudaEventBlockingSync | (timing ? 0U : cudaEventDisableTiming);
+    FERRY_CUDA_TRY(cudaEventCreateWithFlags(&e, flags));
     return e;
   }
   void do_event_destroy(void* e) noexcept override { FERRY_CUDA_TRY_NOTHROW(cudaEventDestroy(as_event(e))); }

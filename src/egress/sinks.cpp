@@ -13,64 +13,94 @@
 #include <unordered_map>
 #include <utility>
 
+#include "ferry/core/atomic_file.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/pattern.hpp"
-#include "ferry/core/unique_handle.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/egress/egress.hpp"
 
 namespace ferry::egress {
 namespace {
 
-// A file descriptor, closed when it goes out of scope (the error path); write_chunk closes it itself on
-// success, since a failed close is, on some file systems, where a failed write shows up.
-struct fd_traits {
-  using handle_type = int;
-  static constexpr int null() noexcept { return -1; }
-  static bool is_null(int fd) noexcept { return fd < 0; }
-  static void close(int fd) noexcept { static_cast<void>(::close(fd)); }
-};
-using unique_fd = unique_handle<fd_traits>;
-
-[[noreturn]] void throw_file_error(int err, std::string_view sink_name, std::string_view what,
-                                   const std::filesystem::path& path) {
-  throw std::system_error(err, std::generic_category(),
-                          fmt::format("{}: cannot {} {}", sink_name, what, path.string()));
+// A file error as the sink names it: "raw_file_sink: cannot write ... of <path>: <reason>".
+[[noreturn]] void rethrow_as(std::string_view sink_name, const std::system_error& e) {
+  std::string what = e.what();
+  const std::string reason = ": " + e.code().message();
+  if (what.size() >= reason.size() && what.compare(what.size() - reason.size(), reason.size(), reason) == 0)
+    what.resize(what.size() - reason.size());
+  throw std::system_error(e.code(), fmt::format("{}: {}", sink_name, what));
 }
 
-void write_all(int fd, std::span<const std::byte> bytes, std::uint64_t offset, std::string_view sink_name,
-               const std::filesystem::path& path) {
-  while (!bytes.empty()) {
-    const ::ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<::off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_file_error(errno, sink_name,
-                       fmt::format("write {} at offset {} of", format_bytes(bytes.size()), offset), path);
+}  // namespace
+
+// The outputs a file sink is writing: each under a temporary name until its last chunk is written, then
+// flushed and renamed, so a file appears under its final name only complete. A chunk that fails removes
+// the temporary (no correctly sized file of zeros is left) and its error reaches the caller; the other
+// chunks of that output are dropped.
+class staged_outputs {
+ public:
+  void write(const std::filesystem::path& path, std::uint64_t file_bytes, std::span<const std::byte> header,
+             std::uint64_t offset, const output_chunk& d, std::string_view sink_name) {
+    FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
+                  fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
+                              format_bytes(file_bytes)));
+    const std::shared_ptr<output> o = output_of(d.tag);
+    std::shared_ptr<atomic_file> file;
+    try {
+      {
+        const std::lock_guard lock(o->mutex);
+        if (o->failed) return;  // an earlier chunk's error already went to the caller
+        if (!o->file) {
+          o->file = std::make_shared<atomic_file>(path);
+          o->file->truncate(file_bytes);
+        }
+        file = o->file;
+      }
+      if (!header.empty()) file->pwrite(header, 0);
+      file->pwrite(d.bytes, offset);
+      const std::lock_guard lock(o->mutex);
+      if (o->failed || ++o->written < d.chunks) return;
+      o->file->commit();
+      o->file.reset();
+    } catch (const std::system_error& e) {
+      fail(*o);
+      rethrow_as(sink_name, e);
+    } catch (...) {
+      fail(*o);
+      throw;
     }
-    bytes = bytes.subspan(static_cast<std::size_t>(n));
-    offset += static_cast<std::uint64_t>(n);
+    forget(d.tag);
   }
-}
 
-// Writes one chunk into `path`: creates the file if needed, sizes it to `file_bytes` (every chunk of the
-// output sets the same size, so they may arrive in any order, on any thread) and writes `header` at 0
-// (when given) and `bytes` at `offset`.
-void write_chunk(const std::filesystem::path& path, std::uint64_t file_bytes,
-                 std::span<const std::byte> header, std::uint64_t offset, std::span<const std::byte> bytes,
-                 std::string_view sink_name) {
-  FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
-                fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
-                            format_bytes(file_bytes)));
-  unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666));
-  if (fd.empty()) throw_file_error(errno, sink_name, "open for writing", path);
-  while (::ftruncate(fd.get(), static_cast<::off_t>(file_bytes)) != 0) {
-    if (errno != EINTR)
-      throw_file_error(errno, sink_name, fmt::format("size to {}", format_bytes(file_bytes)), path);
+ private:
+  struct output {
+    std::mutex mutex;
+    std::shared_ptr<atomic_file> file;  // guarded by mutex; the temporary goes with its last owner
+    std::uint32_t written = 0;          // chunks written; guarded by mutex
+    bool failed = false;                // guarded by mutex
+  };
+
+  std::shared_ptr<output> output_of(std::uint64_t tag) {
+    const std::lock_guard lock(mutex_);
+    auto& o = outputs_[tag];
+    if (!o) o = std::make_shared<output>();
+    return o;
   }
-  if (!header.empty()) write_all(fd.get(), header, 0, sink_name, path);
-  write_all(fd.get(), bytes, offset, sink_name, path);
-  if (::close(fd.release()) != 0) throw_file_error(errno, sink_name, "close", path);
-}
+  void forget(std::uint64_t tag) {
+    const std::lock_guard lock(mutex_);
+    outputs_.erase(tag);
+  }
+  static void fail(output& o) noexcept {
+    const std::lock_guard lock(o.mutex);
+    o.failed = true;
+    o.file.reset();
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<output>> outputs_;  // guarded by mutex_
+};
+
+namespace {
 
 std::span<const std::byte> as_bytes(const std::string& s) noexcept {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
@@ -187,21 +217,25 @@ std::uint64_t checksum_sink::completed() const {
 // ---- raw_file_sink -----------------------------------------------------------------------------
 
 raw_file_sink::raw_file_sink(std::filesystem::path dir, std::string prefix)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)) {}
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), staged_(std::make_shared<staged_outputs>()) {}
 
 std::filesystem::path raw_file_sink::path_of(std::uint64_t tag) const {
   return dir_ / fmt::format("{}{}.bin", prefix_, tag);
 }
 
 void raw_file_sink::consume(const output_chunk& d) {
-  write_chunk(path_of(d.tag), d.total_bytes, {}, d.offset, d.bytes, "raw_file_sink");
+  staged_->write(path_of(d.tag), d.total_bytes, {}, d.offset, d, "raw_file_sink");
 }
 
 // ---- npy_sink ----------------------------------------------------------------------------------
 
 npy_sink::npy_sink(std::filesystem::path dir, std::vector<std::size_t> shape, std::string dtype,
                    std::string prefix)
-    : dir_(std::move(dir)), shape_(std::move(shape)), dtype_(std::move(dtype)), prefix_(std::move(prefix)) {
+    : dir_(std::move(dir)),
+      shape_(std::move(shape)),
+      dtype_(std::move(dtype)),
+      prefix_(std::move(prefix)),
+      staged_(std::make_shared<staged_outputs>()) {
   item_bytes_ = item_bytes_of(dtype_);
   FERRY_EXPECTS(item_bytes_ > 0,
                 fmt::format("npy_sink: unknown dtype \"{}\": expected a byte order '<', '>' or "
@@ -245,8 +279,8 @@ void npy_sink::consume(const output_chunk& d) {
                 fmt::format("npy_sink: output with tag {} is {} bytes, but shape {} of {} needs {} bytes",
                             d.tag, d.total_bytes, shape_tuple(shape_), dtype_, data_bytes_));
   const std::span<const std::byte> header = d.offset == 0 ? as_bytes(header_) : std::span<const std::byte>{};
-  write_chunk(path_of(d.tag), header_.size() + d.total_bytes, header, header_.size() + d.offset, d.bytes,
-              "npy_sink");
+  staged_->write(path_of(d.tag), header_.size() + d.total_bytes, header, header_.size() + d.offset, d,
+                 "npy_sink");
 }
 
 }  // namespace ferry::egress

@@ -315,6 +315,7 @@ bool loader::done() const {
   return impl_->next_out_ >= impl_->total_;
 }
 void loader::close() { impl_->close(); }
+bool loader::stopping() const noexcept { return impl_->ended_.load(std::memory_order_acquire); }
 const loader_options& loader::options() const noexcept { return impl_->opts_; }
 const sampler& loader::batches() const noexcept { return impl_->sampler_; }
 std::size_t loader::batch_bytes() const noexcept { return impl_->layout_.batch_bytes; }

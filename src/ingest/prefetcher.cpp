@@ -1,20 +1,27 @@
 // The prefetcher: one copier thread takes the loader's batches in order and queues their H2D copies on
 // the prefetcher's copy stream, into device slots used in rotation (batch k in slot k % depth).
 //
-// Per device slot d, three events made at construction: `released_[d]` (a completion event recorded on
-// the consumer's stream by release()), `start_[d]` and `ready_[d]` (timing events around the copy). A
-// copy into d is queued only once the consumer released d's previous batch on the host (release() is
-// called as soon as the consumer queued its last use, so this is a hand-off, not a wait for the device),
-// and the copy stream waits on `released_[d]` on the device before it writes. next() makes the consumer's
-// stream wait on `ready_[d]`. After the copy a host function on the copy stream gives the pinned slot
-// back to the loader: it runs only once the copy completed, so a pinned slot is never refilled early.
+// Per device slot d, a completion event `released_[d]`, recorded on the consumer's stream by release().
+// Per copy, a pair of timing events around it, from a ring of depth + loader-slots pairs (copy k uses
+// pair k % ring): `start_[p]` and `ready_[p]`. A copy into d is queued only once the consumer released
+// d's previous batch on the host (release() is called as soon as the consumer queued its last use, so
+// this is a hand-off, not a wait for the device), and the copy stream waits on `released_[d]` on the
+// device before it writes. next() makes the consumer's stream wait on the batch's `ready_` event. After
+// the copy a host function on the copy stream gives the pinned slot back to the loader: it runs only once
+// the copy completed, so a pinned slot is never refilled early.
 //
-// mu_ guards the hand-off queue (batches copied or queued for copy, in order), the per-slot lent/free
-// flags, the failure and the closing flag; both condition variables wake on close and on failure.
+// The copier never waits for the device. A pair is reused (and its copy's time read) ring copies later;
+// the copier then holds a batch whose pinned slot the loader refilled, which it could only do after the
+// copy `loader slots` batches back completed, so that copy's events are complete and reading them does
+// not block. (Reading a pair only `depth` copies back would make the copier wait, busy on the cuda
+// backend, for a copy queued behind the consumer's compute: most of a step's CPU time.) A read that finds
+// its copy still running is counted in prefetch_stats::copier_waits.
+//
 #include <fmt/format.h>
 
 #include <utility>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -49,8 +56,9 @@ struct prefetcher::impl {
   void close() noexcept;
   void copier() noexcept;
   void fail(std::exception_ptr e) noexcept;
-  // Adds slot d's finished copy to the "copy" stage; blocks until its timing event completed.
-  void harvest(std::size_t d);
+  // Adds the copy timed by pair p to the "copy" stage; blocks (counted in copier_waits_) when its timing
+  // event has not completed.
+  void harvest(std::size_t p);
   void harvest_all() noexcept;
 
   device& dev_;
@@ -67,10 +75,12 @@ struct prefetcher::impl {
   std::vector<std::vector<mem_view>> slot_fields_;  // per device slot, per field: the whole region
   // Per device slot, filled by the copier; read by next() under mu_.
   std::vector<std::vector<mem_view>> lent_fields_;  // per slot, per field: samples * sample_bytes
-  std::vector<event> released_;
-  std::vector<event> start_;
-  std::vector<event> ready_;
-  std::vector<std::uint64_t> copied_bytes_;  // per slot: bytes of the copy not yet harvested (0: none)
+  std::vector<event> released_;                     // per device slot
+  std::vector<event> start_;                        // per timing pair
+  std::vector<event> ready_;                        // per timing pair
+  std::vector<std::uint64_t> copied_bytes_;  // per timing pair: bytes of the copy not yet harvested (0: none)
+  std::vector<std::size_t> ready_pair_;      // per device slot: the timing pair of the copy it holds
+  std::atomic<std::uint64_t> copier_waits_{0};
   // Per loader slot: the host batch whose copy is in flight (written by the copier, read by the host
   // function that returns it; the loader's hand-out orders the two).
   std::vector<host_batch> held_;
@@ -118,10 +128,14 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
           pool_.view(d * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
     }
     released_.push_back(dev_.make_event());
+  }
+  const std::size_t pairs = n + source.options().slots;
+  for (std::size_t p = 0; p < pairs; ++p) {
     start_.push_back(dev_.make_timing_event());
     ready_.push_back(dev_.make_timing_event());
   }
-  copied_bytes_.assign(n, 0);
+  copied_bytes_.assign(pairs, 0);
+  ready_pair_.assign(n, 0);
   held_.resize(source.options().slots);
   queue_.resize(n);
   busy_.assign(n, false);
@@ -153,12 +167,15 @@ void prefetcher::impl::fail(std::exception_ptr e) noexcept {
   freed_.notify_all();
 }
 
-void prefetcher::impl::harvest(std::size_t d) {
-  if (copied_bytes_[d] == 0) return;
-  ready_[d].synchronize();
-  const double ms = dev_.elapsed_ms(start_[d], ready_[d]);
-  copy_.record(std::chrono::nanoseconds(static_cast<std::int64_t>(ms * 1e6)), 1, copied_bytes_[d]);
-  copied_bytes_[d] = 0;
+void prefetcher::impl::harvest(std::size_t p) {
+  if (copied_bytes_[p] == 0) return;
+  if (!ready_[p].query()) {
+    copier_waits_.fetch_add(1, std::memory_order_relaxed);
+    ready_[p].synchronize();
+  }
+  const double ms = dev_.elapsed_ms(start_[p], ready_[p]);
+  copy_.record(std::chrono::nanoseconds(static_cast<std::int64_t>(ms * 1e6)), 1, copied_bytes_[p]);
+  copied_bytes_[p] = 0;
 }
 
 void prefetcher::impl::harvest_all() noexcept {
@@ -197,9 +214,10 @@ void prefetcher::impl::copier() noexcept {
         }
         if (closing_ || error_) break;
       }
-      harvest(d);  // the copy that last filled d (depth batches ago), so its timing events can be reused
+      const std::size_t p = static_cast<std::size_t>(k % start_.size());
+      harvest(p);  // the copy that last used pair p (ring copies ago: complete, see above)
       if (released_[d].recorded()) copy_stream_.wait(released_[d]);
-      start_[d].record(copy_stream_);
+      start_[p].record(copy_stream_);
       std::uint64_t bytes = 0;
       for (std::size_t f = 0; f < nfields; ++f) {
         const mem_view src = hb->view(f);
@@ -208,8 +226,8 @@ void prefetcher::impl::copier() noexcept {
         lent_fields_[d][f] = dst;
         bytes += src.bytes;
       }
-      ready_[d].record(copy_stream_);
-      copied_bytes_[d] = bytes;
+      ready_[p].record(copy_stream_);
+      copied_bytes_[p] = bytes;
       const std::size_t ls = hb->slot;
       held_[ls] = *hb;
       hb.reset();
@@ -229,6 +247,7 @@ void prefetcher::impl::copier() noexcept {
         b.samples = held_[ls].samples;
         b.slot = d;
         b.fields_ = lent_fields_[d];
+        ready_pair_[d] = p;
         busy_[d] = true;
         occupant_[d] = {b.epoch, b.batch};
         seq_[d] = k;
@@ -267,8 +286,9 @@ std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
       head_ = (head_ + 1) % opts_.depth;
       --count_;
       if (t0) wait_batch_.record(steady::now() - *t0);
-      // Recorded by the copier before it queued the batch, and not again before the slot is released.
-      consumer.wait(ready_[b.slot]);
+      // Recorded by the copier before it queued the batch, and not again before the slot is released
+      // (the pair is reused ring > depth copies later).
+      consumer.wait(ready_[ready_pair_[b.slot]]);
       lent_[b.slot] = true;
       return b;
     }
@@ -327,6 +347,7 @@ prefetch_stats prefetcher::stats() const {
   s.bytes = impl_->copy_.bytes.load();
   s.copy_seconds = static_cast<double>(impl_->copy_.time.sum_ns()) / 1e9;
   s.h2d_gbps = gb_per_s(s.bytes, s.copy_seconds);
+  s.copier_waits = impl_->copier_waits_.load();
   s.stages = impl_->stats_.snapshot();
   return s;
 }

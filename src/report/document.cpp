@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "ferry/core/atomic_file.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry_embedded/report_css.hpp"
 #include "html_text.hpp"
@@ -58,6 +59,13 @@ void write_header(writer& o, const timeline& t, const analysis& a) {
     o.out("&hellip;&rdquo;)");
   } else if (a.steps.size() == 1) {
     o.out(" (the whole trace as one step)");
+  }
+  if (!a.main_thread.empty()) {
+    o.out(" &nbsp; <b>Main thread:</b> ");
+    o.text(a.main_thread);
+    o.out(" <small id=\"main-thread-rule\">(");
+    o.text(a.main_thread_rule);
+    o.out(")</small>");
   }
   o.out(" &nbsp; <b>Events:</b> {}</div>\n", t.events.size());
 
@@ -173,6 +181,19 @@ void write_idle_table(writer& o, const analysis& a) {
     o.out("</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", fmt_ms(i.idle_ms),
           fmt_pct(i.fraction_of_idle));
   }
+  // Idle while the main thread ran nothing the trace recorded (plain Python between operators, say).
+  if (a.uncovered.idle_ms > 0) {
+    o.out("<tr id=\"uncovered\"><td>");
+    o.text(a.main_thread);
+    o.out(" <small>(main)</small></td><td><i>no recorded activity</i>");
+    if (!a.uncovered.before.empty()) {
+      o.out(" <small>(just before: ");
+      o.text(a.uncovered.before.front().activity);
+      o.out(")</small>");
+    }
+    o.out("</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n", fmt_ms(a.uncovered.idle_ms),
+          fmt_pct(a.uncovered.fraction_of_idle));
+  }
   o.out("</table>\n");
 }
 
@@ -213,18 +234,8 @@ std::string to_html(const timeline& t, const analysis& a, const html_options& op
 
 void write_html_report(const timeline& t, const analysis& a, const std::filesystem::path& path,
                        const html_options& options) {
-  const std::string html = to_html(t, a, options);
-  errno = 0;
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  auto fail = [&](const char* what) {
-    const int err = errno != 0 ? errno : EIO;
-    throw std::system_error(err, std::generic_category(),
-                            fmt::format("cannot {} the HTML report {}", what, path.string()));
-  };
-  if (!f) fail("create");
-  f.write(html.data(), static_cast<std::streamsize>(html.size()));
-  f.close();
-  if (!f) fail("write");
+  // Under a temporary name until complete: a full disk leaves no partial report.
+  write_file_atomically(path, to_html(t, a, options));
 }
 
 }  // namespace ferry::trace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "ferry/core/error.hpp"
@@ -50,8 +51,11 @@ TEST(egress_bench, every_level_delivers_and_checks_every_byte) {
       EXPECT_GT(row.gbps, 0.0);
     }
   }
-  // No level can beat the compute-only ceiling by more than timing noise (generous: CI machines are loaded).
-  for (const auto& row : r.rows) EXPECT_LT(row.ratio_to_ideal, 1.3) << row.level;
+  // Every level queues the model's compute (a spin) once per step on one stream after its window opens,
+  // and the emulator never ends a spin before its modelled end: no level can beat steps x compute, on an
+  // idle machine or a busy one. (How close each comes to it is speed, which the bench itself reports.)
+  const double ceiling = 1.0 / std::chrono::duration<double>(cfg.compute).count();
+  for (const auto& row : r.rows) EXPECT_LE(row.steps_per_s, ceiling * (1 + 1e-9)) << row.level;
   const std::string table = ferry::bench::format_table(r);
   for (const auto& level : cfg.levels) EXPECT_NE(table.find(level), std::string::npos) << level;
 }
@@ -63,6 +67,17 @@ TEST(egress_bench, pure_copy_checks_every_output) {
   EXPECT_EQ(r.outputs, 6);
   EXPECT_GT(r.gbps, 0.0);
   EXPECT_GT(r.copy_gbps, 0.0);
+}
+
+TEST(egress_bench, a_window_that_ends_at_its_start_still_times_one_output) {
+  // A busy machine can make a run's set-up outlast the window it shares with another: the window then
+  // still holds one output, so its figures are never those of an empty window.
+  auto dev = ferry::make_host_device();
+  ferry::bench::start_line line(1, std::chrono::nanoseconds(0));
+  const auto r = ferry::bench::run_egress_pure_copy(*dev, tiny(), 6, {}, &line);
+  EXPECT_EQ(r.outputs, 1);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_GT(r.gbps, 0.0);
 }
 
 TEST(egress_bench, bad_configuration_names_the_value) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "ferry/core/error.hpp"
@@ -36,7 +37,9 @@ TEST(ingest_bench, every_level_delivers_every_batch_intact) {
     EXPECT_EQ(row.wrong, 0u);
     EXPECT_EQ(row.checked, static_cast<std::uint64_t>(cfg.warmup + cfg.steps));
     EXPECT_GT(row.steps_per_s, 0.0);
-    EXPECT_LT(row.ratio_to_ideal, 1.3);  // nothing beats the compute-only ceiling beyond noise
+    // The model's compute is a spin per step on one stream, never shorter than modelled: no level can
+    // beat steps x compute, however busy the machine (how close each comes is the bench's to report).
+    EXPECT_LE(row.steps_per_s, 1.0 / std::chrono::duration<double>(cfg.compute).count() * (1 + 1e-9));
     EXPECT_EQ(row.bytes, row.level == "ideal" ? 0u : cfg.batch_bytes() * cfg.steps);
   }
   const std::string table = ferry::bench::format_table(r);
@@ -58,13 +61,25 @@ TEST(ingest_bench, pure_copy_and_both_ways_check_every_batch) {
   out.slot_bytes = 4096;
   out.slots = 4;
   out.probed_gbps = 10;
-  const auto b = ferry::bench::run_both_ways(*dev, cfg, out, std::chrono::milliseconds(300));
+  // A short window: on a busy machine one side's set-up can outlast it. Both sides still start their
+  // windows together and time at least one item each.
+  const auto b = ferry::bench::run_both_ways(*dev, cfg, out, std::chrono::milliseconds(30));
   EXPECT_EQ(b.ingest.mismatches + b.egress.mismatches, 0u);
   EXPECT_GT(b.total_gbps, 0.0);
   EXPECT_GT(b.probed_duplex_gbps, 0.0);
   EXPECT_GT(b.ingest.batches, 0);
   EXPECT_GT(b.egress.outputs, 0);
+  EXPECT_EQ(b.ingest.window_start, b.egress.window_start);
   EXPECT_GT(b.overlap, 0.0);
+}
+
+TEST(ingest_bench, a_window_that_ends_at_its_start_still_times_one_batch) {
+  auto dev = ferry::make_host_device();
+  ferry::bench::start_line line(1, std::chrono::nanoseconds(0));
+  const auto r = ferry::bench::run_ingest_pure_copy(*dev, tiny(), 9, {}, &line);
+  EXPECT_EQ(r.batches, 1);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_GT(r.gbps, 0.0);
 }
 
 TEST(ingest_bench, bad_configuration_names_the_value) {

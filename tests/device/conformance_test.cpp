@@ -30,6 +30,7 @@ namespace ferry {
 namespace {
 
 using testing::backends_under_test;
+using testing::held_stream;
 using testing::message_of;
 
 using namespace std::chrono_literals;
@@ -70,10 +71,6 @@ std::size_t value_mismatch(const std::byte* p, std::size_t n, std::uint8_t value
 }
 
 constexpr std::size_t npos = std::string::npos;
-
-double ms_since(steady::time_point t0) {
-  return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
-}
 
 class conformance : public ::testing::TestWithParam<backend> {
  protected:
@@ -158,14 +155,17 @@ TEST_P(conformance, a_wait_is_bound_to_its_record_even_when_the_event_is_recorde
   stream c = dev().make_stream();
   event e = dev().make_event();
   event c_done = dev().make_event();
-  dev().spin_async(150ms, a);
-  e.record(a);
-  c.wait(e);
-  c_done.record(c);
-  e.record(b);
-  b.synchronize();
-  std::this_thread::sleep_for(30ms);
-  EXPECT_FALSE(c_done.query()) << "the wait on A's record ended when B's record completed";
+  {
+    // A is held until the checks are done, however long a busy machine takes to run them.
+    held_stream hold(dev(), a);
+    e.record(a);
+    c.wait(e);
+    c_done.record(c);
+    e.record(b);
+    b.synchronize();
+    std::this_thread::sleep_for(30ms);  // time for a wrong wait to end
+    EXPECT_FALSE(c_done.query()) << "the wait on A's record ended when B's record completed";
+  }
   c_done.synchronize();
   EXPECT_TRUE(c_done.query());
 }
@@ -208,17 +208,20 @@ TEST_P(conformance, streams_run_independently) {
   buffer d = dev().alloc_device(4096);
   buffer h = dev().alloc_pinned(4096);
 
-  dev().spin_async(200ms, a);
-  a_done.record(a);
-  const auto t0 = steady::now();
-  dev().memset_async(d, 7, b);
-  dev().copy_async(h, d, b);
-  b_done.record(b);
+  {
+    // Stream a is held until b's work is checked: b must finish meanwhile, however busy the machine
+    // (streams that ran one after the other would leave b waiting out the minute).
+    held_stream hold(dev(), a);
+    a_done.record(a);
+    dev().memset_async(d, 7, b);
+    dev().copy_async(h, d, b);
+    b_done.record(b);
+    const auto deadline = steady::now() + 60s;
+    while (!b_done.query() && steady::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(b_done.query()) << "stream b's work waited for stream a";
+    EXPECT_FALSE(a_done.query());
+  }
   b_done.synchronize();
-  const double waited = ms_since(t0);
-
-  EXPECT_FALSE(a_done.query()) << "stream b's work completed only after stream a's 200 ms spin";
-  EXPECT_LT(waited, 150.0);
   EXPECT_EQ(value_mismatch(h.host_bytes(), 4096, 7), npos);
   a_done.synchronize();
   EXPECT_TRUE(a_done.query());
@@ -256,13 +259,16 @@ TEST_P(conformance, a_wait_is_for_the_record_current_at_the_time_of_the_call) {
   e.record(a);
   b.wait(e);
   b_done.record(b);
-  // A later record must not extend a wait that was already queued.
-  dev().spin_async(300ms, a);
-  e.record(a);
-  const auto t0 = steady::now();
-  b_done.synchronize();
-  EXPECT_LT(ms_since(t0), 200.0);
-  EXPECT_FALSE(e.query());
+  {
+    // A later record must not extend a wait that was already queued: b finishes while A is held (a wait
+    // bound to the later record would hold b until A is released, and fail the minute below).
+    held_stream hold(dev(), a);
+    e.record(a);
+    const auto deadline = steady::now() + 60s;
+    while (!b_done.query() && steady::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(b_done.query()) << "b's wait was extended to a record made after it";
+    EXPECT_FALSE(e.query());
+  }
   e.synchronize();
 }
 
@@ -282,9 +288,14 @@ TEST_P(conformance, timing_events_measure_the_time_between_them) {
   event start = dev().make_timing_event();
   event stop = dev().make_timing_event();
   EXPECT_TRUE(start.timing());
-  start.record(s);
-  dev().spin_async(50ms, s);
-  stop.record(s);
+  {
+    // Held, so that the spin follows the start event at once however slowly the test queues it: the
+    // events then time the spin alone (exactly its modelled 50 ms on the host backend).
+    const held_stream hold(dev(), s);
+    start.record(s);
+    dev().spin_async(50ms, s);
+    stop.record(s);
+  }
   stop.synchronize();
   const double ms = dev().elapsed_ms(start, stop);
   EXPECT_GE(ms, 49.0);

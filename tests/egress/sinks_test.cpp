@@ -1,6 +1,9 @@
 // The sinks: the checksum against known values and a byte-wise reference, its independence from chunking
 // and order, and the raw and .npy files read back byte for byte (and by numpy when it is installed).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,6 +216,68 @@ TEST(raw_file_sink, an_unwritable_path_names_the_path_and_the_reason) {
       message_of<std::system_error>([&] { sink.consume(chunks_of(bytes, 3, 64)[0]); });
   EXPECT_MESSAGE_HAS(message, (missing / "output_3.bin").string());
   EXPECT_MESSAGE_HAS(message, "No such file or directory");
+}
+
+// Every name in `dir`, hidden temporaries included.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(raw_file_sink, an_output_appears_under_its_name_only_once_every_chunk_is_written) {
+  scratch_dir dir;
+  raw_file_sink sink(dir.path());
+  const auto bytes = random_bytes(3000, 4);
+  const auto chunks = chunks_of(bytes, 5, 1024);
+  ASSERT_EQ(chunks.size(), 3u);
+  sink.consume(chunks[2]);
+  sink.consume(chunks[0]);
+  EXPECT_FALSE(fs::exists(sink.path_of(5)));  // two of three chunks: not yet an output
+  sink.consume(chunks[1]);
+  EXPECT_EQ(read_file(sink.path_of(5)), bytes);
+  EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"output_5.bin"});
+}
+
+// A disk that fills: RLIMIT_FSIZE (in a child process, so the limit stays there) makes a chunk's write
+// fail with EFBIG after the file was sized. The error must reach the caller naming the path, and no file
+// may remain: neither a correctly sized file of zeros under the final name nor the temporary.
+void expect_a_failed_write_leaves_no_file(sink& s, const fs::path& dir, const fs::path& final_path,
+                                          const std::vector<std::byte>& bytes, std::uint64_t tag) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{16 * 1024, 16 * 1024};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(3);
+    int code = 5;  // every chunk written: the limit did not bite
+    for (const auto& c : chunks_of(bytes, tag, 8192)) {
+      try {
+        s.consume(c);
+      } catch (const std::system_error& e) {
+        code = std::string(e.what()).find(final_path.string()) != std::string::npos ? 0 : 4;
+      }
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: setrlimit failed, 4: the error did not name the file, 5: no error";
+  EXPECT_EQ(names_in(dir), std::vector<std::string>{});
+}
+
+TEST(raw_file_sink, a_write_error_leaves_no_file_of_zeros_under_the_final_name) {
+  scratch_dir dir;
+  raw_file_sink sink(dir.path());
+  expect_a_failed_write_leaves_no_file(sink, dir.path(), sink.path_of(7), random_bytes(64 * 1024, 5), 7);
+}
+
+TEST(npy_sink, a_write_error_leaves_no_file_under_the_final_name) {
+  scratch_dir dir;
+  npy_sink sink(dir.path(), {16, 1024}, "<f4");
+  expect_a_failed_write_leaves_no_file(sink, dir.path(), sink.path_of(2), random_bytes(64 * 1024, 6), 2);
 }
 
 // ---- npy_sink ------------------------------------------------------------------------------------

@@ -100,6 +100,22 @@ class gate {
   bool open_ = false;
 };
 
+/// Holds a stream at a host function until open() (or destruction), so that the work a test queues
+/// behind it starts at one moment, however slowly a busy machine lets the test queue it.
+class held_stream {
+ public:
+  held_stream(device& dev, stream_view s) : gate_(std::make_shared<gate>()) {
+    dev.launch_host_func(s, [g = gate_] { g->pass(); });
+  }
+  held_stream(const held_stream&) = delete;
+  held_stream& operator=(const held_stream&) = delete;
+  ~held_stream() { gate_->open(); }
+  void open() { gate_->open(); }
+
+ private:
+  std::shared_ptr<gate> gate_;  // shared with the host function, which may run after the holder is gone
+};
+
 /// The message of the exception of type E that `f` throws; a test failure when it throws nothing or
 /// something else.
 template <class E, class F>

@@ -2,8 +2,6 @@
 // trace and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -11,9 +9,12 @@
 #include "commands.hpp"
 #include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/text.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
+#include "flags.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -22,21 +23,28 @@ struct analyze_flags {
   std::string file;
   bool json = false;
   std::string html;
+  std::string output;
   std::string step_prefix;
-  double idle_threshold = 0.10;
+  double idle_threshold = trace::analyze_options{}.idle_threshold;
   double link_h2d = 0;
   double link_d2h = 0;
-  std::string max_bytes;
+  std::uint64_t max_bytes = 0;
 };
 
+// The largest --max-bytes: what reading may inflate to must fit in memory several times over anyway.
+constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 40;
+
 int run_analyze(const analyze_flags& f) {
+  check_output(f.html, "--html");
+  check_output(f.output, "--output");
   trace::read_limits limits;
-  if (!f.max_bytes.empty()) limits.max_bytes = parse_bytes(f.max_bytes);
-  // Progress lines (bytes read, events) for a long read, to a person watching: only on a terminal.
-  progress_fn progress;
-  if (::isatty(STDERR_FILENO) == 1)
-    progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
-  const trace::timeline t = trace::read_trace(f.file, limits, progress);
+  if (f.max_bytes != 0) limits.max_bytes = f.max_bytes;
+  status_line status;
+  status.set("analyze: reading " + f.file);
+  // The reader's progress (bytes read of the total, events), once reading has taken a couple of seconds.
+  const trace::timeline t = trace::read_trace(
+      f.file, limits, [&status](const std::string& line) { status.set("analyze: " + line); });
+  status.set("analyze: analyzing " + f.file);
   trace::analyze_options opts;
   opts.step_prefix = f.step_prefix;
   opts.idle_threshold = f.idle_threshold;
@@ -44,10 +52,12 @@ int run_analyze(const analyze_flags& f) {
   opts.link_d2h_gbps = f.link_d2h;
   const trace::analysis a = trace::analyze(t, opts);
   if (!f.html.empty()) {
+    status.set("analyze: writing " + f.html);
     trace::write_html_report(t, a, f.html);
-    fmt::print(stderr, "analyze: wrote {}\n", f.html);
+    status.line("analyze: wrote " + f.html);
   }
-  std::cout << (f.json ? trace::to_json(a) + "\n" : trace::format_text(a));
+  // Names in the text come from the trace: a hostile one must not drive the terminal. JSON escapes them.
+  emit(f.output, f.json ? trace::to_json(a) + "\n" : escape_control(trace::format_text(a), true));
   return 0;
 }
 
@@ -64,15 +74,22 @@ std::function<int()> add_analyze_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print the analysis as JSON");
   cmd->add_option("--html", f->html,
                   "Also write a standalone HTML report (SVG timeline and step chart) here");
+  cmd->add_option("--output,-o", f->output,
+                  "Write the analysis (text, or with --json JSON) to this file instead of stdout; it appears "
+                  "only once complete");
   cmd->add_option(
       "--step", f->step_prefix,
       "Step spans: ranges whose name starts with this (default ProfilerStep#, else ferry's 'step')");
-  cmd->add_option("--idle-threshold", f->idle_threshold, "GPU idle fraction per step that is a finding")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  cmd->add_option("--link-h2d", f->link_h2d, "Probed pinned H2D GB/s to compare copies with (ferry probe)");
-  cmd->add_option("--link-d2h", f->link_d2h, "Probed pinned D2H GB/s to compare copies with (ferry probe)");
-  cmd->add_option("--max-bytes", f->max_bytes, "Refuse trace files larger than this (default 2GiB)");
+  add_double_flag(*cmd, "--idle-threshold", f->idle_threshold, 0, 1,
+                  fmt::format("GPU idle fraction per step that is a finding (default {})",
+                              trace::analyze_options{}.idle_threshold));
+  add_double_flag(*cmd, "--link-h2d", f->link_h2d, 0, max_gbps,
+                  "Probed pinned H2D GB/s to compare copies with (ferry probe)");
+  add_double_flag(*cmd, "--link-d2h", f->link_d2h, 0, max_gbps,
+                  "Probed pinned D2H GB/s to compare copies with (ferry probe)");
+  add_bytes_flag(*cmd, "--max-bytes", f->max_bytes, 1, max_trace_bytes,
+                 fmt::format("Refuse trace files larger than this (default {})",
+                             format_bytes(trace::read_limits{}.max_bytes)));
   return [f]() { return run_analyze(*f); };
 }
 

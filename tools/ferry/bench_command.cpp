@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,10 +14,15 @@
 #include "commands.hpp"
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ingest_bench.hpp"
+#include "ferry/core/atomic_file.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/text.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
+#include "flags.hpp"
+#include "memory_check.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -32,6 +38,7 @@ struct ladder_flags {
   std::string levels;
   bool no_check = false;
   bool json = false;
+  std::string output;            // --output: the table or JSON goes to this file instead of stdout
   std::string trace;             // per-level trace files: <stem>.<level><ext> (+ .html reports)
   std::size_t trace_events = 0;  // recorder capacity per level
 };
@@ -44,13 +51,32 @@ std::filesystem::path level_path(const std::filesystem::path& base, const std::s
   return p;
 }
 
+// Checks, before any work, every file the run will write: --output and each traced level's trace and
+// report (the directory of --trace is created first, as the run would).
+void check_outputs(const ladder_flags& f, const std::vector<std::string>& levels) {
+  check_output(f.output, "--output");
+  if (f.trace.empty()) return;
+  const std::filesystem::path b(f.trace);
+  const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
+  if (b.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(b.parent_path(), ec);
+    if (ec)
+      throw flag_error(fmt::format("--trace {}: cannot create directory {}: {}", escape_control(f.trace),
+                                   escape_control(b.parent_path().string()), ec.message()));
+  }
+  for (const auto& level : levels) {
+    check_output(level_path(b, level, ext).string(), "--trace");
+    check_output(level_path(b, level, ".html").string(), "--trace");
+  }
+}
+
 // Writes each traced level's Chrome trace and HTML report next to `base`; returns their JSON summary.
 nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces, const std::string& base,
                                   const std::vector<bench::level_info>& levels, bool quiet) {
   nlohmann::json out = nlohmann::json::array();
   const std::filesystem::path b(base);
   const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
-  if (b.has_parent_path()) std::filesystem::create_directories(b.parent_path());
   for (const auto& t : traces) {
     const auto trace_file = level_path(b, t.level, ext);
     trace::write_chrome_trace(t.timeline, trace_file);
@@ -66,13 +92,13 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
       j["bottleneck"] = t.analysis->bottleneck();
       j["analysis"] = nlohmann::json::parse(trace::to_json(*t.analysis));
       if (!quiet)
-        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, trace_file.string(),
-                   html_file.string());
+        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, escape_control(trace_file.string()),
+                   escape_control(html_file.string()));
     } else {
       j["analysis_error"] = t.analysis_error;
       if (!quiet)
-        fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level, trace_file.string(),
-                   t.analysis_error);
+        fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level,
+                   escape_control(trace_file.string()), escape_control(t.analysis_error));
     }
     out.push_back(std::move(j));
   }
@@ -81,7 +107,7 @@ nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces,
 
 struct egress_flags : ladder_flags {
   std::size_t pool_buffers = 0;
-  std::string slot_bytes;
+  std::uint64_t slot_bytes = 0;
   std::size_t slots = 0;
   int pure_copy = 0;
   double probed_d2h = 0;
@@ -94,34 +120,50 @@ struct ingest_flags : ladder_flags {
   int pure_copy = 0;
   int both_ways = 0;
   std::size_t egress_workers = 0;
-  std::string egress_slot_bytes;
+  std::uint64_t egress_slot_bytes = 0;
   std::size_t egress_slots = 0;
 };
 
+// BxCxHxW: four whole numbers from 1 to 2^24, whose product of fp32 values fits in the host's memory.
 std::array<std::size_t, 4> parse_shape(const std::string& text) {
+  constexpr std::uint64_t max_dim = std::uint64_t{1} << 24;
+  const std::string shown = escape_control(text);
   std::vector<std::size_t> dims;
   std::stringstream in(text);
   std::string part;
+  __extension__ unsigned __int128 bytes = sizeof(float);
   while (std::getline(in, part, 'x')) {
-    std::size_t used = 0;
-    unsigned long long v = 0;
-    try {
-      v = std::stoull(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FERRY_EXPECTS(
-        used == part.size() && !part.empty() && v > 0,
-        fmt::format("--shape \"{}\": \"{}\" is not a positive dimension; expected BxCxHxW", text, part));
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || v < 1 || v > max_dim)
+      throw flag_error(fmt::format("--shape {}: \"{}\" is not a dimension; expected BxCxHxW, each a whole "
+                                   "number from 1 to {}",
+                                   shown, escape_control(part), max_dim));
     dims.push_back(static_cast<std::size_t>(v));
+    bytes *= v;
   }
-  FERRY_EXPECTS(dims.size() == 4,
-                fmt::format("--shape \"{}\" has {} dimensions; expected 4 (batch x classes x height x width)",
-                            text, dims.size()));
+  if (dims.size() != 4)
+    throw flag_error(fmt::format("--shape {}: {} dimensions; expected 4 (BxCxHxW)", shown, dims.size()));
+  if (bytes > max_host_buffer_bytes())
+    throw flag_error(out_of_range("--shape", text,
+                                  fmt::format("one step of fp32 values must fit in the host's memory ({})",
+                                              format_bytes(max_host_buffer_bytes()))));
   return {dims[0], dims[1], dims[2], dims[3]};
 }
 
-void progress_line(const std::string& line) { fmt::print(stderr, "bench: {}\n", line); }
+// Ranges of the ladders' flags (flags.hpp has those shared with other subcommands).
+constexpr double max_compute_ms = 3'600'000;            // an hour per step
+constexpr std::int64_t max_buffers = 65'536;            // pool buffers, slots, depth
+constexpr std::int64_t max_trace_events = 100'000'000;  // recorder capacity per level
+constexpr std::int64_t max_both_ways_ms = 86'400'000;   // a day
+
+// Progress lines on stderr; on a terminal, a status line under them counts the seconds of each step.
+progress_fn progress_to(status_line& status) {
+  return [&status](const std::string& line) {
+    status.line("bench: " + line);
+    status.set("bench: " + line);
+  };
+}
 
 // Applies the flags every ladder shares to its config.
 template <class Config>
@@ -130,6 +172,7 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg) {
   if (f.compute_ms >= 0)
     cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.compute_ms * 1e6));
   if (f.steps != 0) cfg.steps = f.steps;
+  cfg.stop = &interrupt_flag();
   if (f.warmup >= 0) cfg.warmup = f.warmup;
   if (f.workers != 0) cfg.workers = f.workers;
   if (!f.levels.empty()) {
@@ -164,18 +207,18 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
                  fmt::format("{} BxCxHxW (default {})", shape_what, defaults([](const Config& c) {
                                return fmt::format("{}", fmt::join(c.shape(), "x"));
                              })));
-  app.add_option("--compute-ms", f.compute_ms,
-                 fmt::format("Compute time per step in ms (default {})", defaults([](const Config& c) {
-                               return std::chrono::duration<double, std::milli>(c.compute).count();
-                             })));
-  app.add_option(
-      "--steps", f.steps,
+  add_double_flag(app, "--compute-ms", f.compute_ms, 0, max_compute_ms,
+                  fmt::format("Compute time per step in ms (default {})", defaults([](const Config& c) {
+                                return std::chrono::duration<double, std::milli>(c.compute).count();
+                              })));
+  add_int_flag(
+      app, "--steps", f.steps, 1, max_count,
       fmt::format("Timed steps per level (default {})", defaults([](const Config& c) { return c.steps; })));
-  app.add_option("--warmup", f.warmup,
-                 fmt::format("Untimed steps per level (default {})",
-                             defaults([](const Config& c) { return c.warmup; })));
-  app.add_option(
-      "--workers", f.workers,
+  add_int_flag(app, "--warmup", f.warmup, 0, max_count,
+               fmt::format("Untimed steps per level (default {})",
+                           defaults([](const Config& c) { return c.warmup; })));
+  add_int_flag(
+      app, "--workers", f.workers, 1, max_threads,
       fmt::format("{} (default {})", workers_what, defaults([](const Config& c) { return c.workers; })));
   app.add_option("--levels", f.levels,
                  fmt::format("Comma-separated levels (default {})", defaults([](const Config& c) {
@@ -183,73 +226,115 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
                              })));
   app.add_flag("--no-check", f.no_check, "Skip checking the delivered bytes (egress checksums them instead)");
   app.add_flag("--json", f.json, "Print JSON on stdout instead of the table");
+  app.add_option("--output,-o", f.output,
+                 "Write the table (or with --json the JSON) to this file instead of stdout; it appears only "
+                 "once complete");
   app.add_option(
       "--trace", f.trace,
       "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
       "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
-  app.add_option("--trace-events", f.trace_events,
-                 fmt::format("Events the recorder keeps per level (default {})",
-                             defaults([](const Config& c) { return c.trace.capacity; })));
+  add_int_flag(app, "--trace-events", f.trace_events, 1, max_trace_events,
+               fmt::format("Events the recorder keeps per level (default {})",
+                           defaults([](const Config& c) { return c.trace.capacity; })));
 }
 
-// Prints a ladder run (table or JSON, with its traces written when asked); 2 when a level got wrong bytes.
+// Prints a ladder run (table or JSON, with its traces written when asked). Exit status: 130 when Ctrl-C
+// stopped it (what finished is printed), else 2 when a level got wrong bytes, else 0.
 int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const bench::run_stamp& stamp) {
+  const bool interrupted = r.interrupted || interrupt_flag().load();
   if (f.json) {
     nlohmann::json json = bench::ladder_json(r, stamp);
+    if (interrupted) json["interrupted"] = true;
     if (!f.trace.empty()) json["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
-    std::cout << json.dump(2) << '\n';
+    emit(f.output, json.dump(2) + "\n");
   } else {
-    std::cout << bench::format_table(r);
+    std::string text = escape_control(bench::format_table(r), true);
+    if (interrupted)
+      text += fmt::format("\ninterrupted: the {} level(s) above finished; the others did not run\n",
+                          r.rows.size());
+    emit(f.output, text);
     if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
   }
+  if (interrupted) return interrupted_status;
   return r.wrong() == 0 ? 0 : 2;
 }
 
 // Prints a one-shot result: JSON or its line of text; 2 when bytes arrived wrong.
-int report_once(bool json, const nlohmann::json& j, const std::string& text, std::uint64_t mismatches) {
-  if (json) {
-    std::cout << j.dump(2) << '\n';
-  } else {
-    std::cout << text;
-  }
+int report_once(const ladder_flags& f, const nlohmann::json& j, const std::string& text,
+                std::uint64_t mismatches) {
+  emit(f.output, f.json ? j.dump(2) + "\n" : text);
   return mismatches == 0 ? 0 : 2;
 }
 
+// The levels a run will record: those asked for, or the ladder's default list.
+template <class Config>
+std::vector<std::string> levels_of(const ladder_flags& f, const Config& defaults) {
+  Config cfg = defaults;
+  apply_ladder_flags(f, cfg);
+  return cfg.levels;
+}
+
+// --levels: every name a level of the ladder, checked before the work.
+void check_levels(const bench::ladder_spec& spec, const std::vector<std::string>& levels) {
+  for (const auto& level : levels) {
+    try {
+      static_cast<void>(bench::level_index(spec, level));
+    } catch (const logic_error& e) {
+      throw flag_error(fmt::format("--levels: {}", escape_control(e.what())));
+    }
+  }
+}
+
 int run_egress(const egress_flags& f, const std::string& command) {
+  FERRY_EXPECTS(
+      f.trace.empty() || f.pure_copy == 0,
+      "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
+  check_levels(bench::egress_spec(), levels_of(f, bench::default_egress_options(backend::host)));
+  check_outputs(f, levels_of(f, bench::default_egress_options(backend::host)));
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(f.dev, f.pure_copy > 0 ? host_device_options{} : bench::ladder_host_options());
   bench::egress_options cfg = f.pure_copy > 0 ? bench::default_pure_copy_options(dev->kind())
                                               : bench::default_egress_options(dev->kind());
   apply_ladder_flags(f, cfg);
   if (f.pool_buffers != 0) cfg.pool_buffers = f.pool_buffers;
-  if (!f.slot_bytes.empty()) cfg.slot_bytes = parse_bytes(f.slot_bytes);
+  if (f.slot_bytes != 0) cfg.slot_bytes = f.slot_bytes;
   if (f.slots != 0) cfg.slots = f.slots;
   cfg.probed_gbps = f.probed_d2h;
+  check_egress_memory(*dev, cfg, f.pure_copy > 0);
 
-  FERRY_EXPECTS(
-      f.trace.empty() || f.pure_copy == 0,
-      "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
+  status_line status;
   if (f.pure_copy > 0) {
-    const bench::pure_copy_result r = bench::run_egress_pure_copy(*dev, cfg, f.pure_copy, progress_line);
-    return report_once(f.json, bench::to_json(r, cfg, stamp), bench::format_text(r), r.mismatches);
+    const bench::pure_copy_result r =
+        bench::run_egress_pure_copy(*dev, cfg, f.pure_copy, progress_to(status));
+    return report_once(f, bench::to_json(r, cfg, stamp), bench::format_text(r), r.mismatches);
   }
-  return report_ladder(f, bench::run_egress(*dev, cfg, progress_line), stamp);
+  graceful_interrupts(true);
+  const bench::egress_result r = bench::run_egress(*dev, cfg, progress_to(status));
+  return report_ladder(f, r, stamp);
 }
 
 // Both ways: ingest and egress pure copies at once, each sized to move about the same bytes.
 int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_options& in,
                   const bench::run_stamp& stamp) {
   bench::egress_options out = bench::default_both_ways_egress_options(dev.kind());
-  if (!f.egress_slot_bytes.empty()) out.slot_bytes = parse_bytes(f.egress_slot_bytes);
+  if (f.egress_slot_bytes != 0) out.slot_bytes = f.egress_slot_bytes;
   if (f.egress_slots != 0) out.slots = f.egress_slots;
   if (f.egress_workers != 0) out.workers = f.egress_workers;
+  check_egress_memory(dev, out, true);
+  status_line status;
   const bench::both_ways_result r =
-      bench::run_both_ways(dev, in, out, std::chrono::milliseconds(f.both_ways), progress_line);
-  return report_once(f.json, bench::to_json(r, stamp), bench::format_text(r),
+      bench::run_both_ways(dev, in, out, std::chrono::milliseconds(f.both_ways), progress_to(status));
+  return report_once(f, bench::to_json(r, stamp), bench::format_text(r),
                      r.ingest.mismatches + r.egress.mismatches);
 }
 
 int run_ingest(const ingest_flags& f, const std::string& command) {
+  FERRY_EXPECTS(f.trace.empty() || (f.pure_copy == 0 && f.both_ways == 0),
+                "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
+  FERRY_EXPECTS(f.pure_copy == 0 || f.both_ways == 0,
+                "--pure-copy and --both-ways are two different runs; give one of them");
+  check_levels(bench::ingest_spec(), levels_of(f, bench::default_ingest_options(backend::host)));
+  check_outputs(f, levels_of(f, bench::default_ingest_options(backend::host)));
   const bench::run_stamp stamp = bench::stamp_now(command);
   auto dev = open_device(
       f.dev, f.pure_copy > 0 || f.both_ways > 0 ? host_device_options{} : bench::ladder_host_options());
@@ -259,15 +344,17 @@ int run_ingest(const ingest_flags& f, const std::string& command) {
   if (f.host_slots != 0) cfg.host_slots = f.host_slots;
   if (f.depth != 0) cfg.depth = f.depth;
   cfg.probed_gbps = f.probed_h2d;
-  FERRY_EXPECTS(f.trace.empty() || (f.pure_copy == 0 && f.both_ways == 0),
-                "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
+  check_ingest_memory(*dev, cfg, f.pure_copy > 0 || f.both_ways > 0);
   if (f.both_ways > 0) return run_both_ways(f, *dev, cfg, stamp);
+  status_line status;
   if (f.pure_copy > 0) {
     const bench::ingest_pure_copy_result r =
-        bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_line);
-    return report_once(f.json, bench::to_json(r, stamp), bench::format_text(r), r.mismatches);
+        bench::run_ingest_pure_copy(*dev, cfg, f.pure_copy, progress_to(status));
+    return report_once(f, bench::to_json(r, stamp), bench::format_text(r), r.mismatches);
   }
-  return report_ladder(f, bench::run_ingest(*dev, cfg, progress_line), stamp);
+  graceful_interrupts(true);
+  const bench::ingest_result r = bench::run_ingest(*dev, cfg, progress_to(status));
+  return report_ladder(f, r, stamp);
 }
 
 }  // namespace
@@ -284,22 +371,23 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   CLI::App* eg =
       bench_cmd->add_subcommand("egress", "Device-to-host ladder: ideal, L0..L4, ferry (or --pure-copy)");
   add_ladder_flags(*eg, *f, eg_cuda, eg_host, "Output shape", "Host processing threads");
-  eg->add_option("--pool-buffers", f->pool_buffers,
-                 fmt::format("Whole-output buffers in the L2..L4 pools (default {})",
-                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.pool_buffers; })));
-  eg->add_option(
-      "--slot-bytes", f->slot_bytes,
+  add_int_flag(*eg, "--pool-buffers", f->pool_buffers, 1, max_buffers,
+               fmt::format("Whole-output buffers in the L2..L4 pools (default {})",
+                           per_backend(eg_cuda, eg_host, [](const auto& c) { return c.pool_buffers; })));
+  add_bytes_flag(
+      *eg, "--slot-bytes", f->slot_bytes, 8, max_host_buffer_bytes(),
       fmt::format("ferry's pinned slot size (default {})",
                   per_backend(eg_cuda, eg_host, [](const auto& c) { return format_bytes(c.slot_bytes); })));
-  eg->add_option("--slots", f->slots,
-                 fmt::format("ferry's pinned slots (default {}: above the chunks of one output)",
-                             per_backend(eg_cuda, eg_host, [](const auto& c) { return c.slots; })));
-  eg->add_option(
-      "--pure-copy", f->pure_copy,
+  add_int_flag(*eg, "--slots", f->slots, 1, max_buffers,
+               fmt::format("ferry's pinned slots (default {}: above the chunks of one output)",
+                           per_backend(eg_cuda, eg_host, [](const auto& c) { return c.slots; })));
+  add_int_flag(
+      *eg, "--pure-copy", f->pure_copy, 1, max_count,
       fmt::format("Pure-copy mode: drain this many outputs with no compute (on cuda unless given: {} x {} "
                   "slots, and all cores but one checking: {} here)",
                   format_bytes(pure.slot_bytes), pure.slots, pure.workers));
-  eg->add_option("--probed-d2h", f->probed_d2h, "Pinned D2H GB/s to compare with (default: measured first)");
+  add_double_flag(*eg, "--probed-d2h", f->probed_d2h, 0, max_gbps,
+                  "Pinned D2H GB/s to compare with (default: measured first)");
 
   auto g = std::make_shared<ingest_flags>();
   const bench::ingest_options in_cuda = bench::default_ingest_options(backend::cuda);
@@ -307,28 +395,30 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   const bench::egress_options both = bench::default_both_ways_egress_options(backend::cuda);
   CLI::App* in = bench_cmd->add_subcommand("ingest", "Host-to-device ladder: ideal, L0..L4, ferry");
   add_ladder_flags(*in, *g, in_cuda, in_host, "Image batch", "Sample-making threads");
-  in->add_option("--host-slots", g->host_slots,
-                 fmt::format("Pinned batches made ahead (default {})",
-                             per_backend(in_cuda, in_host, [](const auto& c) { return c.host_slots; })));
-  in->add_option("--depth", g->depth,
-                 fmt::format("Device batches copied ahead (default {})",
-                             per_backend(in_cuda, in_host, [](const auto& c) { return c.depth; })));
-  in->add_option("--probed-h2d", g->probed_h2d, "Pinned H2D GB/s to compare with (default: measured first)");
-  in->add_option("--pure-copy", g->pure_copy, "Pure-copy mode: move this many batches with no compute");
-  in->add_option(
-      "--both-ways", g->both_ways,
+  add_int_flag(*in, "--host-slots", g->host_slots, 1, max_buffers,
+               fmt::format("Pinned batches made ahead (default {})",
+                           per_backend(in_cuda, in_host, [](const auto& c) { return c.host_slots; })));
+  add_int_flag(*in, "--depth", g->depth, 1, max_buffers,
+               fmt::format("Device batches copied ahead (default {})",
+                           per_backend(in_cuda, in_host, [](const auto& c) { return c.depth; })));
+  add_double_flag(*in, "--probed-h2d", g->probed_h2d, 0, max_gbps,
+                  "Pinned H2D GB/s to compare with (default: measured first)");
+  add_int_flag(*in, "--pure-copy", g->pure_copy, 1, max_count,
+               "Pure-copy mode: move this many batches with no compute");
+  add_int_flag(
+      *in, "--both-ways", g->both_ways, 1, max_both_ways_ms,
       fmt::format("Ingest and egress pure copies at once for this many milliseconds, against the probed "
                   "two-way total ({} sample-making threads unless given)",
                   bench::default_both_ways_ingest_options(backend::cuda).workers));
-  in->add_option(
-      "--egress-workers", g->egress_workers,
+  add_int_flag(
+      *in, "--egress-workers", g->egress_workers, 1, max_threads,
       fmt::format("With --both-ways: the egress side's checking threads (default all cores but two: {} here)",
                   both.workers));
-  in->add_option("--egress-slot-bytes", g->egress_slot_bytes,
+  add_bytes_flag(*in, "--egress-slot-bytes", g->egress_slot_bytes, 8, max_host_buffer_bytes(),
                  fmt::format("With --both-ways: the egress side's slot size (default {} on cuda)",
                              format_bytes(both.slot_bytes)));
-  in->add_option(
-      "--egress-slots", g->egress_slots,
+  add_int_flag(
+      *in, "--egress-slots", g->egress_slots, 1, max_buffers,
       fmt::format("With --both-ways: the egress side's slot count (default {} on cuda)", both.slots));
   return [f, eg, g, in, command]() -> int {
     if (eg->parsed()) return run_egress(*f, command);

@@ -9,7 +9,11 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "ferry/bench/ladder.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/text.hpp"
+#include "flags.hpp"
+#include "run_control.hpp"
 
 namespace ferry::cli {
 
@@ -19,7 +23,8 @@ void add_device_options(CLI::App& app, device_options& opts) {
          "Device backend: cuda (a GPU), host (the emulated device), or auto (cuda when a GPU is visible)")
       ->check(CLI::IsMember({"auto", "host", "cuda"}))
       ->capture_default_str();
-  app.add_option("--gpu", opts.gpu, "GPU ordinal for the cuda backend")->capture_default_str();
+  add_int_flag(app, "--gpu", opts.gpu, 0, max_gpu_ordinal,
+               fmt::format("GPU ordinal for the cuda backend (default {})", device_options{}.gpu));
 }
 
 std::string command_line(int argc, const char* const argv[]) {
@@ -65,24 +70,69 @@ std::unique_ptr<device> open_device(const device_options& opts, const host_devic
 
 }  // namespace ferry::cli
 
+namespace {
+
+// Refuses a subcommand name that does not exist, naming it and the valid ones, before CLI11 reads it as
+// a stray argument: walks argv down the subcommand tree until an option or a leaf.
+void check_subcommands(const CLI::App& root, int argc, const char* const argv[]) {
+  const CLI::App* app = &root;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view tok = argv[i];
+    if (tok.empty() || tok[0] == '-') return;
+    const auto subs = app->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return;
+    const CLI::App* next = nullptr;
+    std::string valid;
+    for (const CLI::App* s : subs) {
+      if (s->get_name() == tok) next = s;
+      valid += (valid.empty() ? "" : ", ") + s->get_name();
+    }
+    if (next == nullptr) {
+      const std::string where = app == &root ? "ferry" : "ferry " + app->get_name();
+      throw ferry::cli::flag_error(fmt::format("unknown subcommand \"{}\" of {}; valid: {}",
+                                               ferry::escape_control(tok), where, valid));
+    }
+    app = next;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"ferry: keeps GPUs fed and drained, and measures where they still wait"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("ferry {}", ferry::bench::ferry_version()),
+                       "Print ferry's version and exit");
   const std::string command = ferry::cli::command_line(argc, argv);  // JSON results record it
   std::function<int()> run_probe = ferry::cli::add_probe_command(app, command);
   std::function<int()> run_bench = ferry::cli::add_bench_command(app, command);
   std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
+  // Usage errors (an unknown subcommand, a flag out of range) are one line and exit status 2, before
+  // any work.
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    check_subcommands(app, argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      fmt::print(stderr, "ferry: error: {}\n", ferry::escape_control(e.what()));
+      return 2;
+    }
+    ferry::cli::check_flags();
+  } catch (const ferry::cli::flag_error& e) {
+    fmt::print(stderr, "ferry: error: {}\n", e.what());
+    return 2;
   }
+  ferry::cli::install_interrupt_handlers();
   try {
     if (app.got_subcommand("probe")) return run_probe();
     if (app.got_subcommand("bench")) return run_bench();
     if (app.got_subcommand("analyze")) return run_analyze();
-  } catch (const std::exception& e) {
+  } catch (const ferry::cli::flag_error& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ferry: error: {}\n", ferry::escape_control(e.what()));
     return 1;
   }
   return 0;

@@ -5,6 +5,7 @@
 // Host only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -58,7 +59,28 @@ struct idle_attribution {
   double fraction_of_idle = 0;
   std::uint64_t thread_id = 0;
   bool blocking = false;     // a call that waited for the GPU (a sync event or a blocking API call)
-  bool main_thread = false;  // the thread holding the step spans (or issuing most API calls)
+  bool main_thread = false;  // the thread that runs the loop (analysis::main_thread)
+  /// What the activity is, which decides the advice: data, output, user (work that could move off the
+  /// launching thread), framework, launch, allocator, copy, sync, host_wait, runtime.
+  std::string work;
+};
+
+/// A CPU activity next to the main thread's stretches without recorded activity, and how much of the GPU
+/// idle those stretches held.
+struct idle_neighbour {
+  std::string activity;
+  std::size_t gaps = 0;  // stretches it came just before (or just after)
+  double idle_ms = 0;    // GPU idle in those stretches, over all analyzed steps
+};
+
+/// GPU idle while the main thread ran nothing the trace recorded (plain Python between profiler
+/// operators, a wait in code no annotation covers), and what the thread did just before and just after.
+struct uncovered_idle {
+  double idle_ms = 0;  // over all analyzed steps
+  double fraction_of_idle = 0;
+  std::size_t gaps = 0;                // stretches of the main thread without activity that held GPU idle
+  std::vector<idle_neighbour> before;  // the activity that ended just before a stretch, most idle first
+  std::vector<idle_neighbour> after;   // the activity that started just after it
 };
 
 /// One finding. `rule` is a stable id:
@@ -69,14 +91,21 @@ struct idle_attribution {
 ///   serialized_copy       copies and kernels on one stream, never overlapping
 ///   low_copy_bandwidth    copies far below the probed link
 ///   compute_bound         no transfer bottleneck: the GPU computes nearly all the time (informational)
-///   drain_tail            host work that goes on after the last step's GPU work (latency at the end of a
-///                         run, not lost per step: cost 0, listed last)
+///   host_bound            the host bounds the pipeline: GPU idle while the main thread waits on other
+///                         host work (a queue, a free buffer), or a backlog of host work after the last
+///                         GPU activity longer than a step
+///   drain_tail            host work that goes on after the last step's GPU work for up to a step (latency
+///                         at the end of a run, not lost per step: cost 0, listed last)
 struct finding {
   std::string rule;
-  std::string title;                      // one line: what is wrong
-  std::string evidence;                   // times, counts, bytes
-  std::string fix;                        // what to change, naming the ferry component or ladder level
-  double cost_ms_per_step = 0;            // estimated GPU time lost per step; findings are sorted by it
+  std::string title;            // one line: what is wrong
+  std::string evidence;         // times, counts, bytes
+  std::string fix;              // what to change, naming the ferry component or ladder level
+  double cost_ms_per_step = 0;  // estimated GPU time lost per step; findings are sorted by it
+  /// gpu_idle: the kind of the activity it names as the cause (idle_attribution::work), "" when none. A
+  /// gpu_idle whose cause a more specific finding explains (a copy: sync_copy, pageable_async_copy; a
+  /// wait on host work: host_bound) gives way to that finding when it costs 5% of the step.
+  std::string cause;
   std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
 };
 
@@ -87,10 +116,15 @@ struct analysis {
   std::map<std::string, std::uint64_t>
       skipped;              // records the importer skipped, by reason (timeline::skipped)
   std::string step_prefix;  // what the steps were taken from ("" = whole trace)
-  std::string main_thread;  // the thread holding the step spans (or issuing most API calls); "" = none
+  std::string main_thread;  // the thread that runs the loop; "" = none
+  /// The rule that picked it: step_spans (it holds the step spans), tid_is_pid (its id is its process's),
+  /// most_annotations, most_api_calls, or autograd_only (the autograd engine's thread, nothing else
+  /// qualified); "" = no main thread.
+  std::string main_thread_rule;
   std::vector<step_breakdown> steps;
   step_breakdown mean;                 // the mean over steps (index -1)
   std::vector<idle_attribution> idle;  // largest first
+  uncovered_idle uncovered;            // GPU idle the main thread's recorded activity does not cover
   std::vector<finding> findings;       // costliest first; never empty (compute_bound at least)
   /// The rule of the first finding: what bounds this workload.
   [[nodiscard]] const std::string& bottleneck() const { return findings.front().rule; }

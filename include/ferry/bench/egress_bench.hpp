@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ferry/bench/ladder.hpp"
+#include "ferry/bench/start_line.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/device/device.hpp"
 
@@ -100,11 +101,12 @@ struct pure_copy_result {
   double link_fraction = 0;  // gbps / probed_d2h_gbps
   std::uint64_t mismatches = 0;
 };
-/// `deadline`: stop submitting then (the result counts the outputs submitted before it), so that two
-/// modes running at once can share one window.
-[[nodiscard]] pure_copy_result run_egress_pure_copy(
-    device& dev, const egress_options& cfg, int outputs, progress_fn progress = {},
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+/// `together` (may be null): the timed window starts when every run on that line has arrived, and stops
+/// submitting at its deadline (the result counts the outputs submitted before it, at least one), so that
+/// two modes running at once share one window.
+[[nodiscard]] pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, int outputs,
+                                                    progress_fn progress = {},
+                                                    start_line* together = nullptr);
 
 /// The pure copy's result as one line of text, and as JSON (with the config it ran).
 [[nodiscard]] std::string format_text(const pure_copy_result& r);

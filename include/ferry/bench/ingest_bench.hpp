@@ -18,6 +18,7 @@
 
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ladder.hpp"
+#include "ferry/bench/start_line.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::bench {
@@ -64,7 +65,11 @@ struct ingest_options : ladder_options {
 [[nodiscard]] const std::vector<level_info>& ingest_levels();
 
 /// A full ladder run. Rows count checked and wrong batches; extras: worker_threads (threads making
-/// samples besides the main thread) and cpu_ms_per_step (process CPU time over the timed steps / steps).
+/// samples besides the main thread), cpu_ms_per_step (process CPU time over the timed steps / steps),
+/// cpu_ms_per_batch_made (the same CPU time / batches made in the window, comparable between levels
+/// that run different distances ahead), make_cpu_ms_per_batch (CPU time inside the sample maker),
+/// cpu_ms_per_batch.<thread role>, user/system CPU, page faults and context switches per batch, and
+/// ferry's copier_waits (prefetch_stats::copier_waits).
 struct ingest_result : ladder_result {
   ingest_options config;
 };
@@ -87,12 +92,15 @@ struct ingest_pure_copy_result {
   double link_fraction = 0;
   std::uint64_t mismatches = 0;
 };
-[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(
-    device& dev, const ingest_options& cfg, int batches, progress_fn progress = {},
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+/// `together` (may be null): the timed window starts, after the warm-up batch, when every run on that
+/// line has arrived, and ends at its deadline with at least one batch timed.
+[[nodiscard]] ingest_pure_copy_result run_ingest_pure_copy(device& dev, const ingest_options& cfg,
+                                                           int batches, progress_fn progress = {},
+                                                           start_line* together = nullptr);
 
-/// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, started
-/// together and stopped at one deadline; compared with the probed both-directions total.
+/// Both ways at once in one process: ingest pure copy and egress pure copy on their own threads, their
+/// timed windows started together once both are set up (a start_line) and stopped at one deadline
+/// `duration` later, each with at least one item; compared with the probed both-directions total.
 struct both_ways_result {
   ingest_pure_copy_result ingest;
   pure_copy_result egress;

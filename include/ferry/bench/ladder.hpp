@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,9 @@ struct ladder_options {
   std::vector<std::string> levels;     // run in this order; by default every level of the ladder
   double probed_gbps = 0;              // the pinned link of the ladder's direction; 0: measure it first
   trace_options trace;                 // record and analyze each level's timed steps
+  /// When set (by a Ctrl-C handler, say), the ladder runs no further level: the level under way
+  /// finishes and the result holds the levels that finished, with `interrupted` set. Null: never.
+  const std::atomic<bool>* stop = nullptr;
 
   ladder_options() = default;
   /// A ladder's defaults: the reference workload's compute per step, and every level of the ladder.
@@ -160,6 +164,7 @@ struct ladder_result {
   std::vector<ladder_row> rows;
   std::vector<level_trace> traces;  // with tracing: one per level, in order
   nlohmann::json config_json;       // the ladder's config as run, as JSON
+  bool interrupted = false;         // ladder_options::stop ended the run early: rows hold what finished
   /// The row of `level`, or null.
   [[nodiscard]] const ladder_row* find(std::string_view level) const noexcept;
   /// Wrong items over every row: a run is good when this is 0.

@@ -198,10 +198,15 @@ class checksum_sink final : public sink {
 /// The checksum_sink checksum of `bytes` taken as a whole output.
 [[nodiscard]] std::uint64_t checksum_of(std::span<const std::byte> bytes) noexcept;
 
-/// Writes each output to `dir/<prefix><tag>.bin` (chunks written at their offsets with pwrite). The
-/// directory must exist. Each chunk opens the file (creating it), sizes it to the output and writes its
-/// bytes, so chunks of one output may arrive in any order and on any worker. Throws std::system_error
-/// naming the path and the system's reason when the file cannot be opened, sized or written.
+/// Writes each output to `dir/<prefix><tag>.bin` (chunks written at their offsets with pwrite), so
+/// chunks of one output may arrive in any order and on any worker. The directory must exist. An output
+/// is written under a temporary name `.<prefix><tag>.bin.XXXXXX` and renamed once its last chunk is
+/// written and flushed: the final name only ever holds a complete output (a stale file there is
+/// replaced then). Throws std::system_error naming the path and the system's reason when the file
+/// cannot be created, sized or written; the temporary is then removed and the output's later chunks
+/// are dropped.
+class staged_outputs;
+
 class raw_file_sink final : public sink {
  public:
   raw_file_sink(std::filesystem::path dir, std::string prefix = "output_");
@@ -211,11 +216,13 @@ class raw_file_sink final : public sink {
  private:
   std::filesystem::path dir_;
   std::string prefix_;
+  std::shared_ptr<staged_outputs> staged_;  // outputs under their temporary names
 };
 
 /// Writes each output to `dir/<prefix><tag>.npy`, a NumPy .npy (format 1.0) file with the given shape and
-/// dtype descriptor (e.g. "<f4"), which numpy.load reads. Throws logic_error at consume when an output's
-/// size does not match the shape, and std::system_error (path and reason) as raw_file_sink does. The
+/// dtype descriptor (e.g. "<f4"), which numpy.load reads; like raw_file_sink, under a temporary name
+/// until complete. Throws logic_error at consume when an output's size does not match the shape, and
+/// std::system_error (path and reason) as raw_file_sink does. The
 /// header is padded with spaces and a newline so that the data starts at a multiple of 64 bytes.
 class npy_sink final : public sink {
  public:
@@ -235,7 +242,8 @@ class npy_sink final : public sink {
   std::string prefix_;
   std::string header_;
   std::size_t item_bytes_ = 0;
-  std::uint64_t data_bytes_ = 0;  // what every output must hold: the product of shape * item_bytes_
+  std::uint64_t data_bytes_ = 0;            // what every output must hold: the product of shape * item_bytes_
+  std::shared_ptr<staged_outputs> staged_;  // outputs under their temporary names
 };
 
 }  // namespace ferry::egress

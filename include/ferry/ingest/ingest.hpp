@@ -150,6 +150,9 @@ class loader {
   [[nodiscard]] bool done() const;
   /// Stops the workers (mid-epoch too) and wakes a blocked next(). Idempotent.
   void close();
+  /// True once the loader was closed or failed: a fill that waits for something outside the loader
+  /// polls it, so that close() (which joins the workers) never waits for that fill forever.
+  [[nodiscard]] bool stopping() const noexcept;
 
   [[nodiscard]] const loader_options& options() const noexcept;
   [[nodiscard]] const sampler& batches() const noexcept;
@@ -188,6 +191,10 @@ struct prefetch_stats {
   std::uint64_t bytes = 0;    // bytes copied
   double copy_seconds = 0;    // sum of H2D copy times (timed with events on the copy stream)
   double h2d_gbps = 0;        // bytes / copy_seconds / 1e9: the achieved copy bandwidth
+  /// Times the copier thread waited for the device: to read a copy's time it found the copy still
+  /// running. 0 in a healthy pipeline (it reads the times of copies the loader already saw complete);
+  /// each wait holds up the next copy and, on the cuda backend, busy-waits a core.
+  std::uint64_t copier_waits = 0;
   /// "copy" (event-timed per batch, with items and bytes), "wait_batch" (next() waiting for the
   /// copier), "wait_slot" (the copier waiting for the consumer to release a device slot).
   std::vector<stage_snapshot> stages;

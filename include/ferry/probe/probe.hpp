@@ -2,7 +2,11 @@
 // the benches and the analyzer compare to.
 //
 // Bandwidths are decimal GB/s (1e9 bytes/s) of payload: bytes copied / time, time from events recorded
-// around each copy on its stream; the figure reported is the median over the timed iterations.
+// around each copy on its stream; the figure reported is the median over the timed iterations. Copies of
+// pinned memory are queued behind a host function that holds the stream until all are queued, so they
+// run back to back and a slow host does not lower the figure; a pageable copy returns only once done,
+// so its figure also holds the host's time between two copies. On the host backend events measure the
+// emulated device's modelled time (make_host_device).
 // Device-to-device is reported the same way (bytes copied once); the device memory traffic is twice that.
 #pragma once
 
@@ -47,7 +51,7 @@ struct link_result {
 struct duplex_result {
   std::uint64_t bytes_each_way = 0;  // per copy
   int iterations = 0;                // copies per direction
-  double total_gbps = 0;             // (H2D bytes + D2H bytes) / wall time of the window
+  double total_gbps = 0;             // (H2D bytes + D2H bytes) / the window, timed with events
   double h2d_gbps = 0;
   double d2h_gbps = 0;
 };

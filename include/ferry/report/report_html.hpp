@@ -24,7 +24,8 @@ struct html_options {
 
 /// The report as one HTML document.
 [[nodiscard]] std::string to_html(const timeline& t, const analysis& a, const html_options& options = {});
-/// Writes to_html(t, a, options) to `path`. Throws std::system_error naming the path.
+/// Writes to_html(t, a, options) to `path` whole (a temporary in the same directory, renamed once
+/// flushed). Throws std::system_error naming the path, and leaves no partial file.
 void write_html_report(const timeline& t, const analysis& a, const std::filesystem::path& path,
                        const html_options& options = {});
 

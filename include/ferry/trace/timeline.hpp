@@ -117,7 +117,10 @@ struct timeline {
   double link_d2h_gbps = 0;
   std::map<std::uint64_t, std::string> thread_names;  // OS thread id -> name ("main", "egress sink 0")
   std::map<std::uint64_t, std::string> stream_names;  // stream id -> name ("compute", "egress copy")
-  std::map<std::string, std::string> metadata;        // free-form: bench level, command line, ...
+  // OS thread id -> its process id, where the source says (a profiler's pid): the analyzer takes the
+  // thread whose id is its process's id as the process's main thread when no step spans say otherwise.
+  std::map<std::uint64_t, std::uint64_t> thread_processes;
+  std::map<std::string, std::string> metadata;  // free-form: bench level, command line, ...
 
   [[nodiscard]] std::string_view name_of(const event& e) const { return strings[e.name]; }
   [[nodiscard]] std::string_view domain_of(const event& e) const { return strings[e.domain]; }

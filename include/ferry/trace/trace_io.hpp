@@ -33,7 +33,9 @@ struct read_limits {
 
 /// Chrome trace JSON of `t`.
 [[nodiscard]] std::string to_chrome_json(const timeline& t);
-/// Writes to_chrome_json(t) to `path` (replacing it). Throws std::system_error naming the path.
+/// Writes to_chrome_json(t) to `path` (replacing it) whole: under a temporary name in the same directory,
+/// renamed once flushed, so `path` never holds a partial trace. Throws std::system_error naming the path
+/// (and then leaves no temporary).
 void write_chrome_trace(const timeline& t, const std::filesystem::path& path);
 
 /// Fills up to `capacity` bytes at `buf` with the input's next bytes and returns how many; 0 at its end.

@@ -39,7 +39,8 @@ void find_device_sync(const model& m, std::vector<finding>& out) {
   f.numbers = {{"count_per_step", m.per_step(static_cast<double>(count))},
                {"steps_with_sync", static_cast<double>(steps_with.size())},
                {"steps", m.step_count()},
-               {"idle_ms_per_step", ms(m.per_step(idle_ns))}};
+               {"idle_ms_per_step", ms(m.per_step(idle_ns))},
+               {"cost_idle_ms_per_step", ms(m.per_step(idle_ns))}};
   f.title = fmt::format("a device-wide synchronize ('{}') in {} of {} steps drains the GPU", call,
                         steps_with.size(), m.step_spans().size());
   f.evidence =

@@ -1,39 +1,47 @@
-// gpu_idle: the GPU idles above the threshold; the evidence is the CPU activity that covered the idle
-// time, and the fix follows from what that activity is.
+// gpu_idle: the GPU idles above the threshold. The evidence is the main thread's activity that covered
+// the idle time, named only when it covers a real share of it (cause_share); the fix follows from what that
+// activity is (work_class.hpp). When the main thread ran nothing recorded during the idle, the finding
+// says so, with what the thread did just before and after, and how to see more.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
 
 #include "rules.hpp"
 #include "wording.hpp"
+#include "work_class.hpp"
 
 namespace ferry::trace::detail {
 
 namespace {
 
-std::string idle_fix(const idle_attribution& a) {
-  if (a.blocking) {
-    if (contains_ignoring_case(a.activity, "device"))
-      return fmt::format(
-          "the main thread waits in '{}' while the GPU drains; see the device_sync finding: wait on "
-          "events, not the device (the ferry pipelines record one event per slot)",
-          a.activity);
-    return fmt::format(
-        "the main thread waits in '{}' instead of queueing the next work; see the sync_copy finding: "
-        "non-blocking copies from pinned memory on a copy stream (ferry::ingest::prefetcher, "
-        "ferry::egress::pipeline) let the launches run ahead",
-        a.activity);
-  }
-  if (mentions_any(a.activity, data_words))
-    return "make batches on worker threads: ferry::ingest::loader (ingest ladder L1) with "
-           "ferry::ingest::prefetcher, so the next batch is ready and on the device when the step starts";
-  if (mentions_any(a.activity, output_words))
-    return "hand outputs to worker threads: ferry::egress::pipeline's sinks (egress ladder L1) process them "
-           "while the GPU runs the next step";
-  return fmt::format(
-      "move '{}' off the thread that launches GPU work, or overlap it with the GPU: run it on "
-      "worker threads (ferry::ingest::loader, ferry::egress::pipeline's sinks) and keep the "
-      "launching thread queueing work ahead",
-      a.activity);
+// "'cudaMemcpyAsync' (12 stretches, 3.10 ms per step)".
+std::string neighbours_text(const model& m, const std::vector<idle_neighbour>& ns) {
+  std::vector<std::string> parts;
+  for (const idle_neighbour& n : ns)
+    parts.push_back(fmt::format("'{}' ({} stretch{}, {} per step)", n.activity, n.gaps,
+                                n.gaps == 1 ? "" : "es", ms_text(m.per_step(n.idle_ms))));
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
+
+// "; the main thread ran nothing the profiler recorded for 5.00 ms per step of it (40% of the idle, in 12
+// stretches); just before them it was in ..., just after in ...".
+std::string uncovered_text(const model& m) {
+  const uncovered_idle& u = m.summary().uncovered;
+  std::string out = fmt::format(
+      "; the main thread ran nothing the trace recorded for {} per step of it ({} of the idle, in {} "
+      "stretch{})",
+      ms_text(m.per_step(u.idle_ms)), pct(u.fraction_of_idle), u.gaps, u.gaps == 1 ? "" : "es");
+  if (!u.before.empty()) out += fmt::format("; just before them it was in {}", neighbours_text(m, u.before));
+  if (!u.after.empty()) out += fmt::format("; just after them in {}", neighbours_text(m, u.after));
+  return out;
+}
+
+constexpr const char* see_more =
+    "see what the main thread runs there: wrap the suspect code (output handling, a queue get, a "
+    "buffer wait) in torch.profiler.record_function (FERRY_RANGE in C++) and record with with_stack=True "
+    "to see the Python lines; the analysis then names it and the fix that fits it";
 
 }  // namespace
 
@@ -46,41 +54,65 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
   f.rule = "gpu_idle";
   f.cost_ms_per_step = mean.idle_ms;
   f.numbers = {{"idle_ms_per_step", mean.idle_ms},
+               {"cost_idle_ms_per_step", mean.idle_ms},
                {"wall_ms_per_step", mean.wall_ms},
                {"idle_fraction", fraction},
-               {"steps", m.step_count()}};
+               {"steps", m.step_count()},
+               {"uncovered_ms_per_step", m.per_step(s.uncovered.idle_ms)},
+               {"uncovered_fraction", s.uncovered.fraction_of_idle}};
   const idle_attribution* top = nullptr;
   for (const idle_attribution& a : s.idle)
     if (a.main_thread) {
       top = &a;
       break;
     }
+  const bool named = top != nullptr && top->fraction_of_idle >= cause_share;
+  const bool uncovered = s.uncovered.fraction_of_idle >= cause_share;
   const std::string step_word = m.whole_trace() ? "of the trace" : "of each step";
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
                            ms_text(mean.wall_ms), m.whole_trace() ? "(the whole trace)" : "per step",
                            pct(fraction), s.steps.size(), s.steps.size() == 1 ? "" : "s");
-  if (top != nullptr) {
+  if (named) {
     f.title = fmt::format("GPU idle {} {} while the main thread is in '{}'", pct(fraction), step_word,
                           top->activity);
     f.evidence += fmt::format(
         "; the main thread ({}) was in '{}' for {} per step of it ({} of the idle time)", top->thread,
         top->activity, ms_text(m.per_step(top->idle_ms)), pct(top->fraction_of_idle));
+    if (uncovered) f.evidence += uncovered_text(m);
     f.numbers["attributed_ms_per_step"] = m.per_step(top->idle_ms);
     f.numbers["attributed_fraction"] = top->fraction_of_idle;
-    f.fix = idle_fix(*top);
+    const work_class cause = classify_work(top->activity, top->blocking);
+    f.cause = std::string(to_string(cause));
+    f.fix = idle_advice(cause, top->activity);
+  } else if (uncovered) {
+    f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record",
+                          pct(fraction), step_word);
+    f.evidence += uncovered_text(m);
+    if (top != nullptr)
+      f.evidence += fmt::format("; its most covering activity, '{}', covered only {}", top->activity,
+                                pct(top->fraction_of_idle));
+    f.fix = see_more;
   } else {
     f.title = fmt::format("GPU idle {} {}", pct(fraction), step_word);
-    if (!s.idle.empty()) {
-      const idle_attribution& a = s.idle.front();
-      f.evidence += fmt::format("; no range of the main thread covered it, {} was in '{}' for {} per step",
-                                a.thread, a.activity, ms_text(m.per_step(a.idle_ms)));
-    } else {
-      f.evidence += "; no CPU range or blocking call covered it";
-    }
-    f.fix =
-        "annotate the host loop (FERRY_RANGE, NVTX or torch.profiler.record_function) to see what the CPU "
-        "does while the GPU waits; then move that work to worker threads (ferry::ingest::loader, "
-        "ferry::egress::pipeline's sinks)";
+    const idle_attribution* other = nullptr;
+    for (const idle_attribution& a : s.idle)
+      if (!a.main_thread && a.fraction_of_idle >= cause_share) {
+        other = &a;
+        break;
+      }
+    if (top != nullptr)
+      f.evidence += fmt::format("; no single activity of the main thread covered {} of it ('{}' covered {})",
+                                pct(cause_share), top->activity, pct(top->fraction_of_idle));
+    else if (s.main_thread.empty())
+      f.evidence += "; the trace names no main thread";
+    else
+      f.evidence += "; no recorded activity of the main thread covered it";
+    if (other != nullptr)
+      f.evidence +=
+          fmt::format("; {} was in '{}' for {} per step ({} of the idle)", other->thread, other->activity,
+                      ms_text(m.per_step(other->idle_ms)), pct(other->fraction_of_idle));
+    if (s.uncovered.idle_ms > 0) f.evidence += uncovered_text(m);
+    f.fix = see_more;
   }
   out.push_back(std::move(f));
 }

@@ -60,17 +60,19 @@ void find_for_direction(const model& m, copy_kind dir, std::vector<finding>& out
                {"bytes_per_step", m.per_step(static_cast<double>(bytes))},
                {"copy_ms_per_step", ms(m.per_step(static_cast<double>(total)))},
                {"count_per_step", m.per_step(static_cast<double>(copies.size()))},
-               {"hidden_fraction", 1.0 - exposed}};
+               {"hidden_fraction", 1.0 - exposed},
+               {"cost_slow_copy_ms_per_step", ms(m.per_step(cost_ns))}};
   f.title = fmt::format("{} copies run at {:.1f} GB/s, {} of the {:.1f} GB/s link", d, achieved,
                         pct(achieved / link), link);
   f.evidence = fmt::format(
       "{} {} cop{} of at least 1 MiB per step move {} per step in {}: {:.1f} GB/s against a "
-      "{:.1f} GB/s link, {} of that time hidden behind kernels; memory: {}",
+      "{:.1f} GB/s link, {} of that time hidden behind kernels; memory: {}; their time beyond the link's, "
+      "in the share no kernel hid: {} per step",
       count_text(m.per_step(static_cast<double>(copies.size()))), d,
       copies.size() == m.summary().steps.size() ? "y" : "ies",
       format_bytes(static_cast<std::uint64_t>(m.per_step(static_cast<double>(bytes)))),
       ms_text(ms(m.per_step(static_cast<double>(total)))), achieved, link, pct(1.0 - exposed),
-      fmt::join(kind_text, ", "));
+      fmt::join(kind_text, ", "), ms_text(f.cost_ms_per_step));
   f.fix =
       "copy from pinned memory in large pieces (ferry::ingest::prefetcher / ferry::egress::pipeline slots); "
       "ferry probe measures the link";

@@ -71,15 +71,16 @@ void find_serialized_copy(const model& m, std::vector<finding>& out) {
                {"copy_ms_per_step", copy_ms},
                {"copy_overlap", overlap},
                {"copy_fraction_of_step", copy_ms / m.summary().mean.wall_ms},
-               {"count_per_step", m.per_step(static_cast<double>(s.count))}};
+               {"count_per_step", m.per_step(static_cast<double>(s.count))},
+               {"cost_lone_copy_ms_per_step", f.cost_ms_per_step}};
   f.title = fmt::format("copies and kernels share {}: {} of copies per step run while no kernel does",
                         m.stream_name(worst->first.stream), ms_text(f.cost_ms_per_step));
   f.evidence = fmt::format(
       "{} host-device cop{} per step on {} take {} per step ({} of the step), {} of it "
-      "overlapped with kernels",
+      "overlapped with kernels: {} per step ran while no kernel did",
       count_text(m.per_step(static_cast<double>(s.count))), s.count == m.step_count() ? "y" : "ies",
       m.stream_name(worst->first.stream), ms_text(copy_ms), pct(copy_ms / m.summary().mean.wall_ms),
-      pct(overlap));
+      pct(overlap), ms_text(f.cost_ms_per_step));
   f.fix =
       "copy on its own stream and make compute wait on an event: ingest L3 / ferry::ingest::prefetcher; "
       "egress L4 / ferry::egress::pipeline";

@@ -3,7 +3,8 @@
 // without one. No CUDA header is reachable from here.
 //
 // The model, one idea per file of this folder:
-// - host_stream: a stream is a thread draining a FIFO of operations; streams run concurrently.
+// - host_stream: a stream is a thread draining a FIFO of operations; streams run concurrently. It keeps
+//   the stream's modelled clock, which timing events read: elapsed_ms is modelled time, not wall time.
 // - host_event: an event numbers its records, and a wait is bound to the record current at its call.
 // - host_memory: device memory is capped host memory; pinned memory is mlock()ed.
 // - link_model: copies really copy, paced to a modelled link with one copy engine per direction.
@@ -145,7 +146,8 @@ class host_device final : public device {
     const api_span span = api(&trace_names::stream_wait, trace::sync_kind::stream_wait, s);
     auto ev = event_of(e).shared_from_this();
     const std::uint64_t generation = ev->recorded();
-    stream_of(s).enqueue([ev = std::move(ev), generation] { ev->wait_for(generation); });
+    host_stream& st = stream_of(s);
+    st.enqueue([&st, ev = std::move(ev), generation] { st.advance_to(ev->wait_for(generation)); });
   }
 
   bool do_is_null_stream(void* s) const noexcept override { return s == nullptr; }
@@ -182,7 +184,8 @@ class host_device final : public device {
     const api_span span = api(&trace_names::event_record, trace::sync_kind::none, s);
     auto ev = event_of(e).shared_from_this();
     const std::uint64_t generation = ev->next_generation();
-    stream_of(s).enqueue([ev = std::move(ev), generation] { ev->complete(generation); });
+    host_stream& st = stream_of(s);
+    st.enqueue([&st, ev = std::move(ev), generation] { ev->complete(generation, st.clock()); });
   }
 
   void do_event_synchronize(void* e) override {
@@ -196,6 +199,8 @@ class host_device final : public device {
     return ev.reached(ev.recorded());
   }
 
+  // Modelled time (host_stream::clock), as a GPU's events measure the GPU's time: a stream thread that a
+  // busy machine runs late does not lengthen it.
   double do_elapsed_ms(void* start, void* stop) override {
     const auto t0 = event_of(start).completion_time();
     const auto t1 = event_of(stop).completion_time();
@@ -228,8 +233,8 @@ class host_device final : public device {
     e.bytes = bytes;
     e.async = true;
     const std::uint64_t ticket =
-        st.enqueue(tracer_.traced(e, &trace_names::memcpy, [this, dst, src, bytes, dir, gbps] {
-          link_.copy(dst, src, bytes, dir, gbps);
+        st.enqueue(tracer_.traced(e, &trace_names::memcpy, st, [this, &st, dst, src, bytes, dir, gbps] {
+          st.advance_to(link_.copy(dst, src, bytes, dir, gbps, st.clock()));
         }));
     // As with CUDA, a copy involving pageable memory returns only once that memory has been consumed or
     // filled, so the caller may reuse or read it at once; it still waits its turn in the stream.
@@ -242,19 +247,20 @@ class host_device final : public device {
     host_stream& st = stream_of(s);
     trace::event e = gpu_event(trace::activity::memset, st.number(), span);
     e.bytes = bytes;
-    st.enqueue(
-        tracer_.traced(e, &trace_names::memset, [dst, value, bytes] { std::memset(dst, value, bytes); }));
+    st.enqueue(tracer_.traced(e, &trace_names::memset, st, [this, &st, dst, value, bytes] {
+      device_work(st, bytes, [&] { std::memset(dst, value, bytes); });
+    }));
   }
 
   void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind /*kind*/,
                              void* s) override {
-    launch_kernel(s, &trace_names::fill_pattern, [dst, bytes, seed] {
+    launch_kernel(s, &trace_names::fill_pattern, bytes, [dst, bytes, seed] {
       fill_pattern({static_cast<std::byte*>(dst), bytes}, seed);
     });
   }
 
   void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) override {
-    launch_kernel(s, &trace_names::checksum, [src, bytes, result] {
+    launch_kernel(s, &trace_names::checksum, bytes, [src, bytes, result] {
       const std::uint64_t sum = checksum64({static_cast<const std::byte*>(src), bytes});
       std::memcpy(result, &sum, sizeof sum);
     });
@@ -262,11 +268,27 @@ class host_device final : public device {
 
   void do_launch_host_func(void* s, std::function<void()> fn) override {
     const api_span span = api(&trace_names::launch_host_func, trace::sync_kind::none, s);
-    stream_of(s).enqueue(std::move(fn));
+    host_stream& st = stream_of(s);
+    // A host function runs on the host: in modelled time it ends when it really returned.
+    st.enqueue([&st, fn = std::move(fn)] {
+      struct advance {
+        host_stream& st;
+        ~advance() { st.advance_to(host_stream::time_point::clock::now()); }
+      } at_return{st};
+      fn();
+    });
   }
 
   void do_spin_async(std::chrono::nanoseconds duration, void* s) override {
-    launch_kernel(s, &trace_names::spin, [duration] { std::this_thread::sleep_for(duration); });
+    const api_span span = api(&trace_names::launch, trace::sync_kind::none, s);
+    host_stream& st = stream_of(s);
+    // A spin lasts exactly its duration of modelled time, and in wall time until its modelled end.
+    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), &trace_names::spin, st,
+                              [&st, duration] {
+                                const auto end = st.clock() + duration;
+                                std::this_thread::sleep_until(end);
+                                st.advance_to(end);
+                              }));
   }
 
   void do_synchronize() override {
@@ -292,11 +314,27 @@ class host_device final : public device {
     return api_span(tracer_, name, sync, number_of(s));
   }
 
-  /// Queues `body` on `s` as a kernel launch: an API call "launch kernel" and a GPU kernel event `name`.
-  void launch_kernel(void* s, host_backend::trace_name name, std::function<void()> body) {
+  /// Queues `body` on `s` as a kernel launch over `bytes` bytes: an API call "launch kernel" and a GPU
+  /// kernel event `name`.
+  void launch_kernel(void* s, host_backend::trace_name name, std::size_t bytes, std::function<void()> body) {
     const api_span span = api(&trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), name, std::move(body)));
+    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), name, st,
+                              [this, &st, bytes, body = std::move(body)] { device_work(st, bytes, body); }));
+  }
+
+  /// Runs device work over `bytes` bytes on stream thread `st`: it lasts its modelled time
+  /// (link_model::device_work_end) and, with the link unmodelled, the wall time it took.
+  void device_work(host_stream& st, std::size_t bytes, const std::function<void()>& body) {
+    const auto t0 = host_stream::time_point::clock::now();
+    body();
+    if (link_.modelled()) {
+      const auto end = link_.device_work_end(bytes, st.clock());
+      std::this_thread::sleep_until(end);
+      st.advance_to(end);
+    } else {
+      st.advance_to(st.clock() + (host_stream::time_point::clock::now() - t0));
+    }
   }
 
   const host_device_options opt_;

@@ -26,7 +26,7 @@ std::uint64_t host_stream::enqueue(operation op) {
   std::uint64_t ticket = 0;
   {
     const std::lock_guard lock(mu_);
-    queue_.push_back(std::move(op));
+    queue_.push_back({std::move(op), std::chrono::steady_clock::now()});
     ticket = ++enqueued_;
   }
   work_cv_.notify_one();
@@ -62,7 +62,8 @@ void host_stream::run() noexcept {
       std::unique_lock lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      op = std::move(queue_.front());
+      op = std::move(queue_.front().op);
+      advance_to(queue_.front().submitted);  // an idle device starts work when the host queues it
       queue_.pop_front();
     }
     maybe_delay();

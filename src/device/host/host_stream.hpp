@@ -3,6 +3,12 @@
 // A stream is a thread draining a FIFO of operations; streams run concurrently. Every operation counts as
 // done once it has returned, which is what synchronize and the blocking pageable copies wait for. Seeded
 // random delays before operations (host_device_options::jitter_*) shake out races in tests.
+//
+// Each stream also keeps the emulated GPU's modelled clock: an operation starts, in modelled time, when
+// the one before it on the stream ended or when the host queued it, whichever is later, and lasts what the
+// model says (a copy its latency and bytes / bandwidth, a spin its duration). Timing events read this
+// clock, so elapsed_ms is the modelled time and does not grow when a busy machine runs the stream's
+// thread late. The thread paces each operation so it never ends before its modelled end in wall time.
 #pragma once
 
 #include <chrono>
@@ -23,6 +29,7 @@ namespace ferry::host_backend {
 class host_stream {
  public:
   using operation = std::function<void()>;
+  using time_point = std::chrono::steady_clock::time_point;
   using error_sink = std::function<void(std::exception_ptr)>;
 
   /// Starts the thread. `number` names it and, with options.seed, seeds its jitter; `on_error` receives
@@ -43,6 +50,16 @@ class host_stream {
   /// Lets the thread drain the queue, then joins it. Idempotent.
   void stop() noexcept;
 
+  /// The modelled time the running operation started at (steady_clock's epoch and units): the end of the
+  /// operation before it on this stream or the time it was queued, whichever is later. Only operations
+  /// running on this stream's thread may call it.
+  [[nodiscard]] time_point clock() const noexcept { return clock_; }
+  /// Moves the modelled clock to `t` when `t` is later: the running operation ends at `t`. Only
+  /// operations running on this stream's thread may call it.
+  void advance_to(time_point t) noexcept {
+    if (t > clock_) clock_ = t;
+  }
+
  private:
   void run() noexcept;
   void maybe_delay();
@@ -52,15 +69,21 @@ class host_stream {
   const std::chrono::nanoseconds jitter_max_;
   const error_sink on_error_;
   std::mt19937_64 rng_;  // used by the stream thread only
+  time_point clock_{};   // the modelled clock; used by the stream thread only
 
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<operation> queue_;  // guarded by mu_
-  std::uint64_t enqueued_ = 0;   // guarded by mu_
-  std::uint64_t done_ = 0;       // guarded by mu_
-  bool stopping_ = false;        // guarded by mu_
-  std::thread thread_;           // started in the constructor body, once every member above exists
+  // An operation and when the host queued it, the earliest modelled time it can start.
+  struct queued {
+    operation op;
+    time_point submitted;
+  };
+  std::deque<queued> queue_;    // guarded by mu_
+  std::uint64_t enqueued_ = 0;  // guarded by mu_
+  std::uint64_t done_ = 0;      // guarded by mu_
+  bool stopping_ = false;       // guarded by mu_
+  std::thread thread_;          // started in the constructor body, once every member above exists
 };
 
 }  // namespace ferry::host_backend

@@ -56,14 +56,17 @@ double link_model::bandwidth(copy_direction dir, bool pageable) const noexcept {
 }
 
 // The copy is done in slices; after each, the thread sleeps until the modelled time of the bytes copied
-// so far (measured from the copy's start, so oversleeping never accumulates). A copy therefore never
-// finishes before its modelled duration, and takes memcpy's time when that is longer.
-void link_model::copy(void* dst, const void* src, std::size_t bytes, copy_direction dir, double gbps) {
+// so far, counted from the copy's modelled start (so oversleeping never accumulates, and a thread that
+// started late catches up). A copy therefore never finishes before its modelled end, and takes memcpy's
+// time when that is longer; its modelled length is latency + the sum of slice / rate either way.
+link_model::time_point link_model::copy(void* dst, const void* src, std::size_t bytes, copy_direction dir,
+                                        double gbps, time_point start) {
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
   if (!opt_.model_link || dir == copy_direction::host_to_host) {
+    const auto t0 = steady::now();
     std::memcpy(out, in, bytes);
-    return;
+    return start + (steady::now() - t0);
   }
   copy_engine* own = nullptr;
   copy_engine* other = nullptr;
@@ -78,8 +81,8 @@ void link_model::copy(void* dst, const void* src, std::size_t bytes, copy_direct
   if (own != nullptr) {
     engine_lock = std::unique_lock(own->mu);
     own->busy.store(true, std::memory_order_relaxed);
+    start = std::max(start, own->free_at);
   }
-  const auto start = steady::now();
   // GB/s are 1e9 bytes per second: one byte per nanosecond.
   double due_ns = static_cast<double>(opt_.latency.count());
   std::size_t done = 0;
@@ -95,7 +98,17 @@ void link_model::copy(void* dst, const void* src, std::size_t bytes, copy_direct
     due_ns += static_cast<double>(slice) / rate;
     std::this_thread::sleep_until(start + std::chrono::nanoseconds(std::llround(due_ns)));
   }
-  if (own != nullptr) own->busy.store(false, std::memory_order_relaxed);
+  const time_point end = start + std::chrono::nanoseconds(std::llround(due_ns));
+  if (own != nullptr) {
+    own->free_at = end;
+    own->busy.store(false, std::memory_order_relaxed);
+  }
+  return end;
+}
+
+link_model::time_point link_model::device_work_end(std::size_t bytes, time_point start) const noexcept {
+  if (!opt_.model_link) return start;
+  return start + std::chrono::nanoseconds(std::llround(static_cast<double>(bytes) / opt_.d2d_gbps));
 }
 
 }  // namespace ferry::host_backend

@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "chrome_format.hpp"
+#include "ferry/core/atomic_file.hpp"
 
 namespace ferry::trace {
 
@@ -293,15 +294,8 @@ std::string to_chrome_json(const timeline& t) {
 }
 
 void write_chrome_trace(const timeline& t, const std::filesystem::path& path) {
-  const std::string text = to_chrome_json(t);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out)
-    throw std::system_error(errno, std::generic_category(),
-                            fmt::format("cannot open {} for writing", path.string()));
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out)
-    throw std::system_error(errno, std::generic_category(), fmt::format("cannot write {}", path.string()));
+  // Under a temporary name until complete: an interrupted or failed write leaves no truncated trace.
+  write_file_atomically(path, to_chrome_json(t));
 }
 
 }  // namespace ferry::trace

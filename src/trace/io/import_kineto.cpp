@@ -276,8 +276,12 @@ void kineto_importer::add(const raw_trace& raw, const raw_event& r, event_buffer
 void kineto_importer::finish(raw_trace& raw) {
   t_.source = raw.kineto ? "pytorch profiler (Kineto)" : "chrome trace";
   t_.device_name = std::move(raw.kineto_device_name);
-  for (auto& [track, name] : track_names_)
-    (gpu_pids_.contains(track.first) ? t_.stream_names : t_.thread_names)[track.second] = std::move(name);
+  for (auto& [track, name] : track_names_) {
+    const bool gpu = gpu_pids_.contains(track.first);
+    (gpu ? t_.stream_names : t_.thread_names)[track.second] = std::move(name);
+    if (!gpu && track.first >= 0)
+      t_.thread_processes.emplace(track.second, static_cast<std::uint64_t>(track.first));
+  }
 
   // The runtime call behind each correlation id that a copy or a sync record needs.
   std::vector<std::uint64_t> wanted;

@@ -1,0 +1,165 @@
+"""ferry.analyze and ferry.probe: the CLI's `ferry analyze` and `ferry probe` as Python objects."""
+from __future__ import annotations
+
+import json
+import os
+from ctypes import byref, c_void_p
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Union
+
+from ._c import check, lib, take_string
+from ._device import Device, default_device
+
+
+@dataclass
+class Step:
+    """What one step's GPU time went to (milliseconds); the same fields as `ferry analyze --json`."""
+    index: int
+    start_ns: int
+    end_ns: int
+    wall_ms: float
+    compute_ms: float
+    h2d_ms: float
+    d2h_ms: float
+    d2d_ms: float
+    comm_ms: float
+    idle_ms: float
+    utilization: float
+    copy_overlap: float
+    h2d_bytes: int
+    d2h_bytes: int
+
+
+@dataclass
+class IdleAttribution:
+    """The CPU activity that covered GPU idle time."""
+    thread: str
+    activity: str
+    idle_ms: float
+    fraction_of_idle: float
+    thread_id: int = 0
+    blocking: bool = False
+    main_thread: bool = False
+
+
+@dataclass
+class Finding:
+    """One finding: `rule` is its stable id (gpu_idle, pageable_async_copy, sync_copy, ...)."""
+    rule: str
+    title: str
+    evidence: str
+    fix: str
+    cost_ms_per_step: float
+    numbers: Dict[str, float] = field(default_factory=dict)
+
+
+def _build(cls, d: dict):
+    names = cls.__dataclass_fields__.keys()
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class Analysis:
+    """The analysis of one trace: `steps`, `mean`, `idle`, `findings` (costliest first), `bottleneck`;
+    str() is the CLI's text report and to_html(path) writes its standalone HTML report."""
+
+    def __init__(self, handle: c_void_p):
+        self._handle = handle
+        self.raw = json.loads(lib.ferry_analysis_json(handle).decode("utf-8"))
+        self.source: str = self.raw.get("source", "")
+        self.device_name: str = self.raw.get("device_name", "")
+        self.step_prefix: str = self.raw.get("step_prefix", "")
+        self.main_thread: str = self.raw.get("main_thread", "")
+        self.bottleneck: str = self.raw.get("bottleneck", "")
+        self.dropped: int = self.raw.get("dropped", 0)
+        self.skipped: Dict[str, int] = dict(self.raw.get("skipped", {}))
+        self.steps: List[Step] = [_build(Step, s) for s in self.raw.get("steps", [])]
+        self.mean: Optional[Step] = _build(Step, self.raw["mean"]) if "mean" in self.raw else None
+        self.idle: List[IdleAttribution] = [_build(IdleAttribution, x) for x in self.raw.get("idle", [])]
+        self.findings: List[Finding] = [_build(Finding, f) for f in self.raw.get("findings", [])]
+
+    def to_html(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the standalone HTML report (the same as `ferry analyze --html`)."""
+        check(lib.ferry_analysis_write_html(self._handle, os.fspath(path).encode()))
+
+    def to_json(self) -> str:
+        return lib.ferry_analysis_json(self._handle).decode("utf-8")
+
+    def __str__(self) -> str:
+        return lib.ferry_analysis_text(self._handle).decode("utf-8")
+
+    def __repr__(self) -> str:
+        return f"<ferry.Analysis of {self.source!r}: {len(self.steps)} steps, bottleneck {self.bottleneck!r}>"
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None:
+            lib.ferry_analysis_destroy(h)
+            self._handle = None
+
+
+def analyze(path, step_prefix: str = "", idle_threshold: float = 0.10, link_h2d_gbps: float = 0.0,
+            link_d2h_gbps: float = 0.0) -> Analysis:
+    """Analyzes a trace: ferry's (`ferry bench --trace`) or a PyTorch profiler export
+    (`prof.export_chrome_trace(path)`); a `torch.profiler.profile` object is exported to a temporary
+    file first. The arguments are those of `ferry analyze`."""
+    if hasattr(path, "export_chrome_trace"):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            file = os.path.join(tmp, "trace.json")
+            path.export_chrome_trace(file)
+            return analyze(file, step_prefix, idle_threshold, link_h2d_gbps, link_d2h_gbps)
+    if not 0.0 <= idle_threshold <= 1.0:
+        raise ValueError(f"ferry.analyze(idle_threshold={idle_threshold}): expected a fraction in [0, 1]")
+    h = c_void_p()
+    check(lib.ferry_analyze_file(os.fspath(path).encode(), step_prefix.encode(), float(idle_threshold),
+                                 float(link_h2d_gbps), float(link_d2h_gbps), byref(h)))
+    return Analysis(h)
+
+
+@dataclass
+class Link:
+    """One measured link of `ferry.probe()`; bandwidths in decimal GB/s (medians over the iterations)."""
+    name: str
+    direction: str
+    host_memory: str
+    bytes: int
+    iterations: int
+    median_gbps: float
+    min_gbps: float
+    max_gbps: float
+    checked: bool
+
+
+class ProbeResult:
+    """What `ferry.probe()` measured: `device`, `links`, `both_directions`, `pin_cost`; str() is the
+    CLI's table."""
+
+    def __init__(self, raw: dict):
+        self.raw = raw
+        self.device: dict = raw["device"]
+        self.links: List[Link] = [_build(Link, x) for x in raw["links"]]
+        self.both_directions: dict = raw["both_directions"]
+        self.pin_cost: dict = raw["pin_cost"]
+
+    def link(self, name: str) -> Link:
+        for x in self.links:
+            if x.name == name:
+                return x
+        raise KeyError(f"no link named {name!r}; measured: {[x.name for x in self.links]}")
+
+    def __str__(self) -> str:
+        return self.raw["table"]
+
+
+def probe(device: Union[Device, str, None] = None, copy_bytes: int = 0, iterations: int = 0, warmup: int = 0,
+          pin_bytes: int = 0) -> ProbeResult:
+    """Measures the host-device links of `device` (a Device, a backend name, or None for "auto"), as
+    `ferry probe`; zeros take the backend's defaults."""
+    dev = device if isinstance(device, Device) else default_device(device or "auto")
+    for name, v in (("copy_bytes", copy_bytes), ("iterations", iterations), ("warmup", warmup),
+                    ("pin_bytes", pin_bytes)):
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"ferry.probe({name}={v!r}): expected an integer >= 0 (0: the default)")
+    out = c_void_p()
+    check(lib.ferry_probe_run(dev.handle, copy_bytes, warmup, iterations, pin_bytes, byref(out)))
+    return ProbeResult(json.loads(take_string(out)))

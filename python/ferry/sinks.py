@@ -1,0 +1,240 @@
+"""Where an Egress delivers: the C++ sinks (null, checksum, raw file, .npy) and a Python callable."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import byref, c_size_t, c_uint64, c_void_p
+from typing import Callable, NamedTuple, Optional, Sequence
+
+from . import _runtime
+from ._c import CHUNK_FN, check, lib
+from ._dlpack import BOOL, BFLOAT, COMPLEX, FLOAT, INT, UINT, TensorInfo, numpy_dtype
+
+
+class ChunkInfo(NamedTuple):
+    """Which part of which output a callback sink is given: the whole output when count == 1."""
+    tag: int
+    sequence: int     # submission number of the output, from 0
+    offset: int       # byte offset of this chunk in the output
+    total_bytes: int  # size of the whole output
+    index: int        # chunk index, from 0
+    count: int        # chunks of the output
+
+
+class Sink:
+    """Base of the sinks. A sink serves one Egress at a time."""
+
+    def __init__(self):
+        self._handle: Optional[c_void_p] = None
+        self._pid = _runtime.current_pid()
+        self._owner = None
+
+    def _accept(self, info: TensorInfo, shape) -> None:
+        """Raises ValueError when this sink cannot write a tensor like `info`."""
+
+    def _c_handle(self) -> c_void_p:
+        if self._handle is None:
+            raise RuntimeError(f"{type(self).__name__} is not ready: it learns its shape from the first output")
+        return self._handle
+
+    def _attach(self, owner) -> None:
+        if self._owner is not None and self._owner() is not None and self._owner() is not owner:
+            raise ValueError(f"{type(self).__name__} already serves another Egress; make one sink per Egress")
+        import weakref
+        self._owner = weakref.ref(owner)
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None and self._pid == _runtime.current_pid():
+            lib.ferry_sink_destroy(h)
+            self._handle = None
+
+
+class NullSink(Sink):
+    """Discards every output (measures the pipeline alone)."""
+
+    def __init__(self):
+        super().__init__()
+        h = c_void_p()
+        check(lib.ferry_sink_null(byref(h)))
+        self._handle = h
+
+
+class ChecksumSink(Sink):
+    """ferry's 64-bit checksum of every output, whatever its chunking: compare `checksum(tag)` with
+    `ChecksumSink.of(array_or_bytes)` of the expected data."""
+
+    def __init__(self):
+        super().__init__()
+        h = c_void_p()
+        check(lib.ferry_sink_checksum(byref(h)))
+        self._handle = h
+
+    def checksum(self, tag: int) -> int:
+        """The checksum of the output submitted with `tag` (after flush(), or once it was consumed)."""
+        out = c_uint64()
+        check(lib.ferry_sink_checksum_get(self._handle, tag, byref(out)))
+        return out.value
+
+    @property
+    def completed(self) -> int:
+        """Outputs whose every chunk was consumed."""
+        out = c_uint64()
+        check(lib.ferry_sink_checksum_completed(self._handle, byref(out)))
+        return out.value
+
+    @staticmethod
+    def of(data) -> int:
+        """The checksum of `data` (bytes, or anything with the buffer protocol, such as a C-contiguous
+        numpy array or a CPU tensor's .numpy()) taken as one whole output."""
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        if n == 0:
+            return lib.ferry_checksum_of(None, 0)
+        buf = (ctypes.c_char * n).from_buffer_copy(view) if view.readonly else (ctypes.c_char * n).from_buffer(view)
+        return lib.ferry_checksum_of(ctypes.addressof(buf), n)
+
+
+class RawFileSink(Sink):
+    """Writes each output to `directory/<prefix><tag>.bin` (the directory must exist)."""
+
+    def __init__(self, directory, prefix: str = "output_"):
+        super().__init__()
+        self.directory = os.fspath(directory)
+        self.prefix = prefix
+        if not os.path.isdir(self.directory):
+            raise ValueError(f"RawFileSink: {self.directory!r} is not a directory")
+        h = c_void_p()
+        check(lib.ferry_sink_raw_file(self.directory.encode(), prefix.encode(), byref(h)))
+        self._handle = h
+
+    def path_of(self, tag: int) -> str:
+        return os.path.join(self.directory, f"{self.prefix}{tag}.bin")
+
+
+_NPY_KIND = {INT: "i", UINT: "u", FLOAT: "f", COMPLEX: "c", BOOL: "b"}
+
+
+def npy_descr(info: TensorInfo) -> Optional[str]:
+    """The .npy dtype descriptor of a tensor's dtype, or None where numpy has none (bfloat16)."""
+    if info.lanes != 1 or info.code not in _NPY_KIND:
+        return None
+    size = info.bits // 8
+    if size == 1:
+        return "|" + _NPY_KIND[info.code] + "1"
+    if info.code == BOOL:
+        return None
+    return "<" + _NPY_KIND[info.code] + str(size)
+
+
+def _dtype_text(info: TensorInfo) -> str:
+    names = {INT: "int", UINT: "uint", FLOAT: "float", BFLOAT: "bfloat", COMPLEX: "complex", BOOL: "bool"}
+    return f"{names.get(info.code, f'code {info.code}')}{info.bits}" + (f"x{info.lanes}" if info.lanes != 1 else "")
+
+
+class NpySink(Sink):
+    """Writes each output to `directory/<prefix><tag>.npy`, which numpy.load reads. Every output must have
+    the same shape and dtype: given here, or taken from the first output when left None."""
+
+    def __init__(self, directory, shape: Optional[Sequence[int]] = None, dtype: Optional[str] = None,
+                 prefix: str = "output_"):
+        super().__init__()
+        self.directory = os.fspath(directory)
+        self.prefix = prefix
+        self.shape = tuple(int(d) for d in shape) if shape is not None else None
+        self.dtype = dtype
+        if not os.path.isdir(self.directory):
+            raise ValueError(f"NpySink: {self.directory!r} is not a directory")
+        if self.shape is not None and self.dtype is not None:
+            self._make()
+
+    def _make(self) -> None:
+        h = c_void_p()
+        dims = (c_size_t * max(1, len(self.shape)))(*self.shape)
+        check(lib.ferry_sink_npy(self.directory.encode(), dims, len(self.shape), self.dtype.encode(),
+                                 self.prefix.encode(), byref(h)))
+        self._handle = h
+
+    def _accept(self, info: TensorInfo, shape) -> None:
+        descr = npy_descr(info)
+        if descr is None:
+            raise ValueError(f"NpySink cannot write a tensor of dtype {_dtype_text(info)}: numpy has no such "
+                             "dtype; convert it (for example .float()) or use RawFileSink")
+        if self.dtype is not None and self.dtype != descr:
+            raise ValueError(f"NpySink writes dtype {self.dtype!r}; this tensor is {descr!r} ({_dtype_text(info)})")
+        if self.shape is not None and tuple(shape) != self.shape:
+            raise ValueError(f"NpySink writes shape {self.shape}; this tensor has shape {tuple(shape)}")
+        if self._handle is None:
+            self.shape, self.dtype = tuple(shape), descr
+            self._make()
+
+    def path_of(self, tag: int) -> str:
+        return os.path.join(self.directory, f"{self.prefix}{tag}.npy")
+
+
+class CallbackSink(Sink):
+    """Calls `fn(view, chunk)` for every output: `view` is a read-only numpy array over ferry's pinned
+    slot (zero copy), shaped and typed like the output when it came in one chunk, else a flat array of the
+    chunk (its dtype where the chunk holds whole elements, else uint8); `chunk` is a ChunkInfo. The view
+    is valid only during the call: copy what you keep. Runs on a ferry worker thread with the GIL held for
+    the call alone, one call at a time per worker. An exception fails the Egress and is raised in the
+    caller at its next submit, flush or close."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"CallbackSink: {fn!r} is not callable")
+        self.fn = fn
+        self.error: Optional[BaseException] = None
+        self._meta = {}
+        self._delivered = {}
+        self._lock = threading.Lock()
+        self._trampoline = CHUNK_FN(self._call)  # referenced for as long as the library may call it
+        h = c_void_p()
+        check(lib.ferry_sink_callback(self._trampoline, None, byref(h)))
+        self._handle = h
+
+    def _expect(self, tag: int, shape, info: TensorInfo) -> None:
+        with self._lock:
+            self._meta[tag] = (tuple(shape), numpy_dtype(info.code, info.bits, info.lanes))
+            self._delivered[tag] = 0
+
+    def _call(self, _user, chunk_ptr) -> int:
+        try:
+            import numpy as np
+            c = chunk_ptr.contents
+            with self._lock:
+                shape, dtype = self._meta.get(c.tag, ((), None))
+            raw = (ctypes.c_char * c.bytes).from_address(c.data)
+            view = memoryview(raw).toreadonly()
+            if dtype is not None and c.offset % dtype.itemsize == 0 and c.bytes % dtype.itemsize == 0:
+                arr = np.frombuffer(view, dtype=dtype)
+                if c.chunks == 1:
+                    arr = arr.reshape(shape)
+            else:
+                arr = np.frombuffer(view, dtype=np.uint8)
+            self.fn(arr, ChunkInfo(c.tag, c.sequence, c.offset, c.total_bytes, c.chunk, c.chunks))
+            with self._lock:
+                self._delivered[c.tag] = self._delivered.get(c.tag, 0) + 1
+                if self._delivered[c.tag] == c.chunks:
+                    self._meta.pop(c.tag, None)
+                    self._delivered.pop(c.tag, None)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - reported to the caller of the Egress
+            with self._lock:
+                if self.error is None:
+                    self.error = e
+            return 1
+
+
+def as_sink(obj) -> Sink:
+    """A Sink as is; a callable becomes a CallbackSink; None a NullSink."""
+    if obj is None:
+        return NullSink()
+    if isinstance(obj, Sink):
+        return obj
+    if callable(obj):
+        return CallbackSink(obj)
+    raise TypeError(f"Egress sink {obj!r}: expected a ferry sink (NullSink, ChecksumSink, RawFileSink, "
+                    "NpySink, CallbackSink) or a callable")

@@ -1,0 +1,290 @@
+// The C ABI's ingest functions: a feed (batches pushed by the caller) prefetched to the device, and the
+// lending of device batches to DLPack tensors.
+//
+// A lent batch is held by the caller (until ferry_batch_release) and by every DLPack tensor made from
+// it (until its deleter runs, on any thread, perhaps without any interpreter lock). When the last hold
+// goes, the batch is released to the prefetcher on the consumer stream given at next(): an event recorded
+// there, after which the device slot may be refilled. Each hold also keeps the prefetcher alive, so a
+// tensor may outlive the handle.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "api.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/ingest/feed.hpp"
+#include "ferry/ingest/ingest.hpp"
+#include "interop.hpp"
+
+namespace ferry::c_api {
+namespace {
+
+// DLPack's unversioned structs (dlpack.h, ABI-stable since 0.x).
+struct dl_device {
+  std::int32_t device_type;
+  std::int32_t device_id;
+};
+struct dl_data_type {
+  std::uint8_t code;
+  std::uint8_t bits;
+  std::uint16_t lanes;
+};
+struct dl_tensor {
+  void* data;
+  dl_device device;
+  std::int32_t ndim;
+  dl_data_type dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;
+  std::uint64_t byte_offset;
+};
+struct dl_managed_tensor {
+  struct dl_tensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(dl_managed_tensor* self);
+};
+constexpr std::int32_t kdl_cpu = 1;
+constexpr std::int32_t kdl_cuda = 2;
+
+}  // namespace
+
+struct prefetch_state {
+  prefetch_state(std::shared_ptr<device_state> st, const ingest::feed_options& fo, std::size_t depth)
+      : dev(std::move(st)), feed(*dev->dev, fo), pf(*dev->dev, feed.source(), {.depth = depth}) {}
+  ~prefetch_state() { close(); }
+  void close() noexcept {
+    feed.close();  // first: wakes workers waiting for a batch never pushed
+    pf.close();
+  }
+
+  std::shared_ptr<device_state> dev;
+  ingest::feed feed;
+  ingest::prefetcher pf;  // after the feed: destroyed first
+  std::mutex mu;
+  std::set<std::uint64_t> lent;  // batch numbers lent and not yet released
+};
+
+}  // namespace ferry::c_api
+
+struct ferry_prefetch {
+  std::shared_ptr<ferry::c_api::prefetch_state> state;
+};
+
+struct ferry_batch {
+  std::shared_ptr<ferry::c_api::prefetch_state> state;
+  ferry::ingest::device_batch batch;
+  uintptr_t consumer = 0;
+  std::atomic<int> holds{1};
+};
+
+using ferry::c_api::guard;
+
+namespace {
+
+template <class Handle>
+Handle& checked(Handle* h, const char* fn) {
+  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
+  return *h;
+}
+
+void expect_out(const void* out, const char* fn) {
+  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
+}
+
+// Drops one hold; the last one releases the batch on its consumer stream. Never throws: it runs in DLPack
+// deleters. A failure to release is reported (the slot then stays lent; the prefetcher still closes).
+void drop_hold(ferry_batch* b) noexcept {
+  if (b->holds.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  auto& st = *b->state;
+  try {
+    if (ferry::c_api::is_default_stream(*st.dev, b->consumer)) {
+      // The slot's release event must follow the default stream's use of the batch: bridge first.
+      const ferry::stream_view bridge = ferry::c_api::producer_view(*st.dev, b->consumer);
+      st.pf.release(b->batch, bridge);
+    } else {
+      st.pf.release(b->batch, st.dev->dev->adopt_stream(reinterpret_cast<void*>(b->consumer)));
+    }
+  } catch (const std::exception& e) {
+    ferry::detail::report_destructor_error(
+        fmt::format("ferry: releasing batch {}: {}", b->batch.epoch, e.what()),
+        std::source_location::current());
+  }
+  {
+    const std::lock_guard lock(st.mu);
+    st.lent.erase(b->batch.epoch);
+  }
+  delete b;
+}
+
+struct managed_holder {
+  ferry::c_api::dl_managed_tensor managed{};
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  ferry_batch* batch = nullptr;
+};
+
+void delete_managed(ferry::c_api::dl_managed_tensor* m) {
+  auto* h = static_cast<managed_holder*>(m->manager_ctx);
+  ferry_batch* b = h->batch;
+  delete h;
+  drop_hold(b);
+}
+
+}  // namespace
+
+extern "C" {
+
+int ferry_prefetch_create(ferry_device* dev, size_t batch_bytes, size_t chunk_bytes, size_t workers,
+                          size_t slots, size_t depth, ferry_prefetch** out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_create");
+    auto& st = checked(dev, "ferry_prefetch_create").state;
+    FERRY_EXPECTS(depth > 0, "prefetch: depth is 0; at least one device slot is needed");
+    ferry::ingest::feed_options fo;
+    fo.batch_bytes = batch_bytes;
+    fo.chunk_bytes = chunk_bytes;
+    fo.workers = workers;
+    fo.slots = slots;
+    *out = new ferry_prefetch{std::make_shared<ferry::c_api::prefetch_state>(st, fo, depth)};
+  });
+}
+
+int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_slot_bytes");
+    *out = checked(p, "ferry_prefetch_slot_bytes").state->feed.slot_bytes();
+  });
+}
+
+int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t* bytes,
+                        const size_t* offsets, size_t count, uint64_t* number) {
+  return guard([&] {
+    expect_out(number, "ferry_prefetch_push");
+    auto& st = *checked(p, "ferry_prefetch_push").state;
+    FERRY_EXPECTS(count == 0 || (data != nullptr && bytes != nullptr && offsets != nullptr),
+                  "ferry_prefetch_push: a piece array is NULL");
+    std::vector<ferry::ingest::feed_piece> pieces(count);
+    for (std::size_t i = 0; i < count; ++i) pieces[i] = {data[i], bytes[i], offsets[i]};
+    *number = st.feed.push(pieces);
+  });
+}
+
+int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream, ferry_batch** out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_next");
+    auto& h = checked(p, "ferry_prefetch_next");
+    auto& st = *h.state;
+    const ferry::stream_view consumer = ferry::c_api::producer_view(*st.dev, consumer_stream);
+    std::optional<ferry::ingest::device_batch> b = st.pf.next(consumer);
+    FERRY_EXPECTS(b.has_value(), "prefetch: the loader ended");  // a feed runs until closed
+    // A default stream waits for the bridge, which now waits for the copy.
+    if (ferry::c_api::is_default_stream(*st.dev, consumer_stream)) {
+      ferry::c_api::join_into(*st.dev, consumer_stream, consumer);
+    }
+    {
+      const std::lock_guard lock(st.mu);
+      st.lent.insert(b->epoch);
+    }
+    auto* batch = new ferry_batch{h.state, *b, consumer_stream};
+    *out = batch;
+  });
+}
+
+int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_released");
+    auto& st = *checked(p, "ferry_prefetch_released").state;
+    const std::lock_guard lock(st.mu);
+    *out = st.lent.count(number) == 0 ? 1 : 0;
+  });
+}
+
+int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_stats_json");
+    auto& st = *checked(p, "ferry_prefetch_stats_json").state;
+    const ferry::ingest::prefetch_stats s = st.pf.stats();
+    const ferry::ingest::loader_stats l = st.feed.source().stats();
+    nlohmann::json j = {{"batches", s.batches},           {"bytes", s.bytes},
+                        {"copy_seconds", s.copy_seconds}, {"h2d_gbps", s.h2d_gbps},
+                        {"pin_seconds", l.pin_seconds},   {"pinned_bytes", l.pinned_bytes},
+                        {"staged_bytes", l.bytes}};
+    auto& stages = j["stages"] = nlohmann::json::array();
+    for (const auto* list : {&l.stages, &s.stages}) {
+      for (const auto& x : *list) {
+        stages.push_back({{"name", x.name},
+                          {"count", x.count},
+                          {"bytes", x.bytes},
+                          {"p50_ns", x.p50_ns},
+                          {"p99_ns", x.p99_ns},
+                          {"total_ns", x.total_ns}});
+      }
+    }
+    *out = ferry::c_api::dup_string(j.dump());
+  });
+}
+
+int ferry_prefetch_close(ferry_prefetch* p) {
+  return guard([&] { checked(p, "ferry_prefetch_close").state->close(); });
+}
+
+void ferry_prefetch_destroy(ferry_prefetch* p) { delete p; }
+
+void* ferry_batch_data(ferry_batch* b) { return b == nullptr ? nullptr : b->batch.field(0).data; }
+
+uint64_t ferry_batch_number(ferry_batch* b) { return b == nullptr ? 0 : b->batch.epoch; }
+
+int ferry_batch_dlpack(ferry_batch* b, size_t offset, int32_t ndim, const int64_t* shape, uint8_t code,
+                       uint8_t bits, uint16_t lanes, void** out) {
+  return guard([&] {
+    expect_out(out, "ferry_batch_dlpack");
+    auto& h = checked(b, "ferry_batch_dlpack");
+    FERRY_EXPECTS(ndim >= 0 && (ndim == 0 || shape != nullptr), "ferry_batch_dlpack: bad shape");
+    FERRY_EXPECTS(bits % 8 == 0 && bits > 0 && lanes > 0,
+                  fmt::format("ferry_batch_dlpack: dtype of {} bits x {} lanes", bits, lanes));
+    std::uint64_t bytes = std::uint64_t{bits} / 8 * lanes;
+    for (int32_t i = 0; i < ndim; ++i) {
+      FERRY_EXPECTS(shape[i] >= 0, fmt::format("ferry_batch_dlpack: dimension {} is {}", i, shape[i]));
+      bytes *= static_cast<std::uint64_t>(shape[i]);
+    }
+    const ferry::mem_view field = h.batch.field(0);
+    FERRY_EXPECTS(offset <= field.bytes && bytes <= field.bytes - offset,
+                  fmt::format("ferry_batch_dlpack: {} bytes at offset {} do not fit the batch of {}", bytes,
+                              offset, field.bytes));
+    auto holder = std::make_unique<managed_holder>();
+    holder->shape.assign(shape, shape + ndim);
+    holder->strides.assign(static_cast<std::size_t>(ndim), 1);
+    for (int32_t i = ndim - 1; i > 0; --i)
+      holder->strides[i - 1] = holder->strides[i] * std::max<std::int64_t>(shape[i], 1);
+    const bool cuda = h.state->dev->dev->kind() == ferry::backend::cuda;
+    auto& t = holder->managed.dl_tensor;
+    t.data = field.begin() + offset;
+    t.device = {cuda ? ferry::c_api::kdl_cuda : ferry::c_api::kdl_cpu, cuda ? h.state->dev->ordinal : 0};
+    t.ndim = ndim;
+    t.dtype = {code, bits, lanes};
+    t.shape = holder->shape.data();
+    t.strides = holder->strides.data();
+    t.byte_offset = 0;
+    holder->managed.manager_ctx = holder.get();
+    holder->managed.deleter = delete_managed;
+    holder->batch = &h;
+    h.holds.fetch_add(1, std::memory_order_acq_rel);
+    *out = &holder.release()->managed;
+  });
+}
+
+void ferry_dlpack_delete(void* managed) {
+  auto* m = static_cast<ferry::c_api::dl_managed_tensor*>(managed);
+  if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+}
+
+void ferry_batch_release(ferry_batch* b) {
+  if (b != nullptr) drop_hold(b);
+}
+
+}  // extern "C"

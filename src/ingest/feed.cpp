@@ -1,0 +1,153 @@
+// The feed: a loader of one field whose "samples" are the chunks of a batch. Batch k of the feed is epoch
+// k of a one-batch-per-epoch loader that runs until closed, so the loader's workers, slots, ordering and
+// failure handling carry over unchanged; the fill of chunk p of batch k copies the parts of batch k's
+// pieces that fall in [p * chunk, (p + 1) * chunk), waiting until batch k has been pushed.
+//
+// mu_ guards the pushed batches (their piece lists, by batch number), the per-batch count of chunks still
+// to copy, and the closed flag. A fill reads its batch's pieces outside the lock: the entry is erased
+// only after its last chunk was copied.
+#include "ferry/ingest/feed.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+
+namespace ferry::ingest {
+namespace {
+
+constexpr std::size_t chunk_alignment = 256;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+feed_options validated(feed_options o) {
+  FERRY_EXPECTS(o.batch_bytes > 0, "ingest feed: batch_bytes is 0; give the size of the largest batch");
+  FERRY_EXPECTS(o.workers > 0, "ingest feed: workers is 0; at least one thread must copy");
+  FERRY_EXPECTS(o.slots > 0, "ingest feed: slots is 0; at least one pinned slot is needed");
+  if (o.chunk_bytes == 0) {
+    o.chunk_bytes = std::max<std::size_t>(256 << 10, o.batch_bytes / (4 * o.workers));
+  }
+  o.chunk_bytes = round_up(std::min(o.chunk_bytes, o.batch_bytes), chunk_alignment);
+  return o;
+}
+
+}  // namespace
+
+struct feed::impl {
+  impl(device& dev, const feed_options& opts);
+  void fill(const sample& s, sample_fields out);
+
+  const feed_options opts_;
+  const std::size_t chunks_;
+
+  std::mutex mu_;
+  std::condition_variable pushed_cv_;
+  std::map<std::uint64_t, std::vector<feed_piece>> batches_;  // pushed, not yet fully copied
+  std::map<std::uint64_t, std::size_t> remaining_;            // chunks still to copy, per batch
+  std::uint64_t pushed_ = 0;
+  bool closed_ = false;
+
+  // Last: its workers call fill(), which uses the members above, so it is destroyed first.
+  std::unique_ptr<loader> loader_;
+};
+
+feed::impl::impl(device& dev, const feed_options& opts)
+    : opts_(validated(opts)), chunks_((opts_.batch_bytes + opts_.chunk_bytes - 1) / opts_.chunk_bytes) {
+  loader_options lo;
+  lo.fields = {{"batch", opts_.chunk_bytes}};
+  lo.sampling.dataset_size = chunks_;
+  lo.sampling.batch_size = chunks_;
+  lo.workers = opts_.workers;
+  lo.slots = opts_.slots;
+  lo.epochs = 0;  // one batch per epoch, until closed
+  loader_ = std::make_unique<loader>(dev, lo, [this](const sample& s, sample_fields out) { fill(s, out); });
+}
+
+void feed::impl::fill(const sample& s, sample_fields out) {
+  const std::uint64_t k = s.epoch;
+  const std::vector<feed_piece>* pieces = nullptr;
+  {
+    std::unique_lock lock(mu_);
+    // The loader may be closed directly (a prefetcher's close() closes it and joins the workers), so the
+    // wait also polls the loader; a push or the feed's close wakes it at once.
+    while (!closed_ && k >= pushed_) {
+      if (loader_ && loader_->stopping()) break;
+      pushed_cv_.wait_for(lock, std::chrono::milliseconds(2));
+    }
+    if (k >= pushed_) throw stopped_error(fmt::format("ingest feed: closed while batch {} was awaited", k));
+    pieces = &batches_.at(k);
+  }
+  const std::span<std::byte> dst = out[0];
+  const std::size_t begin = s.position * opts_.chunk_bytes;
+  const std::size_t end = begin + dst.size();
+  for (const feed_piece& p : *pieces) {
+    const std::size_t lo = std::max(begin, p.offset);
+    const std::size_t hi = std::min(end, p.offset + p.bytes);
+    if (lo >= hi) continue;
+    std::memcpy(dst.data() + (lo - begin), static_cast<const std::byte*>(p.data) + (lo - p.offset), hi - lo);
+  }
+  const std::lock_guard lock(mu_);
+  if (--remaining_.at(k) == 0) {
+    remaining_.erase(k);
+    batches_.erase(k);
+  }
+}
+
+feed::feed(device& dev, const feed_options& opts) : impl_(std::make_unique<impl>(dev, opts)) {}
+
+feed::~feed() {
+  close();
+  impl_->loader_.reset();
+}
+
+std::uint64_t feed::push(std::span<const feed_piece> pieces) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const feed_piece& p = pieces[i];
+    FERRY_EXPECTS(p.data != nullptr || p.bytes == 0, fmt::format("ingest feed: piece {} has no data", i));
+    FERRY_EXPECTS(p.offset <= impl_->opts_.batch_bytes && p.bytes <= impl_->opts_.batch_bytes - p.offset,
+                  fmt::format("ingest feed: piece {} ({} at offset {}) reaches past the batch of {}; "
+                              "make the feed's batch_bytes at least the largest batch",
+                              i, format_bytes(p.bytes), p.offset, format_bytes(impl_->opts_.batch_bytes)));
+  }
+  std::uint64_t k = 0;
+  {
+    const std::lock_guard lock(impl_->mu_);
+    if (impl_->closed_) throw stopped_error("ingest feed: push after close()");
+    k = impl_->pushed_;
+    impl_->batches_.emplace(k, std::vector<feed_piece>(pieces.begin(), pieces.end()));
+    impl_->remaining_.emplace(k, impl_->chunks_);
+    impl_->pushed_ = k + 1;
+  }
+  impl_->pushed_cv_.notify_all();
+  return k;
+}
+
+std::uint64_t feed::pushed() const {
+  const std::lock_guard lock(impl_->mu_);
+  return impl_->pushed_;
+}
+
+loader& feed::source() noexcept { return *impl_->loader_; }
+
+std::size_t feed::slot_bytes() const noexcept { return impl_->chunks_ * impl_->opts_.chunk_bytes; }
+
+std::size_t feed::chunk_bytes() const noexcept { return impl_->opts_.chunk_bytes; }
+
+void feed::close() noexcept {
+  {
+    const std::lock_guard lock(impl_->mu_);
+    impl_->closed_ = true;
+  }
+  impl_->pushed_cv_.notify_all();
+  if (impl_->loader_) impl_->loader_->close();
+}
+
+}  // namespace ferry::ingest

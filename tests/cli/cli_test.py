@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The ferry CLI as a user meets it: careless flags, bad output paths, sizes that cannot fit, full
+disks, Ctrl-C, hostile names from traces, --version and unknown subcommands.
+
+Usage: cli_test.py FERRY_BINARY   (run by ctest as the `cli` test, from the repository root)
+"""
+import json
+import os
+import pty
+import re
+import resource
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+FERRY = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else "build/default/tools/ferry/ferry"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KINETO = os.path.join(ROOT, "tests", "trace", "data", "kineto_naive.json")
+
+# Each subcommand (as its path of names), what it needs besides the flag under test, and a table of bad
+# values for every flag that takes a number or a size. The run must end with status 2 and one line that
+# names the flag and the value, before any device is opened.
+INTS_FROM_1 = ["-1", "0", "abc", "1.5", "18446744073709551616", "99999999999"]
+INTS_FROM_0 = ["-1", "abc", "1.5", "99999999999"]
+THREADS = ["-1", "0", "100000", "x"]
+SIZES = ["-1", "0", "abc", "1ZiB", "20000TiB"]
+FRACTION = ["-0.1", "1.5", "nan", "inf", "-inf", "x"]
+GBPS = ["-1", "nan", "inf", "1e300", "x"]
+MS = ["-5", "nan", "inf", "-inf", "1e300", "x"]
+
+LADDER = {
+    "--gpu": ["-1", "100000", "x"],
+    "--compute-ms": MS,
+    "--steps": INTS_FROM_1,
+    "--warmup": INTS_FROM_0,
+    "--workers": THREADS,
+    "--trace-events": INTS_FROM_1,
+}
+SUBCOMMANDS = {
+    ("probe",): ([], {
+        "--gpu": ["-1", "100000", "x"],
+        "--bytes": SIZES + ["7"],
+        "--iterations": INTS_FROM_1,
+        "--warmup": INTS_FROM_0,
+        "--pin-bytes": SIZES,
+    }),
+    ("bench", "egress"): ([], dict(LADDER, **{
+        "--pool-buffers": INTS_FROM_1,
+        "--slot-bytes": SIZES,
+        "--slots": INTS_FROM_1,
+        "--pure-copy": INTS_FROM_1,
+        "--probed-d2h": GBPS,
+    })),
+    ("bench", "ingest"): (["--levels", "L1"], dict(LADDER, **{
+        "--host-slots": INTS_FROM_1,
+        "--depth": INTS_FROM_1,
+        "--probed-h2d": GBPS,
+        "--pure-copy": INTS_FROM_1,
+        "--both-ways": INTS_FROM_1,
+        "--egress-workers": THREADS,
+        "--egress-slot-bytes": SIZES,
+        "--egress-slots": INTS_FROM_1,
+    })),
+    ("analyze",): ([KINETO], {
+        "--idle-threshold": FRACTION,
+        "--link-h2d": GBPS,
+        "--link-d2h": GBPS,
+        "--max-bytes": SIZES,
+    }),
+}
+# Flags whose value is text, checked by their own code (tested below or in the library's tests).
+TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o"}
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def run(args, timeout=60, **kw):
+    return subprocess.run([FERRY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          errors="replace", **kw)
+
+
+def value_flags(path):
+    """The flags of `ferry <path> --help` that take a value."""
+    out = run([*path, "--help"]).stdout
+    flags = set()
+    for line in out.splitlines():
+        m = re.match(r"^\s+(?:-\w,)?(--[a-z0-9-]+)(?:,-\w)?\s+([A-Z]+)\b", line)
+        if m:
+            flags.add(m.group(1))
+    return flags
+
+
+class flags(unittest.TestCase):
+    def test_every_value_flag_of_every_subcommand_has_a_table_of_bad_values(self):
+        for path, (_, table) in SUBCOMMANDS.items():
+            found = value_flags(path)
+            self.assertTrue(found, f"no flags found in `ferry {' '.join(path)} --help`")
+            missing = found - set(table) - TEXT_FLAGS
+            self.assertEqual(missing, set(), f"ferry {' '.join(path)}: flags without bad values in this test")
+
+    def test_bad_values_are_one_line_naming_flag_and_value_with_status_2_before_any_work(self):
+        for path, (extra, table) in SUBCOMMANDS.items():
+            for flag, values in table.items():
+                for value in values:
+                    with self.subTest(cmd=" ".join([*path, flag, value])):
+                        r = run([*path, *extra, "--backend", "host", f"{flag}={value}"]
+                                if flag != "--backend" and path != ("analyze",)
+                                else [*path, *extra, f"{flag}={value}"], timeout=30)
+                        self.assertEqual(r.returncode, 2, r.stderr)
+                        lines = r.stderr.strip().splitlines()
+                        self.assertEqual(len(lines), 1, r.stderr)
+                        self.assertIn(flag, lines[0])
+                        self.assertIn(value, lines[0])
+                        self.assertNotIn("backend", r.stderr.replace("--backend", ""))  # no device opened
+                        self.assertEqual(r.stdout, "")
+
+    def test_a_value_after_a_space_is_checked_as_well(self):
+        for args in (["bench", "egress", "--pool-buffers", "-1"],
+                     ["bench", "ingest", "--workers", "-1", "--levels", "L1"],
+                     ["bench", "ingest", "--workers", "100000"],
+                     ["bench", "egress", "--steps", "0"],
+                     ["bench", "ingest", "--compute-ms", "nan"],
+                     ["bench", "egress", "--pure-copy", "0"],
+                     ["bench", "ingest", "--both-ways", "-1"]):
+            with self.subTest(args=args):
+                r = run(args + ["--backend", "host"], timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(args[2], r.stderr)
+                self.assertIn(args[3], r.stderr)
+                self.assertIn("expected", r.stderr)
+
+    def test_shapes_and_levels_are_checked_before_the_work(self):
+        for ladder in ("egress", "ingest"):
+            for flag, value in (("--shape", "-1x3x4x4"), ("--shape", "0x1x1x1"), ("--shape", "1x2x3"),
+                                ("--shape", "ax1x1x1"), ("--shape", "16777216x16777216x64x64"),
+                                ("--levels", "L9"), ("--levels", "ideal,,L0")):
+                with self.subTest(ladder=ladder, flag=flag, value=value):
+                    r = run(["bench", ladder, "--backend", "host", f"{flag}={value}"], timeout=30)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    lines = r.stderr.strip().splitlines()
+                    self.assertEqual(len(lines), 1, r.stderr)
+                    self.assertIn(flag, lines[0])
+                    self.assertNotIn("ferry: backend", r.stderr)
+
+    def test_a_good_value_still_works(self):
+        r = run(["probe", "--backend", "host", "--bytes", "64KiB", "--iterations", "1", "--warmup", "0",
+                 "--no-pin-cost", "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["options"]["copy_bytes"], 65536)
+        self.assertEqual(j["options"]["iterations"], 1)
+        self.assertEqual(j["options"]["warmup"], 0)
+
+
+class subcommands(unittest.TestCase):
+    def test_version_is_the_build_version(self):
+        r = run(["--version"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout.strip(), r"^ferry \S+$")
+        probe = run(["probe", "--backend", "host", "--bytes", "64KiB", "--iterations", "1", "--no-pin-cost",
+                     "--json"])
+        self.assertEqual(r.stdout.strip(), "ferry " + json.loads(probe.stdout)["version"])
+
+    def test_an_unknown_subcommand_is_named_with_the_valid_ones(self):
+        for args, valid in ((["frob"], ["probe", "bench", "analyze"]),
+                            (["bench", "egres"], ["egress", "ingest"])):
+            r = run(args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(f'"{args[-1]}"', lines[0])
+            for v in valid:
+                self.assertIn(v, lines[0])
+
+
+class memory(unittest.TestCase):
+    def limited(self):
+        # If ferry allocated before checking, it would fail on this limit (or be killed), not with its
+        # own message.
+        lim = 2 << 30
+        return lambda: resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    def test_sizes_beyond_the_device_are_refused_before_allocating(self):
+        for args, needle in ((["probe", "--backend", "host", "--bytes", "16GiB"], "device memory"),
+                             (["bench", "ingest", "--backend", "host", "--shape", "4096x3x512x512",
+                               "--levels", "ideal,L3"], "device memory"),
+                             (["bench", "egress", "--backend", "host", "--slots", "200", "--slot-bytes",
+                               "1GiB", "--levels", "ferry"], "host memory")):
+            with self.subTest(args=args):
+                t0 = time.monotonic()
+                r = run(args, timeout=60, preexec_fn=self.limited())
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(needle, r.stderr)
+                self.assertNotIn("probe:", r.stderr)  # nothing measured
+                self.assertNotIn("bench:", r.stderr)
+                self.assertLess(time.monotonic() - t0, 50)
+
+
+class output_paths(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.tmp = self.dir.name
+        with open(os.path.join(self.tmp, "file"), "w") as f:
+            f.write("x")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_bad_output_paths_fail_before_the_work(self):
+        under_file = os.path.join(self.tmp, "file", "t.json")
+        for args in (["bench", "ingest", "--backend", "host", "--levels", "ideal,L0", "--steps", "2",
+                      "--trace", under_file],
+                     ["bench", "egress", "--backend", "host", "--levels", "ideal", "--steps", "2", "--json",
+                      "--output", "/proc/ferry_out.json"],
+                     ["probe", "--backend", "host", "--output", os.path.join(self.tmp, "no", "p.json")],
+                     ["analyze", KINETO, "--html", os.path.join(self.tmp, "no", "r.html")],
+                     ["analyze", KINETO, "--output", self.tmp]):
+            with self.subTest(args=args):
+                r = run(args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertNotIn("bench:", r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def fsize_limited(self, limit):
+        def pre():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        return pre
+
+    def test_a_full_disk_leaves_no_partial_file(self):
+        out = os.path.join(self.tmp, "out")
+        os.mkdir(out)
+        for args in (["analyze", KINETO, "--json", "--output", os.path.join(out, "a.json")],
+                     ["analyze", KINETO, "--html", os.path.join(out, "a.html")],
+                     ["bench", "ingest", "--backend", "host", "--levels", "ideal,L0", "--steps", "2",
+                      "--warmup", "0", "--trace", os.path.join(out, "t.json")]):
+            with self.subTest(args=args):
+                r = run(args, timeout=120, preexec_fn=self.fsize_limited(2048))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(out, r.stderr)
+                self.assertEqual(os.listdir(out), [])
+
+    def test_outputs_written_whole(self):
+        path = os.path.join(self.tmp, "a.json")
+        r = run(["analyze", KINETO, "--json", "--output", path])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("findings", load_json(path))
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["a.json", "file"])
+
+
+class interrupts(unittest.TestCase):
+    def start_ladder(self, trace_dir):
+        return subprocess.Popen(
+            [FERRY, "bench", "ingest", "--backend", "host", "--levels", "ideal,L0,L1,L2", "--steps", "30",
+             "--warmup", "1", "--json", "--trace", os.path.join(trace_dir, "t.json")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def wait_for_line(self, p, pattern, timeout=120):
+        seen = ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stderr], [], [], 1)
+            if ready:
+                line = p.stderr.readline()
+                seen += line
+                if re.search(pattern, line):
+                    return seen
+        p.kill()
+        self.fail(f"no line matching {pattern!r} on stderr:\n{seen}")
+
+    def test_ctrl_c_prints_the_finished_levels_and_exits_130(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = self.start_ladder(d)
+            self.wait_for_line(p, r"^bench: L0: ")  # ideal finished, L0 under way
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 130, err)
+            result = json.loads(out)
+            self.assertTrue(result["interrupted"])
+            levels = [row["level"] for row in result["rows"]]
+            self.assertEqual(levels, ["ideal", "L0"])  # the level under way finishes; none starts
+            for t in result["traces"]:
+                load_json(t["trace_file"])  # complete traces only
+            self.assertEqual([n for n in os.listdir(d) if n.startswith(".")], [])
+
+    def test_a_second_ctrl_c_stops_at_once_and_leaves_no_partial_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = self.start_ladder(d)
+            self.wait_for_line(p, r"^bench: L0: ")
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 130)
+            self.assertEqual([n for n in os.listdir(d) if n.startswith(".")], [])
+            for n in os.listdir(d):
+                if n.endswith(".json"):
+                    load_json(os.path.join(d, n))
+
+
+class terminal(unittest.TestCase):
+    def test_names_from_a_trace_cannot_drive_the_terminal(self):
+        with open(KINETO) as f:
+            text = f.read()
+        self.assertIn('"make batch"', text)
+        hostile = text.replace('"make batch"', '"make\\u001b[2J\\u001b]0;owned\\u0007 batch"')
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write(hostile)
+        try:
+            r = subprocess.run([FERRY, "analyze", f.name], capture_output=True, cwd=ROOT, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn(b"\x1b", r.stdout)
+            self.assertNotIn(b"\x07", r.stdout)
+            self.assertIn(b"make\\x1b[2J\\x1b]0;owned\\x07 batch", r.stdout)
+        finally:
+            os.unlink(f.name)
+
+    def test_progress_is_drawn_on_a_terminal_only(self):
+        args = [FERRY, "bench", "ingest", "--backend", "host", "--levels", "ideal", "--steps", "2"]
+        piped = subprocess.run(args, capture_output=True, cwd=ROOT, timeout=120)
+        self.assertEqual(piped.returncode, 0)
+        self.assertNotIn(b"\r", piped.stderr)
+        self.assertNotIn(b"\x1b", piped.stderr)
+        self.assertIn(b"bench: ideal", piped.stderr)
+        master, slave = pty.openpty()
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        p.wait(timeout=120)
+        os.close(master)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn(b"\r\x1b[K", seen)
+        self.assertIn(b"bench: ideal", seen)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)

@@ -1,0 +1,233 @@
+"""ferry.torch.Egress with every sink, chunking, errors, lifetimes, exit and fork, on each backend."""
+import os
+import subprocess
+import sys
+import threading
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ferry
+from ferry.torch import CallbackSink, ChecksumSink, Egress, NpySink, NullSink, RawFileSink
+from fakes import FakeTensor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def host_bytes(t):
+    return t.detach().cpu().contiguous().numpy().tobytes()
+
+
+def test_null_sink_counts_every_byte(device, make_tensor):
+    outs = [make_tensor((64, 33), seed=i) for i in range(5)]
+    with Egress(NullSink(), slots=2, slot_bytes=4096, workers=2, device=device) as e:
+        for t in outs:
+            e.submit(t)
+        e.flush()
+        s = e.stats()
+    assert s["outputs"] == 5 and s["bytes"] == sum(t.numel() * 4 for t in outs)
+
+
+def test_checksum_sink_matches_the_data_for_whole_and_chunked_outputs(device, make_tensor):
+    sink = ChecksumSink()
+    outs = [make_tensor((100, 37), seed=i) for i in range(4)] + [make_tensor((3,), seed=9)]
+    with Egress(sink, slots=3, slot_bytes=1024, workers=3, device=device) as e:  # 14800 B: 15 chunks
+        for t in outs:
+            e.submit(t)
+        e.flush()
+        assert sink.completed == len(outs)
+        for i, t in enumerate(outs):
+            assert sink.checksum(i) == ChecksumSink.of(host_bytes(t))
+    assert ChecksumSink.of(host_bytes(outs[0])) != ChecksumSink.of(host_bytes(outs[1]))
+
+
+def test_raw_file_sink_writes_each_output_under_its_tag(device, make_tensor, tmp_path):
+    sink = RawFileSink(tmp_path, prefix="logits_")
+    outs = {7: make_tensor((50, 21), seed=1), 8: make_tensor((50, 21), torch.int32, seed=2)}
+    with Egress(sink, slots=2, slot_bytes=512, device=device) as e:
+        for tag, t in outs.items():
+            e.submit(t, tag=tag)
+    for tag, t in outs.items():
+        assert Path(sink.path_of(tag)).read_bytes() == host_bytes(t)
+
+
+def test_npy_sink_learns_shape_and_dtype_from_the_first_output(device, make_tensor, tmp_path):
+    sink = NpySink(tmp_path)
+    outs = [make_tensor((4, 5, 6), torch.float16, seed=i) for i in range(3)]
+    with Egress(sink, slots=2, slot_bytes=64, device=device) as e:
+        for t in outs:
+            e.submit(t)
+        with pytest.raises(ValueError, match=r"shape \(4, 5, 6\); this tensor has shape \(4, 5, 7\)"):
+            e.submit(make_tensor((4, 5, 7), torch.float16))
+        with pytest.raises(ValueError, match="'<f2'; this tensor is '<f4'"):
+            e.submit(make_tensor((4, 5, 6)))
+    for i, t in enumerate(outs):
+        got = np.load(sink.path_of(i))
+        assert got.dtype == np.float16 and got.shape == (4, 5, 6)
+        assert got.tobytes() == host_bytes(t)
+
+
+def test_npy_sink_refuses_a_dtype_numpy_lacks_naming_it(device, make_tensor, tmp_path):
+    with Egress(NpySink(tmp_path), slots=1, slot_bytes=64, device=device) as e:
+        with pytest.raises(ValueError, match="bfloat16"):
+            e.submit(make_tensor((8,), torch.bfloat16))
+
+
+def test_callable_sink_gets_read_only_shaped_views_on_a_worker_thread(device, make_tensor):
+    got, threads = {}, set()
+
+    def keep(view, chunk):
+        assert not view.flags.writeable
+        with pytest.raises(ValueError):
+            view[...] = 0
+        threads.add(threading.get_ident())
+        got[chunk.tag] = (view.shape, view.dtype, view.tobytes(), chunk)
+
+    outs = [make_tensor((6, 7), torch.int64, seed=i) for i in range(6)]
+    with Egress(keep, slots=2, slot_bytes=4096, workers=2, device=device) as e:
+        for t in outs:
+            e.submit(t)
+    assert threading.get_ident() not in threads
+    for i, t in enumerate(outs):
+        shape, dtype, data, chunk = got[i]
+        assert shape == (6, 7) and dtype == np.int64 and data == host_bytes(t)
+        assert (chunk.index, chunk.count, chunk.offset, chunk.total_bytes) == (0, 1, 0, 6 * 7 * 8)
+
+
+def test_callable_sink_gets_an_output_larger_than_a_slot_as_chunks(device, make_tensor):
+    parts = {}
+    lock = threading.Lock()
+
+    def keep(view, chunk):
+        with lock:
+            parts.setdefault(chunk.tag, []).append((chunk.offset, view.tobytes(), chunk.count, view.dtype))
+
+    big = make_tensor((1000, 3), seed=5)  # 12000 B in slots of 1024: 12 chunks
+    with Egress(keep, slots=2, slot_bytes=1024, workers=3, ordered=False, device=device) as e:
+        e.submit(big, tag=42)
+    chunks = sorted(parts[42])
+    assert len(chunks) == 12 and all(c[2] == 12 and c[3] == np.float32 for c in chunks)
+    assert b"".join(c[1] for c in chunks) == host_bytes(big)
+
+
+def test_ordered_delivery_with_one_worker_is_submission_order(device, make_tensor):
+    order = []
+    with Egress(lambda v, c: order.append(c.sequence), slots=2, slot_bytes=256, workers=1, ordered=True,
+                device=device) as e:
+        for i in range(20):
+            e.submit(make_tensor((16,), seed=i))
+    assert order == list(range(20))
+
+
+def test_a_sink_exception_is_raised_in_the_caller_at_its_next_call(device, make_tensor):
+    class Boom(Exception):
+        pass
+
+    def fail_on_third(view, chunk):
+        if chunk.sequence == 2:
+            raise Boom("output 2 cannot be stored")
+
+    e = Egress(fail_on_third, slots=2, slot_bytes=256, workers=1, device=device)
+    for i in range(3):
+        e.submit(make_tensor((8,), seed=i))
+    with pytest.raises(Boom, match="output 2 cannot be stored"):
+        e.flush()
+    with pytest.raises(Boom):
+        e.submit(make_tensor((8,)))
+    with pytest.raises(Boom):
+        e.close()
+    e.close()  # closed: later calls do nothing
+
+
+def test_bad_input_names_the_value(device, backend, make_tensor):
+    with Egress(NullSink(), slots=1, slot_bytes=256, device=device) as e:
+        with pytest.raises(ValueError, match=r"not contiguous; call .contiguous\(\)"):
+            e.submit(make_tensor((8, 4)).t())
+        with pytest.raises(ValueError, match="holds no bytes"):
+            e.submit(make_tensor((0, 4)))
+        wrong = FakeTensor((4,), device_type=2, device_id=3) if backend == "cuda" else FakeTensor((4,), 2, 0)
+        with pytest.raises(ValueError, match="is on cuda:"):
+            e.submit(wrong)
+        with pytest.raises(TypeError, match="not a tensor"):
+            e.submit([1, 2, 3])
+        other = ferry.Device(backend)
+        with pytest.raises(ValueError, match="belongs to"):
+            e.submit(make_tensor((4,)), stream=other.stream())
+        with pytest.raises(ValueError, match="tag -1"):
+            e.submit(make_tensor((4,)), tag=-1)
+    with pytest.raises(ValueError, match="slot_bytes=12"):
+        Egress(NullSink(), slot_bytes=12, device=device)
+    with pytest.raises(ValueError, match="slots=0"):
+        Egress(NullSink(), slots=0, device=device)
+
+
+def test_a_closed_egress_refuses_submit(device, make_tensor):
+    e = Egress(NullSink(), slots=1, slot_bytes=256, device=device)
+    e.close()
+    with pytest.raises(ferry.ClosedError, match="closed"):
+        e.submit(make_tensor((4,)))
+
+
+def test_the_tensor_is_held_until_its_copy_is_done(device, make_tensor):
+    e = Egress(NullSink(), slots=2, slot_bytes=256, workers=1, device=device)
+    t = make_tensor((16,))
+    ev = e.submit(t)
+    ref = weakref.ref(t)
+    del t
+    # The caller dropped it; the Egress keeps it (so torch cannot reuse its memory) until a later call
+    # sees the copy out of it completed.
+    assert ref() is not None
+    ev.synchronize()
+    e.flush()
+    assert ref() is None
+    e.close()
+
+
+def test_events_wait_on_a_stream_and_synchronize(device, make_tensor):
+    with Egress(NullSink(), slots=2, slot_bytes=256, device=device) as e:
+        ev = e.submit(make_tensor((32,)))
+        s = device.stream()
+        ev.wait(s)
+        s.synchronize()
+        assert ev.query()
+        ev.synchronize()
+
+
+def test_open_egresses_are_closed_at_interpreter_exit(tmp_path, backend):
+    script = f"""
+import sys, torch
+sys.path.insert(0, {str(ROOT / 'python')!r})
+import ferry
+from ferry.torch import Egress
+seen = []
+e = Egress(lambda v, c: seen.append(c.tag) or open({str(tmp_path / 'seen')!r}, 'a').write(f"{{c.tag}}\\n"),
+           slots=1, slot_bytes=64, workers=1, device=ferry.Device({backend!r}))
+for i in range(10):
+    t = torch.full((16,), float(i))
+    e.submit(t.cuda() if {backend!r} == "cuda" else t)
+# no close(): atexit closes, delivering everything, before the interpreter goes
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(int(x) for x in (tmp_path / "seen").read_text().split()) == list(range(10))
+
+
+def test_use_in_a_forked_child_raises_a_clear_error(device, make_tensor):
+    e = Egress(NullSink(), slots=1, slot_bytes=256, device=device)
+    t = make_tensor((4,)).cpu()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            e.submit(t)
+        except ferry.ForkedError as err:
+            code = 0 if "forked child" in str(err) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    e.close()
