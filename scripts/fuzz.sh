@@ -34,11 +34,12 @@ sources=(
   "$root/src/trace/timeline.cpp"
   "$root/src/core/error.cpp"
   "$root/src/core/units.cpp"
+  "$root/src/core/text.cpp"
 )
 headers=("$root"/src/trace/io/*.hpp)
 includes=(-I"$root/include" -I"$root/tests")
 if [ "$target" = analyze ]; then
-  sources+=("$root"/src/analyze/*.cpp "$root"/src/analyze/rules/*.cpp)
+  sources+=("$root"/src/analyze/*.cpp "$root"/src/analyze/rules/*.cpp "$root/src/trace/names.cpp")
   headers+=("$root"/src/analyze/*.hpp "$root"/include/ferry/analyze/*.hpp)
   includes+=(-I"$root/src/analyze")
 fi
