@@ -125,12 +125,16 @@ void model::attribute_idle() {
         std::partition_point(idle_spans.begin(), idle_spans.end(), [&](const span& x) { return x.end <= a; });
     for (; g != idle_spans.end() && g->start < b; ++g) f(span{std::max(a, g->start), std::min(b, g->end)});
   };
-  for (const auto& [thread, evs] : per_thread) {
-    const std::vector<segment> segs = segment_thread(evs);
+  // Named copies of the keys, not structured bindings: lambdas capture them (clang 14, the fuzz build).
+  for (const auto& entry : per_thread) {
+    const auto thread = entry.first;
+    const std::vector<segment> segs = segment_thread(entry.second);
     for (const segment& s : segs)
       gaps_in(s.start, s.end, [&](span w) { covered[{thread, s.label}] += w.end - w.start; });
   }
-  for (const auto& [thread, ops] : top_ops) {
+  for (const auto& entry : top_ops) {
+    const auto thread = entry.first;
+    const auto& ops = entry.second;
     std::vector<span> other;
     if (auto it = per_thread.find(thread); it != per_thread.end())
       for (const segment& s : segment_thread(it->second)) other.push_back({s.start, s.end});
