@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests
-# (the layering check and the compile-fail tests among them), lints (clang-format, clang-tidy), fuzzes
+# (the layering check, the compile-fail tests and the Python package's pytest suite among them), installs
+# the Python package with pip, lints (clang-format, clang-tidy), fuzzes
 # the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu tests again
 # under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package build,
 # and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
@@ -16,6 +17,16 @@ scripts/build.sh default
 
 step "cpu tests"
 ctest --preset cpu -j "$jobs"
+
+step "Python package: python3 -m pip install --no-build-isolation . in a venv of Debian's /usr/bin/python3"
+# (The package's tests ran above from the source tree: ctest 'python', /usr/bin/python3 -m pytest tests/python.)
+venv=$(mktemp -d)
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+FERRY_PREBUILT_LIBRARY="$PWD/build/default/src/c/libferry_c.so" \
+  "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --no-cache-dir .
+(cd "$venv" && env -u PYTHONPATH -u FERRY_LIBRARY FERRY_EXPECT_INSTALLED=1 "$venv/bin/python" -m pytest -q \
+  -p no:cacheprovider "$OLDPWD/tests/python/test_library.py" "$OLDPWD/tests/python/test_header.py")
+rm -rf "$venv"
 
 step "lint: clang-format and clang-tidy (.clang-format, .clang-tidy; layering is the ctest 'layers')"
 scripts/lint.sh

@@ -1,7 +1,6 @@
 """ferry.Device, ferry.Stream and ferry.Event over the C ABI."""
 from __future__ import annotations
 
-import ctypes
 import json
 import threading
 from ctypes import byref, c_int, c_void_p

@@ -189,8 +189,8 @@ class memory(unittest.TestCase):
 
     def test_sizes_beyond_the_device_are_refused_before_allocating(self):
         for args, needle in ((["probe", "--backend", "host", "--bytes", "16GiB"], "device memory"),
-                             (["bench", "ingest", "--backend", "host", "--shape", "4096x3x512x512",
-                               "--levels", "ideal,L3"], "device memory"),
+                             (["bench", "ingest", "--backend", "host", "--shape", "64x3x512x512",
+                               "--depth", "1000", "--levels", "ideal,L3"], "device memory"),
                              (["bench", "egress", "--backend", "host", "--slots", "200", "--slot-bytes",
                                "1GiB", "--levels", "ferry"], "host memory")):
             with self.subTest(args=args):

@@ -1,6 +1,7 @@
 """The Python tests run on ferry's host backend (no GPU: CPU tensors stand in for GPU tensors) and, where
 FERRY_TEST_BACKENDS names cuda, on the GPU as well. The package comes from python/ unless one is installed;
 the library from FERRY_LIBRARY (ctest and scripts/test.sh set both)."""
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-if "ferry" not in sys.modules:
+if importlib.util.find_spec("ferry") is None:  # not installed and not on PYTHONPATH: the source tree's
     sys.path.insert(0, str(ROOT / "python"))
 
 BACKENDS = [b for b in os.environ.get("FERRY_TEST_BACKENDS", "host").split(",") if b]

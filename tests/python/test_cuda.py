@@ -3,7 +3,6 @@ only after the consumer's event, and the caching allocator. Run on a GPU with FE
 import pytest
 import torch
 
-import ferry
 from ferry.torch import ChecksumSink, Egress, Prefetcher
 from conftest import cuda_only
 

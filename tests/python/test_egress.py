@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ferry
-from ferry.torch import CallbackSink, ChecksumSink, Egress, NpySink, NullSink, RawFileSink
+from ferry.torch import ChecksumSink, Egress, NpySink, NullSink, RawFileSink
 from fakes import FakeTensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,9 +153,10 @@ def test_bad_input_names_the_value(device, backend, make_tensor):
             e.submit(wrong)
         with pytest.raises(TypeError, match="not a tensor"):
             e.submit([1, 2, 3])
-        other = ferry.Device(backend)
-        with pytest.raises(ValueError, match="belongs to"):
-            e.submit(make_tensor((4,)), stream=other.stream())
+        if backend == "host":  # two host devices are two emulated GPUs (on cuda: test_cuda.py)
+            other = ferry.Device(backend)
+            with pytest.raises(ValueError, match="belongs to"):
+                e.submit(make_tensor((4,)), stream=other.stream())
         with pytest.raises(ValueError, match="tag -1"):
             e.submit(make_tensor((4,)), tag=-1)
     with pytest.raises(ValueError, match="slot_bytes=12"):

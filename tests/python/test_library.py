@@ -15,6 +15,8 @@ KINETO = ROOT / "tests" / "trace" / "data" / "kineto_naive.json"
 def test_version_is_the_librarys_and_the_library_is_found():
     assert ferry.__version__ and ferry.__version__ == ferry._c.lib.ferry_version().decode()
     assert os.path.basename(ferry.library_path) == "libferry_c.so"
+    if os.environ.get("FERRY_EXPECT_INSTALLED"):  # scripts/test.sh's pip-installed run
+        assert Path(ferry.library_path).parent == Path(ferry.__file__).parent
 
 
 def test_device_reports_its_backend(device, backend):

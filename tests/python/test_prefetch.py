@@ -58,8 +58,8 @@ def test_a_dataloader_with_worker_processes_feeds_it(device):
     loader = DataLoader(Squares(), batch_size=8, num_workers=2)
     seen = []
     for x, y in Prefetcher(loader, device=device):
-        assert torch.equal(x.cpu()[:, 0, 0], y.to(torch.float32))
-        seen += y.tolist()
+        assert torch.equal(x.cpu()[:, 0, 0], y.cpu().to(torch.float32))
+        seen += y.cpu().tolist()
     assert seen == list(range(40))
 
 

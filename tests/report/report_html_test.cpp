@@ -493,7 +493,7 @@ TEST(ReportHtml, WriteHtmlReportThrowsNamingThePath) {
 }
 
 // The real pipeline on a recorded PyTorch profiler trace: import, analyze, report.
-const fs::path data_dir = fs::path(__FILE__).parent_path().parent_path() / "trace" / "data";
+const fs::path data_dir = fs::path(FERRY_TESTS_DIR) / "trace" / "data";
 
 fixture kineto_fixture() {
   fixture f;

@@ -23,9 +23,8 @@ namespace {
 using namespace ferry::trace;
 namespace fs = std::filesystem;
 
-const fs::path data_dir = fs::path(__FILE__).parent_path() / "data";
-const fs::path corpus_dir =
-    fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "trace_import";
+const fs::path data_dir = fs::path(FERRY_TESTS_DIR) / "trace" / "data";
+const fs::path corpus_dir = fs::path(FERRY_TESTS_DIR) / "fuzz" / "corpus" / "trace_import";
 
 // A timeline that exercises every field: each activity, copy directions, memory kinds, sync kinds,
 // domains, names that need escaping, and timestamps whose nanoseconds a double of microseconds loses.

@@ -136,9 +136,10 @@ std::array<std::size_t, 4> parse_shape(const std::string& text) {
     std::uint64_t v = 0;
     const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
     if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || v < 1 || v > max_dim)
-      throw flag_error(fmt::format("--shape {}: \"{}\" is not a dimension; expected BxCxHxW, each a whole "
-                                   "number from 1 to {}",
-                                   shown, escape_control(part), max_dim));
+      throw flag_error(
+          fmt::format("--shape {}: \"{}\" is not a dimension; expected BxCxHxW, each a whole "
+                      "number from 1 to {}",
+                      shown, escape_control(part), max_dim));
     dims.push_back(static_cast<std::size_t>(v));
     bytes *= v;
   }

@@ -98,6 +98,9 @@ def tensor_info(obj, stream_arg) -> TensorInfo:
     if not hasattr(obj, "__dlpack__"):
         raise TypeError(f"{type(obj).__name__} is not a tensor: ferry takes objects with __dlpack__ "
                         "(torch.Tensor, numpy arrays on the host backend, CuPy, JAX)")
+    # As torch.from_dlpack does: a stream only for device memory (CPU producers refuse one).
+    if stream_arg is not None and hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] != KDL_CUDA:
+        stream_arg = None
     capsule = obj.__dlpack__() if stream_arg is None else obj.__dlpack__(stream=stream_arg)
     return read_capsule(capsule)
 

@@ -232,4 +232,7 @@ class Prefetcher:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             self._handle = None
+            # Joins the workers before the source tensors they may be copying are freed with this object;
+            # the device slots stay valid while tensors made from them live.
+            lib.ferry_prefetch_close(h)
             lib.ferry_prefetch_destroy(h)

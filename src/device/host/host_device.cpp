@@ -233,7 +233,7 @@ class host_device final : public device {
     e.bytes = bytes;
     e.async = true;
     const std::uint64_t ticket =
-        st.enqueue(tracer_.traced(e, &trace_names::memcpy, st, [this, &st, dst, src, bytes, dir, gbps] {
+        st.enqueue(tracer_.traced(e, &trace_names::memcpy, [this, &st, dst, src, bytes, dir, gbps] {
           st.advance_to(link_.copy(dst, src, bytes, dir, gbps, st.clock()));
         }));
     // As with CUDA, a copy involving pageable memory returns only once that memory has been consumed or
@@ -247,7 +247,7 @@ class host_device final : public device {
     host_stream& st = stream_of(s);
     trace::event e = gpu_event(trace::activity::memset, st.number(), span);
     e.bytes = bytes;
-    st.enqueue(tracer_.traced(e, &trace_names::memset, st, [this, &st, dst, value, bytes] {
+    st.enqueue(tracer_.traced(e, &trace_names::memset, [this, &st, dst, value, bytes] {
       device_work(st, bytes, [&] { std::memset(dst, value, bytes); });
     }));
   }
@@ -283,7 +283,7 @@ class host_device final : public device {
     const api_span span = api(&trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
     // A spin lasts exactly its duration of modelled time, and in wall time until its modelled end.
-    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), &trace_names::spin, st,
+    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), &trace_names::spin,
                               [&st, duration] {
                                 const auto end = st.clock() + duration;
                                 std::this_thread::sleep_until(end);
@@ -319,7 +319,7 @@ class host_device final : public device {
   void launch_kernel(void* s, host_backend::trace_name name, std::size_t bytes, std::function<void()> body) {
     const api_span span = api(&trace_names::launch, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
-    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), name, st,
+    st.enqueue(tracer_.traced(gpu_event(trace::activity::kernel, st.number(), span), name,
                               [this, &st, bytes, body = std::move(body)] { device_work(st, bytes, body); }));
   }
 

@@ -1,7 +1,6 @@
 // The host backend's tracing adapter: its streams' work and its API calls, as timeline events.
 #include "host_tracer.hpp"
 
-#include <chrono>
 #include <mutex>
 #include <utility>
 
@@ -33,20 +32,14 @@ void host_tracer::end() {
   tracer_.store(nullptr, std::memory_order_release);
 }
 
-std::function<void()> host_tracer::traced(trace::event e, trace_name name, const host_stream& st,
-                                          std::function<void()> op) {
+std::function<void()> host_tracer::traced(trace::event e, trace_name name, std::function<void()> op) {
   if (!on()) return op;
-  return [this, e, name, &st, op = std::move(op)]() mutable {
-    // The same clock as trace::now_ns (steady_clock's epoch), so device and host events line up.
-    const auto ns = [](host_stream::time_point t) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-    };
-    const std::int64_t start = ns(st.clock());
+  return [this, e, name, op = std::move(op)]() mutable {
+    const std::int64_t start = trace::now_ns();
     op();
-    const std::int64_t end = ns(st.clock());
     with_tracer([&](trace::recorder& r, const trace_names& names) {
       e.start_ns = start;
-      e.end_ns = end;
+      e.end_ns = trace::now_ns();
       e.name = names.*name;
       r.record(e);
     });

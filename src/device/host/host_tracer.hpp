@@ -1,7 +1,6 @@
 // The host backend's tracing adapter (private to src/device/host).
 //
-// Between trace_begin and trace_end, every operation a stream runs is a GPU event of the timeline, timed
-// on the stream's modelled clock
+// Between trace_begin and trace_end, every operation a stream runs is a GPU event of the timeline
 // (kernels for spin, fill pattern and checksum; copies with their direction and memory kinds; memsets),
 // and every interface call is an API event on the calling thread, the blocking ones with their sync kind,
 // as the cuda backend's CUPTI recorder reports them. Correlation ids link a call with the work it issues.
@@ -14,7 +13,6 @@
 
 #include "ferry/device/device.hpp"
 #include "ferry/trace/timeline.hpp"
-#include "host_stream.hpp"
 
 namespace ferry::host_backend {
 
@@ -52,12 +50,9 @@ class host_tracer {
     if (r != nullptr) fn(*r, names_);
   }
 
-  /// `op`, recorded as event `e` (named by `name`) when it runs on `st` while a trace is on; `op` itself
-  /// when no trace is on now. The event spans the stream's modelled clock (host_stream::clock) before and
-  /// after `op`, as a GPU's activity records carry the GPU's time: an idle machine and a busy one that
-  /// runs the stream thread late record the same device timeline.
-  [[nodiscard]] std::function<void()> traced(trace::event e, trace_name name, const host_stream& st,
-                                             std::function<void()> op);
+  /// `op`, recorded as event `e` (named by `name`) when it runs while a trace is on; `op` itself when no
+  /// trace is on now.
+  [[nodiscard]] std::function<void()> traced(trace::event e, trace_name name, std::function<void()> op);
 
  private:
   std::atomic<trace::recorder*> tracer_{nullptr};  // set between begin and end
