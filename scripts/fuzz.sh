@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Builds the trace import fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++)
-# straight from the sources it needs into build/fuzz/, and runs it over the seed corpus.
+# Builds a trace fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++) straight from
+# the sources it needs into build/fuzz/, and runs it over the seed corpus.
 #
-#   scripts/fuzz.sh [SECONDS] [libFuzzer flags...]     SECONDS defaults to 60
+#   scripts/fuzz.sh [import|analyze] [SECONDS] [libFuzzer flags...]     SECONDS defaults to 60
 #
-# Needs clang++ and libFuzzer (Debian: clang, libclang-rt-14-dev). New inputs go to build/fuzz/corpus;
-# crashing inputs to build/fuzz/crashes/ (copy them into tests/fuzz/corpus/trace_import/ once fixed, so
-# the GoogleTest replay keeps them fixed). Exits nonzero on any finding. FUZZ_JOBS=N runs N workers.
+# import (the default): the trace reader alone (parse, write back, read back equal).
+# analyze: the reader and then the analyzer on whatever the reader accepts (tests/fuzz/trace_analyze_fuzz.cpp).
+# Both start from tests/fuzz/corpus/trace_import/ (plain and gzip traces).
+#
+# Needs clang++ and libFuzzer (Debian: clang, libclang-rt-14-dev) and zlib (zlib1g-dev). New inputs go to
+# build/fuzz/<target>/corpus; crashing inputs to build/fuzz/<target>/crashes/ (copy them into
+# tests/fuzz/corpus/trace_import/ once fixed, so the GoogleTest replays keep them fixed). Exits nonzero on
+# any finding. FUZZ_JOBS=N runs N workers.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+target=import
+case "${1:-}" in import|analyze) target=$1; shift ;; esac
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
-out=$root/build/fuzz
+out=$root/build/fuzz/$target
 seeds=$root/tests/fuzz/corpus/trace_import
 cxx=${FUZZ_CXX:-clang++}
 jobs=${FUZZ_JOBS:-1}
@@ -20,17 +27,26 @@ jobs=${FUZZ_JOBS:-1}
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 mkdir -p "$out/corpus" "$out/crashes"
 
-# The trace reader and writer are every file of src/trace/io/.
+# The trace reader and writer are every file of src/trace/io/; the analyzer every file of src/analyze/.
 sources=(
-  "$root/tests/fuzz/trace_import_fuzz.cpp"
+  "$root/tests/fuzz/trace_${target}_fuzz.cpp"
   "$root"/src/trace/io/*.cpp
   "$root/src/trace/timeline.cpp"
   "$root/src/core/error.cpp"
+  "$root/src/core/units.cpp"
+  "$root/src/core/text.cpp"
 )
-binary=$out/trace_import_fuzz
+headers=("$root"/src/trace/io/*.hpp)
+includes=(-I"$root/include" -I"$root/tests")
+if [ "$target" = analyze ]; then
+  sources+=("$root"/src/analyze/*.cpp "$root"/src/analyze/rules/*.cpp "$root/src/trace/names.cpp")
+  headers+=("$root"/src/analyze/*.hpp "$root"/include/ferry/analyze/*.hpp)
+  includes+=(-I"$root/src/analyze")
+fi
+binary=$out/trace_${target}_fuzz
 rebuild=0
 [ -x "$binary" ] || rebuild=1
-for f in "${sources[@]}" "$root"/src/trace/io/*.hpp "$root"/include/ferry/trace/*.hpp \
+for f in "${sources[@]}" "${headers[@]}" "$root"/include/ferry/trace/*.hpp \
          "$root/include/ferry/core/error.hpp" "$root/tests/trace/timeline_compare.hpp" \
          "$root/tests/fuzz/source_location_shim.hpp" "$0"; do
   [ "$f" -nt "$binary" ] && rebuild=1
@@ -39,8 +55,8 @@ if [ $rebuild -eq 1 ]; then
   echo "fuzz: building $binary"
   "$cxx" -std=c++20 -g -O1 -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -DFMT_HEADER_ONLY -I"$root/include" -I"$root/tests" -include "$root/tests/fuzz/source_location_shim.hpp" \
-    "${sources[@]}" -o "$binary.tmp"
+    -DFMT_HEADER_ONLY "${includes[@]}" -include "$root/tests/fuzz/source_location_shim.hpp" \
+    "${sources[@]}" -lz -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
 fi
 

@@ -827,6 +827,27 @@ TEST(TraceIo, pieces_of_any_size_read_the_same_timeline) {
                     {"bad", "invalid JSON at byte 5026 (of 5029)"});
 }
 
+// Long runs of blanks between tokens are cut before the parser sees them (they would cost it memory);
+// blanks inside strings are data and stay, and errors still name offsets in the input.
+TEST(TraceIo, long_blank_runs_read_the_same_and_errors_keep_their_offsets) {
+  const std::string blanks(std::size_t{3} << 19, ' ');  // spans the reader's 1 MiB chunks
+  const std::string name = "a name with " + std::string(300, ' ') + "\\t\\n inside";  // JSON escapes
+  const std::string text = R"({"traceEvents":[)" + blanks + R"({"ph":"X","cat":"cpu_op","name":")" + name +
+                           R"(","pid":1,"tid":1,"ts":1,"dur":)" + blanks + "2}" + blanks + "]}";
+  for (const std::size_t piece : {std::size_t{1} << 20, std::size_t{4099}}) {
+    const timeline t = read_trace(pieces(text, piece));
+    ASSERT_EQ(t.events.size(), 1u);
+    EXPECT_EQ(t.name_of(t.events[0]), "a name with " + std::string(300, ' ') + "\t\n inside");
+    EXPECT_EQ(t.events[0].end_ns, 3000);
+  }
+  const std::string bad = text.substr(0, text.size() - 2) + "x]}";
+  const std::string expected = "invalid JSON at byte " + std::to_string(bad.size() - 3);
+  expect_contains(parse_error(bad), {expected});
+  expect_contains(parse_error(gzip(bad)), {expected + " of the inflated stream"});
+  const std::string cut = text.substr(0, text.size() - 2);
+  expect_contains(parse_error(cut), {"truncated JSON at byte " + std::to_string(cut.size())});
+}
+
 // A ferry trace whose "ferry" object follows its events is opened twice; any other input once.
 TEST(TraceIo, only_a_late_ferry_object_reads_the_input_twice) {
   const std::string late =

@@ -41,7 +41,9 @@ int run_analyze(const analyze_flags& f) {
   if (f.max_bytes != 0) limits.max_bytes = f.max_bytes;
   status_line status;
   status.set("analyze: reading " + f.file);
-  const trace::timeline t = trace::read_trace(f.file, limits);
+  // The reader's progress (bytes read of the total, events), once reading has taken a couple of seconds.
+  const trace::timeline t = trace::read_trace(
+      f.file, limits, [&status](const std::string& line) { status.set("analyze: " + line); });
   status.set("analyze: analyzing " + f.file);
   trace::analyze_options opts;
   opts.step_prefix = f.step_prefix;

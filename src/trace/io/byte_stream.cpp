@@ -55,19 +55,18 @@ byte_stream::byte_stream(const trace_input& in, const read_limits& limits, const
     gzip_->z.avail_in = static_cast<uInt>(n);
   } else {
     // Plain JSON: what was read is the first chunk.
-    raw_.resize(n);
-    buf_.swap(raw_);
-    p_ = buf_.data();
-    end_ = p_ + n;
-    delivered_ = n;
+    std::copy_n(raw_.data(), n, buf_.data());
     raw_.clear();
     raw_.shrink_to_fit();
-    buf_.resize(std::max<std::size_t>(buf_.size(), chunk_bytes));
-    p_ = buf_.data();
-    end_ = p_ + n;
+    delivered_ = n;
     if (delivered_ > limits_.max_bytes)
       throw input_error(
           fmt::format("{}: more than read_limits::max_bytes ({} bytes)", in_.origin, limits_.max_bytes));
+    n = cut_blanks(n);
+    passed_ = n;
+    p_ = buf_.data();
+    end_ = p_ + n;
+    if (n == 0) ended_ = true;
   }
 }
 
@@ -135,6 +134,9 @@ bool byte_stream::refill() {
   }
   if (n == 0) {
     ended_ = true;
+    cut_before_chunk_ += cuts_.empty() ? 0 : cuts_.back().second;
+    cuts_.clear();
+    chunk_start_ = passed_;
     p_ = end_ = buf_.data();
     return false;
   }
@@ -148,9 +150,57 @@ bool byte_stream::refill() {
         fmt::format("{}: more than read_limits::max_bytes ({} bytes): the file grew while it was read",
                     in_.origin, limits_.max_bytes));
   }
+  n = cut_blanks(n);
+  passed_ += n;
   p_ = buf_.data();
   end_ = p_ + n;
-  return true;
+  // A chunk of blanks only, all cut but their first max_blank_run, still gives the parser bytes.
+  return n != 0 || refill();
+}
+
+std::size_t byte_stream::cut_blanks(std::size_t n) {
+  cut_before_chunk_ += cuts_.empty() ? 0 : cuts_.back().second;
+  cuts_.clear();
+  chunk_start_ = passed_;
+  char* b = buf_.data();
+  std::size_t w = 0;
+  std::uint64_t cut = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const char c = b[r];
+    if (in_string_) {
+      if (escaped_)
+        escaped_ = false;
+      else if (c == '\\')
+        escaped_ = true;
+      else if (c == '"')
+        in_string_ = false;
+    } else if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      if (++blank_run_ > max_blank_run) {
+        ++cut;
+        if (!cuts_.empty() && cuts_.back().first == chunk_start_ + w)
+          cuts_.back().second = cut;
+        else
+          cuts_.emplace_back(chunk_start_ + w, cut);
+        continue;
+      }
+    } else {
+      blank_run_ = 0;
+      in_string_ = c == '"';
+    }
+    b[w++] = c;
+  }
+  return w;
+}
+
+std::uint64_t byte_stream::input_offset(std::uint64_t at) const {
+  std::uint64_t cut = cut_before_chunk_;
+  if (at >= chunk_start_) {
+    // The last cut at or before `at` (the bytes cut at `at` lie before the byte there).
+    const auto it = std::upper_bound(cuts_.begin(), cuts_.end(), at,
+                                     [](std::uint64_t a, const auto& c) { return a < c.first; });
+    if (it != cuts_.begin()) cut += std::prev(it)->second;
+  }
+  return at + cut;
 }
 
 void byte_stream::report() {

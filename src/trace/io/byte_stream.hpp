@@ -1,6 +1,11 @@
 // The byte stream the trace reader parses (private to ferry::trace): a trace_input read in chunks, inflated
 // on the fly when it starts with gzip's magic bytes, with read_limits::max_bytes applied to what comes
 // out (so a gzip bomb stops at the limit), and progress reported as it goes.
+//
+// Runs of whitespace between JSON tokens longer than max_blank_run are cut to that length before the
+// parser sees them: nlohmann's lexer keeps every character since the last string, number or literal (for
+// its error messages), so a gigabyte of blanks inside traceEvents would otherwise cost a gigabyte or two.
+// The bytes cut are remembered by position, so errors still name offsets in the input.
 #pragma once
 
 #include <chrono>
@@ -9,6 +14,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/core/progress.hpp"
@@ -33,8 +39,15 @@ class byte_stream {
   [[nodiscard]] char peek() const { return *p_; }
   void advance() { ++p_; }
 
-  /// Bytes of JSON delivered so far (inflated bytes for gzip), and whether the input has ended.
-  [[nodiscard]] std::uint64_t delivered() const { return delivered_ - static_cast<std::uint64_t>(end_ - p_); }
+  /// The longest run of whitespace between tokens the parser is given.
+  static constexpr std::size_t max_blank_run = 64;
+
+  /// Bytes of JSON in the input so far (inflated bytes for gzip), and whether the input has ended.
+  [[nodiscard]] std::uint64_t delivered() const { return delivered_; }
+  /// Bytes handed to the parser so far (blanks cut excluded).
+  [[nodiscard]] std::uint64_t passed() const { return passed_ - static_cast<std::uint64_t>(end_ - p_); }
+  /// The input offset of the parser's offset `at` (which counts no blank cut).
+  [[nodiscard]] std::uint64_t input_offset(std::uint64_t at) const;
   [[nodiscard]] bool ended() const { return ended_; }
   [[nodiscard]] bool gzip() const { return gzip_ != nullptr; }
   /// The JSON's total size when known before the end (plain input of a known size); else 0.
@@ -45,6 +58,7 @@ class byte_stream {
  private:
   struct inflater;
   bool refill();
+  std::size_t cut_blanks(std::size_t n);
   std::size_t read_raw(char* buf, std::size_t capacity);
   void report();
 
@@ -56,8 +70,17 @@ class byte_stream {
   std::vector<char> buf_;  // JSON bytes
   const char* p_ = nullptr;
   const char* end_ = nullptr;
-  std::uint64_t delivered_ = 0;  // JSON bytes put into buf_ so far
-  std::uint64_t raw_read_ = 0;   // bytes read from the input
+  std::uint64_t delivered_ = 0;  // JSON bytes read (inflated) so far
+  std::uint64_t passed_ = 0;     // bytes put into buf_ for the parser so far
+  // Blank cutting: the lexical state at the end of the last chunk, the bytes cut before this chunk, and
+  // this chunk's cuts as (parser offset, bytes cut so far) at each cut.
+  bool in_string_ = false;
+  bool escaped_ = false;
+  std::size_t blank_run_ = 0;
+  std::uint64_t cut_before_chunk_ = 0;
+  std::uint64_t chunk_start_ = 0;  // parser offset of buf_[0]
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> cuts_;
+  std::uint64_t raw_read_ = 0;  // bytes read from the input
   std::unique_ptr<inflater> gzip_;
   bool ended_ = false;
   std::uint64_t events_ = 0;

@@ -173,35 +173,47 @@ struct raw_trace {
   }
 };
 
-/// Events as they are imported, in chunks, so that no reallocation ever holds two copies of them all.
+/// Events as they are imported. With an upper bound on their number (from the input's size) they go
+/// straight into one vector reserved for that many: its untouched tail costs address space, not memory.
+/// Without one they go into chunks, so that no reallocation ever holds two copies of them all.
 class event_buffer {
  public:
+  /// At most `n` events will come (more still work, at the cost of a copy at the end).
+  void reserve_upper_bound(std::size_t n) { flat_.reserve(n); }
   void push_back(const event& e) {
-    if (chunks_.empty() || chunks_.back().size() == chunk_events) {
-      chunks_.emplace_back();
-      chunks_.back().reserve(chunk_events);
+    if (chunks_.empty() && flat_.size() < flat_.capacity()) {
+      flat_.push_back(e);
+      return;
     }
+    if (chunks_.empty() || chunks_.back().size() == chunk_events) chunks_.emplace_back();
     chunks_.back().push_back(e);
-    ++size_;
+    ++chunked_;
   }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  /// Every event, in order, in one vector of exactly their number; empties the buffer chunk by chunk.
+  [[nodiscard]] std::size_t size() const noexcept { return flat_.size() + chunked_; }
+  /// Every event, in order, in one vector; empties the buffer (chunk by chunk).
   [[nodiscard]] std::vector<event> take() {
     std::vector<event> out;
-    out.reserve(size_);
+    if (chunks_.empty()) {
+      out.swap(flat_);
+      return out;
+    }
+    out.reserve(size());
+    out.insert(out.end(), flat_.begin(), flat_.end());
+    std::vector<event>().swap(flat_);
     for (auto& c : chunks_) {
       out.insert(out.end(), c.begin(), c.end());
       std::vector<event>().swap(c);
     }
     chunks_.clear();
-    size_ = 0;
+    chunked_ = 0;
     return out;
   }
 
  private:
   static constexpr std::size_t chunk_events = std::size_t{1} << 16;
+  std::vector<event> flat_;
   std::vector<std::vector<event>> chunks_;
-  std::size_t size_ = 0;
+  std::size_t chunked_ = 0;
 };
 
 /// Turns the events of a ferry trace into timeline events; every odd field refuses the file (ferry wrote

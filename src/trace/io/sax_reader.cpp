@@ -151,9 +151,10 @@ class sax_reader {
     if (ended && !anything_read_ && stack_.empty() &&
         std::string_view(ex.what()).find("unexpected end of input") != std::string_view::npos)
       fail("empty input: expected a Chrome trace JSON object with traceEvents");
-    std::uint64_t offset = position == 0 ? 0 : position - 1;
+    const std::uint64_t at = position == 0 ? 0 : position - 1;  // in the bytes the parser was given
+    const bool truncated = ended && at >= in_.passed();
+    std::uint64_t offset = in_.input_offset(at);
     if (total != 0) offset = std::min<std::uint64_t>(offset, total);
-    const bool truncated = ended && offset >= in_.delivered();
     const std::string of = total != 0 && !in_.gzip() ? fmt::format(" (of {})", total)
                            : in_.gzip()              ? std::string(" of the inflated stream")
                                                      : std::string();
@@ -165,6 +166,8 @@ class sax_reader {
   /// The timeline, sorted; or nullopt when the input must be read again as a ferry trace.
   std::optional<timeline> finish();
   [[nodiscard]] bool needs_ferry_pass() const { return needs_ferry_pass_; }
+  /// At most `n` events will be kept.
+  void reserve_events(std::uint64_t n) { events_.reserve_upper_bound(static_cast<std::size_t>(n)); }
 
  private:
   // Where the reader is, as "traceEvents[3].args.x"; `next` is appended (the child about to open).
@@ -539,6 +542,9 @@ std::optional<timeline> read_once(const trace_input& in, const read_limits& limi
                                   const progress_fn& progress, bool ferry_pass) {
   byte_stream bytes(in, limits, progress);
   sax_reader r(in.origin, limits, bytes, ferry_pass);
+  // The smallest event kept, {"ph":"X","ts":0,"dur":0,"cat":"api"} and a comma, is 38 bytes.
+  if (in.size != 0 && !bytes.gzip())
+    r.reserve_events(std::min<std::uint64_t>(limits.max_events, in.size / 36 + 1));
   const bool complete = nlohmann::json::sax_parse(byte_iterator(&bytes), byte_iterator(), &r);
   if (!complete && !r.needs_ferry_pass())
     throw input_error(fmt::format("{}: the JSON parser stopped early", in.origin));
