@@ -39,7 +39,7 @@ HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}
 TOP = {"tools", "examples"}
 # Test folders that are not named after a target, and the target they test.
 # tests/device runs its conformance suite on every backend, so it is checked as the cuda target's.
-TEST_FOLDERS = {"support": "cuda", "fuzz": "trace", "layers": None, "compile_fail": "device",
+TEST_FOLDERS = {"support": "cuda", "fuzz": "analyze", "layers": None, "compile_fail": "device",
                 "device": "cuda", "real_traces": "analyze"}
 
 CUDA_HEADER = re.compile(r"^(cuda[_a-z0-9]*|cupti[_a-z0-9]*|nvml|nccl|cublas[_a-zA-Z0-9]*|"

@@ -32,6 +32,7 @@ sources=(
   "$root/tests/fuzz/trace_${target}_fuzz.cpp"
   "$root"/src/trace/io/*.cpp
   "$root/src/trace/timeline.cpp"
+  "$root/src/core/atomic_file.cpp"
   "$root/src/core/error.cpp"
   "$root/src/core/units.cpp"
   "$root/src/core/text.cpp"

@@ -93,7 +93,8 @@ def test_train_every_level_checks_every_batch(tmp_path):
     assert list(rows) == levels
     assert_all_checked(rows, levels, expected=3)
     for level in levels:
-        assert rows[level]["cpu_seconds_per_step"] > 0
+        # /proc counts CPU time in clock ticks (10 ms): a tiny run's levels may read 0, never less.
+        assert rows[level]["cpu_seconds_per_step"] >= 0
 
 
 def test_train_a_wrong_sample_fails_the_run(tmp_path, monkeypatch):
