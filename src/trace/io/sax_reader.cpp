@@ -557,7 +557,8 @@ class file_reader {
   explicit file_reader(const std::filesystem::path& path) : path_(path.string()) {
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0)
-      throw input_error(fmt::format("{}: cannot open for reading: {}", path_, std::strerror(errno)));
+      throw input_error(
+          fmt::format("{}: cannot open for reading: {}", path_, std::generic_category().message(errno)));
   }
   file_reader(const file_reader&) = delete;
   file_reader& operator=(const file_reader&) = delete;
@@ -568,7 +569,8 @@ class file_reader {
     while (true) {
       const ssize_t n = ::read(fd_, buf, capacity);
       if (n >= 0) return static_cast<std::size_t>(n);
-      if (errno != EINTR) throw input_error(fmt::format("{}: read failed: {}", path_, std::strerror(errno)));
+      if (errno != EINTR)
+        throw input_error(fmt::format("{}: read failed: {}", path_, std::generic_category().message(errno)));
     }
   }
 
