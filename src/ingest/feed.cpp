@@ -68,7 +68,11 @@ feed::impl::impl(device& dev, const feed_options& opts)
   lo.workers = opts_.workers;
   lo.slots = opts_.slots;
   lo.epochs = 0;  // one batch per epoch, until closed
-  loader_ = std::make_unique<loader>(dev, lo, [this](const sample& s, sample_fields out) { fill(s, out); });
+  // The loader's workers start inside its constructor and read loader_ in fill() under mu_: publish it
+  // under mu_ too.
+  auto made = std::make_unique<loader>(dev, lo, [this](const sample& s, sample_fields out) { fill(s, out); });
+  const std::lock_guard lock(mu_);
+  loader_ = std::move(made);
 }
 
 void feed::impl::fill(const sample& s, sample_fields out) {
