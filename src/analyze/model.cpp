@@ -226,7 +226,9 @@ void model::build_unions() {
   std::vector<span> kernels;
   for (std::size_t i : gpu_) {
     const event& e = t_.events[i];
-    by_cat[category_of(e, name(e))].push_back({e.start_ns, e.end_ns});
+    const category c = category_of(e, name(e));
+    by_cat[c].push_back({e.start_ns, e.end_ns});
+    if (c == cat_comm) comm_events_.push_back(i);
     if (e.kind == activity::kernel) {
       kernels.push_back({e.start_ns, e.end_ns});
       kernel_starts_.push_back(e.start_ns);
@@ -239,6 +241,7 @@ void model::build_unions() {
     levels_[c] = interval_union(cumulative);
   }
   kernels_ = interval_union(std::move(kernels));
+  comm_ = interval_union(by_cat[cat_comm]);
   std::sort(kernel_starts_.begin(), kernel_starts_.end());
   std::sort(kernel_ends_.begin(), kernel_ends_.end());
 }

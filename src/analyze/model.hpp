@@ -105,6 +105,12 @@ class model {
   [[nodiscard]] const interval_union& busy() const { return levels_[cat_count - 1]; }
   /// Kernels alone.
   [[nodiscard]] const interval_union& kernels() const noexcept { return kernels_; }
+  /// Compute kernels alone (every kernel but the communication kernels).
+  [[nodiscard]] const interval_union& compute() const noexcept { return levels_[cat_compute]; }
+  /// Communication alone: communication kernels (trace::is_comm_kernel) and peer copies.
+  [[nodiscard]] const interval_union& comm() const noexcept { return comm_; }
+  /// Communication kernels and peer copies, by start.
+  [[nodiscard]] const std::vector<std::size_t>& comm_events() const noexcept { return comm_events_; }
   /// Kernel starts and ends, each sorted.
   [[nodiscard]] const std::vector<ns_t>& kernel_starts() const noexcept { return kernel_starts_; }
   [[nodiscard]] const std::vector<ns_t>& kernel_ends() const noexcept { return kernel_ends_; }
@@ -164,6 +170,8 @@ class model {
   std::optional<std::uint64_t> main_thread_;
   std::array<interval_union, cat_count> levels_;  // levels_[c]: union of categories 0..c
   interval_union kernels_;
+  interval_union comm_;
+  std::vector<std::size_t> comm_events_;
   std::vector<ns_t> kernel_starts_;
   std::vector<ns_t> kernel_ends_;
   double mean_wall_ns_ = 0;
