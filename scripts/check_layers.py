@@ -30,6 +30,7 @@ LAYERS: dict[str, set[str]] = {
     "probe": {"device", "cuda", "shim"},
     "ingest": {"device"},
     "egress": {"device"},
+    "comm": {"device", "cuda", "shim"},
     "bench": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
     "c": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
 }
