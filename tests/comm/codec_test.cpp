@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "ferry/comm/detail/device_ops.hpp"
-#include "ferry/comm/detail/numeric.hpp"
 #include "ferry/comm/f32_ops.hpp"
+#include "ferry/comm/float16.hpp"
 #include "support/test_support.hpp"
 
 namespace ferry::comm {
@@ -28,10 +28,8 @@ using ferry::testing::message_of;
 double round_to_wire(double v, codec_kind c) {
   if (c == codec_kind::none) return static_cast<float>(v);
   const bool bf = c == codec_kind::bf16;
-  auto enc = [&](float f) { return bf ? detail::f32_to_bf16_bits(f) : detail::f32_to_f16_bits(f); };
-  auto dec = [&](std::uint16_t h) {
-    return static_cast<double>(bf ? detail::bf16_bits_to_f32(h) : detail::f16_bits_to_f32(h));
-  };
+  auto enc = [&](float f) { return bf ? float_to_bf16(f) : float_to_f16(f); };
+  auto dec = [&](std::uint16_t h) { return static_cast<double>(bf ? bf16_to_float(h) : f16_to_float(h)); };
   const std::uint16_t h = enc(static_cast<float>(v));
   double best = dec(h);
   std::uint16_t best_bits = h;
@@ -60,7 +58,7 @@ double from_wire(const std::byte* wire, std::size_t i, codec_kind c) {
   }
   std::uint16_t h;
   std::memcpy(&h, wire + 2 * i, 2);
-  return c == codec_kind::bf16 ? detail::bf16_bits_to_f32(h) : detail::f16_bits_to_f32(h);
+  return c == codec_kind::bf16 ? bf16_to_float(h) : f16_to_float(h);
 }
 
 void to_wire(std::byte* wire, std::size_t i, double v, codec_kind c) {
@@ -70,7 +68,7 @@ void to_wire(std::byte* wire, std::size_t i, double v, codec_kind c) {
     return;
   }
   const auto f = static_cast<float>(v);  // v is already a wire value: exact in fp32
-  const std::uint16_t h = c == codec_kind::bf16 ? detail::f32_to_bf16_bits(f) : detail::f32_to_f16_bits(f);
+  const std::uint16_t h = c == codec_kind::bf16 ? float_to_bf16(f) : float_to_f16(f);
   std::memcpy(wire + 2 * i, &h, 2);
 }
 

@@ -1,6 +1,9 @@
-// The fp16/bf16 conversions every codec relies on: exhaustive round trips and round-to-nearest-even
-// checked against the two neighbouring values, so the host codecs and the cuda intrinsics agree.
-#include "ferry/comm/detail/numeric.hpp"
+// The arithmetic the codecs share between backends: random values round to the nearer 16-bit neighbour
+// (ties to even) through float16.hpp, as the cuda intrinsics do; the fill formula; saturation and the
+// comparison's rules for infinity and NaN.
+#include "ferry/comm/detail/codec_math.hpp"
+
+#include "ferry/comm/float16.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,46 +14,17 @@
 namespace ferry::comm::detail {
 namespace {
 
-bool is_nan16(std::uint16_t h, bool bf) {
-  return bf ? ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0)
-            : ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0);
-}
+using comm::bf16_to_float;
+using comm::f16_to_float;
+using comm::float_to_bf16;
+using comm::float_to_f16;
 
-float decode(std::uint16_t h, bool bf) { return bf ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); }
-std::uint16_t encode(float f, bool bf) { return bf ? f32_to_bf16_bits(f) : f32_to_f16_bits(f); }
-
-TEST(numeric, every_16_bit_value_survives_a_round_trip) {
-  for (const bool bf : {false, true}) {
-    for (std::uint32_t h = 0; h <= 0xffffu; ++h) {
-      const auto bits = static_cast<std::uint16_t>(h);
-      const float f = decode(bits, bf);
-      if (is_nan16(bits, bf)) {
-        EXPECT_TRUE(std::isnan(f)) << h;
-        EXPECT_TRUE(is_nan16(encode(f, bf), bf)) << h;
-        continue;
-      }
-      ASSERT_EQ(encode(f, bf), bits) << (bf ? "bf16 " : "fp16 ") << std::hex << h;
-    }
-  }
-}
-
-TEST(numeric, known_values_decode_exactly) {
-  EXPECT_EQ(f16_bits_to_f32(0x3c00u), 1.0F);
-  EXPECT_EQ(f16_bits_to_f32(0x7bffu), 65504.0F);
-  EXPECT_EQ(f16_bits_to_f32(0x0001u), std::ldexp(1.0F, -24));
-  EXPECT_EQ(f16_bits_to_f32(0x8400u), -std::ldexp(1.0F, -14));
-  EXPECT_EQ(bf16_bits_to_f32(0x3f80u), 1.0F);
-  EXPECT_EQ(bf16_bits_to_f32(0xc0a0u), -5.0F);
-  EXPECT_EQ(f32_to_f16_bits(65519.99F), 0x7bffu);              // below the midpoint to 65536
-  EXPECT_EQ(f32_to_f16_bits(65520.0F), 0x7c00u);               // the tie rounds to even: infinity
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.0F, -25)), 0x0000u);  // tie between 0 and 2^-24: even
-  EXPECT_EQ(f32_to_f16_bits(std::ldexp(1.5F, -25)), 0x0001u);
-  EXPECT_EQ(f32_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80u);  // rounds up to infinity
-}
+float decode(std::uint16_t h, bool bf) { return bf ? bf16_to_float(h) : f16_to_float(h); }
+std::uint16_t encode(float f, bool bf) { return bf ? float_to_bf16(f) : float_to_f16(f); }
 
 // Random fp32 values over the whole range: the encoded value is the nearer of the two 16-bit values
 // around x, and on a tie the one with an even last bit.
-TEST(numeric, random_values_round_to_nearest_even) {
+TEST(codec_math, random_values_round_to_nearest_even) {
   std::mt19937 rng(7);
   for (const bool bf : {false, true}) {
     for (int k = 0; k < 400'000; ++k) {
@@ -67,7 +41,7 @@ TEST(numeric, random_values_round_to_nearest_even) {
       const float y = decode(h, bf);
       if (std::isinf(y)) {
         // Overflow only past the largest finite value's rounding midpoint.
-        const float top = bf ? bf16_bits_to_f32(0x7f7fu) : 65504.0F;
+        const float top = bf ? bf16_to_float(0x7f7fu) : 65504.0F;
         const float step = bf ? std::ldexp(1.0F, 127 - 7) : 32.0F;
         EXPECT_GE(std::fabs(static_cast<double>(x)), static_cast<double>(top) + step / 2.0) << x;
         continue;
@@ -94,7 +68,7 @@ TEST(numeric, random_values_round_to_nearest_even) {
   }
 }
 
-TEST(numeric, the_fill_formula_is_deterministic_and_spread_over_minus_one_to_one) {
+TEST(codec_math, the_fill_formula_is_deterministic_and_spread_over_minus_one_to_one) {
   double lo = 1;
   double hi = -1;
   double sum = 0;
@@ -117,6 +91,29 @@ TEST(numeric, the_fill_formula_is_deterministic_and_spread_over_minus_one_to_one
                        fill_value(1.0F, 2.0F, 11, 3)) /
                       3;
   EXPECT_EQ(fill_mean(1.0F, 2.0F, 9, 3, 3), static_cast<float>(mean));
+}
+
+TEST(codec_math, saturation_clamps_finite_values_only) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(scale_saturate(10.0F, 0.5F, 100.0F), 5.0F);
+  EXPECT_EQ(scale_saturate(1000.0F, 0.5F, 100.0F), 100.0F);
+  EXPECT_EQ(scale_saturate(-1000.0F, 0.5F, 100.0F), -100.0F);
+  EXPECT_EQ(scale_saturate(inf, 0.5F, 100.0F), inf);
+  EXPECT_EQ(scale_saturate(-inf, 0.5F, 100.0F), -inf);
+  EXPECT_TRUE(std::isnan(scale_saturate(std::numeric_limits<float>::quiet_NaN(), 0.5F, 100.0F)));
+}
+
+TEST(codec_math, the_comparison_matches_nans_and_equal_infinities_only) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(compare_diff(1.0F, 1.5F), 0.5F);
+  EXPECT_EQ(compare_diff(-1.0F, 1.0F), 2.0F);
+  EXPECT_EQ(compare_diff(nan, nan), 0.0F);
+  EXPECT_EQ(compare_diff(inf, inf), 0.0F);
+  EXPECT_EQ(compare_diff(inf, -inf), inf);
+  EXPECT_EQ(compare_diff(nan, 1.0F), inf);
+  EXPECT_EQ(compare_diff(1.0F, nan), inf);
+  EXPECT_EQ(compare_diff(inf, 1.0F), inf);
 }
 
 }  // namespace
