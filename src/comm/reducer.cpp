@@ -37,6 +37,17 @@ constexpr std::size_t max_producers = 8;
 // Parameter indices travel through the broadcast as fp32 values, exact below 2^24.
 constexpr std::size_t max_params = std::size_t{1} << 24;
 
+// One wire buffer for every bucket of a lossy codec, sized for the largest: the buckets' encode, all-reduce
+// and decode run one after another on the communication stream, so they never use it at once. Empty when
+// every codec is none.
+buffer make_wire(device& dev, const bucket_plan& plan, const std::vector<codec_kind>& codecs) {
+  std::size_t bytes = 0;
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    if (lossy(codecs[b])) bytes = std::max(bytes, wire_bytes(codecs[b], plan.buckets[b].elements));
+  }
+  return bytes > 0 ? dev.alloc_device(bytes) : buffer{};
+}
+
 std::string list_params(const std::vector<std::size_t>& params, std::size_t total) {
   constexpr std::size_t shown = 10;
   std::string out;
@@ -103,11 +114,7 @@ mem_view reducer::grad(std::size_t p) const {
 void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
   device& dev = comm_->dev();
   buffer flat = dev.alloc_device(plan.total_bytes());
-  std::size_t wire = 0;
-  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
-    if (lossy(codecs[b])) wire = std::max(wire, wire_bytes(codecs[b], plan.buckets[b].elements));
-  }
-  buffer wire_buffer = wire > 0 ? dev.alloc_device(wire) : buffer{};
+  buffer wire_buffer = make_wire(dev, plan, codecs);
   std::vector<bucket_state> states(plan.buckets.size());
   for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
     states[b].params = plan.buckets[b].params.size();
@@ -143,8 +150,12 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
                   fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
   }
   if (codecs.size() == 1) codecs.assign(plan.buckets.size(), codecs.front());
-  pending_ = std::make_unique<pending_plan>(pending_plan{std::move(plan), std::move(codecs)});
   rebuild_due_ = false;
+  if (plan == plan_ && codecs == codecs_) {
+    pending_.reset();  // what runs now: nothing to change
+    return;
+  }
+  pending_ = std::make_unique<pending_plan>(pending_plan{std::move(plan), std::move(codecs)});
 }
 
 // Rank 0's observed order, broadcast through a small device buffer; every rank plans from it.
@@ -177,10 +188,19 @@ void reducer::exchange_order() {
   }
 }
 
-// Moves the gradients into the pending plan's layout and makes it current.
+// Makes the pending plan current: a new layout moves the gradients into a new buffer; new codecs alone
+// change only the wire buffer, and the gradient views stay.
 void reducer::apply_pending() {
   device& dev = comm_->dev();
   const stream_view cs = comm_stream_.view();
+  if (pending_->plan == plan_) {
+    cs.synchronize();  // the last step's buckets may still use the wire buffer
+    wire_ = make_wire(dev, plan_, pending_->codecs);
+    codecs_ = std::move(pending_->codecs);
+    pending_.reset();
+    ++stats_.plan_changes;
+    return;
+  }
   // Whoever still reads or writes the old views (an optimizer, a zeroing kernel) does so on some stream
   // of this device: wait for all of them.
   dev.synchronize();

@@ -18,87 +18,23 @@
 
 #include "ferry/comm/f32_ops.hpp"
 #include "host_ranks.hpp"
+#include "reducer_steps.hpp"
 #include "support/test_support.hpp"
 
 namespace ferry::comm {
 namespace {
 
 using ferry::testing::message_of;
+using testing::expect_reduced;
+using testing::fill_of;
 using testing::host_ranks;
 using testing::on_every_rank;
+using testing::read_floats;
+using testing::reverse_order;
+using testing::run_step;
+using testing::sizes;
+using testing::small_buckets;
 using testing::unmodelled;
-
-// Parameters of mixed sizes: tiny ones, one above the cap (70000 floats = 273 KiB), and sizes that are
-// not multiples of the alignment.
-const std::vector<std::size_t> sizes{1000, 37, 5000, 64, 70'000, 1, 4096, 333, 20'000};
-
-reducer_options small_buckets(codec_kind c = codec_kind::none) {
-  reducer_options o;
-  o.plan.first_bucket_bytes = 4 * KiB;
-  o.plan.bucket_cap_bytes = 64 * KiB;
-  o.codec = c;
-  return o;
-}
-
-// The fill of parameter p's gradient on rank `rank` in step `step`; ranks use consecutive seeds, so
-// with ranks = n the formula is the exact mean.
-f32_fill fill_of(std::uint64_t step, std::size_t p, int rank) {
-  return f32_fill{0.1F * static_cast<float>(p % 5) - 0.2F, 1.0F + static_cast<float>(p % 3),
-                  step * 1'000'003 + p * 1009 + static_cast<std::uint64_t>(rank), 1};
-}
-
-std::vector<float> read_floats(device& dev, mem_view v, stream_view s) {
-  const buffer host = dev.alloc_pinned(v.bytes);
-  dev.copy(host.view(), v, s);
-  std::vector<float> out(v.bytes / sizeof(float));
-  std::memcpy(out.data(), host.host_bytes(), v.bytes);
-  return out;
-}
-
-// Reads every gradient through `s` (so the reads are ordered only by finish()'s wait) and checks each
-// element against the exact mean of the ranks' fills within the bound of its bucket's codec.
-void expect_reduced(reducer& r, std::uint64_t step, int ranks, stream_view s) {
-  device& dev = r.comm().dev();
-  for (std::size_t p = 0; p < r.param_count(); ++p) {
-    const codec_kind c = r.codecs()[r.plan().places[p].bucket];
-    const std::vector<float> got = read_floats(dev, r.grad(p), s);
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      double exact = 0;
-      double m = 0;
-      for (int k = 0; k < ranks; ++k) {
-        const double x = fill_of(step, p, k).value(i);
-        exact += x;
-        m = std::max(m, std::fabs(x));
-      }
-      exact /= ranks;
-      const double err = std::fabs(static_cast<double>(got[i]) - exact);
-      if (err > error_bound(c, ranks, m)) {
-        ADD_FAILURE() << "rank " << r.comm().rank() << ", step " << step << ", param " << p << " element "
-                      << i << " (" << to_string(c) << "): got " << got[i] << ", exact mean " << exact
-                      << ", bound " << error_bound(c, ranks, m);
-        return;
-      }
-    }
-  }
-}
-
-// One step on one rank: fill every gradient on `producer`, mark them in `order`, finish on `s`.
-void run_step(reducer& r, std::uint64_t step, std::span<const std::size_t> order, stream_view producer,
-              stream_view s) {
-  r.begin_step();
-  const int rank = r.comm().rank();
-  for (const std::size_t p : order) {
-    fill_f32_async(r.grad(p), r.plan().places[p].elements, fill_of(step, p, rank), producer);
-    r.mark_ready(p, producer);
-  }
-  r.finish(s);
-}
-
-std::vector<std::size_t> reverse_order(std::size_t n) {
-  std::vector<std::size_t> o(n);
-  std::iota(o.rbegin(), o.rend(), 0);
-  return o;
-}
 
 TEST(reducer, every_codec_averages_within_its_bound_and_every_rank_ends_with_the_same_bytes) {
   for (const codec_kind c : {codec_kind::none, codec_kind::fp16, codec_kind::bf16}) {
@@ -390,6 +326,8 @@ TEST(reducer, set_plan_takes_effect_at_the_next_step_with_a_codec_per_bucket) {
         make_bucket_plan(sizes, order, {.first_bucket_bytes = 96 * KiB, .bucket_cap_bytes = 288 * KiB});
     ASSERT_EQ(plan.buckets.size(), 3U);
     const std::vector<codec_kind> codecs{codec_kind::bf16, codec_kind::none, codec_kind::fp16};
+    r.set_plan(r.plan(), std::vector<codec_kind>(r.plan().buckets.size(), codec_kind::none));
+    EXPECT_FALSE(r.plan_pending());  // what runs now: nothing to change
     r.set_plan(plan, codecs);
     EXPECT_TRUE(r.plan_pending());
     EXPECT_FALSE(r.rebuild_due());  // the explicit plan replaces the rebuild
@@ -430,15 +368,22 @@ TEST(reducer, ten_jittered_steps_on_four_ranks_stay_correct) {
     const stream b = dev.make_stream();
     const stream optimizer = dev.make_stream();
     std::mt19937 rng(static_cast<unsigned>(100 + rank));
+    std::uint64_t generation = 0;
     for (std::uint64_t step = 1; step <= 10; ++step) {
       if (step == 6) {
-        // A chooser's plan between steps: per-bucket codecs, the same on every rank.
-        const bucket_plan& cur = r.plan();
-        std::vector<codec_kind> codecs(cur.buckets.size());
+        // A chooser's plan between steps: per-bucket codecs on the same buckets, the same on every rank.
+        std::vector<codec_kind> codecs(r.plan().buckets.size());
         for (std::size_t k = 0; k < codecs.size(); ++k) codecs[k] = static_cast<codec_kind>(k % 3);
-        r.set_plan(cur, codecs);
+        r.set_plan(r.plan(), codecs);
+        generation = r.generation();
       }
+      const void* view = r.grad(0).data;
       r.begin_step();
+      if (step == 6) {
+        EXPECT_EQ(r.generation(), generation);  // new codecs alone keep the layout and its views
+        EXPECT_EQ(r.grad(0).data, view);
+        EXPECT_EQ(r.codecs()[1], codec_kind::fp16);
+      }
       // Each rank marks in its own random order, from two producer streams.
       std::vector<std::size_t> order(sizes.size());
       std::iota(order.begin(), order.end(), 0);
@@ -452,9 +397,9 @@ TEST(reducer, ten_jittered_steps_on_four_ranks_stay_correct) {
       expect_reduced(r, step, n, optimizer);
     }
     EXPECT_EQ(r.stats().steps, 10U);
-    // The rebuild after step 1 and the explicit plan before step 6.
-    EXPECT_EQ(r.generation(), r.stats().plan_changes);
-    EXPECT_GE(r.generation(), 1U);
+    // The rebuild after step 1 (rank 0's random order makes other buckets) and the codecs before step 6.
+    EXPECT_EQ(r.generation(), 1U);
+    EXPECT_EQ(r.stats().plan_changes, 2U);
   });
 }
 

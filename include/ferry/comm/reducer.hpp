@@ -24,8 +24,9 @@
 // set_plan() replaces the plan (and the codec of each bucket) explicitly, for a chooser that decides on
 // rank 0 and broadcasts; it cancels a rebuild not yet done and must be called on every rank alike.
 //
-// When gradient views change: only inside begin_step(), and only when a new plan is pending (after the
-// first step's rebuild when the observed order differs from the first plan's, or after set_plan). Then
+// When gradient views change: only inside begin_step(), and only when a new layout is pending (after the
+// first step's rebuild when the observed order differs from the first plan's, or after a set_plan whose
+// buckets differ from the current ones; new codecs on the same buckets keep the views). Then
 // begin_step() waits for all work on the device (so nothing still reads or writes the old views), copies
 // each gradient into its place in the new buffer (values are kept), frees the old buffer and increments
 // generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
@@ -69,8 +70,8 @@ struct reducer_stats {
   /// Bytes this rank handed to its all-reduces (count * wire element size): the payload. A ring
   /// all-reduce moves 2(n-1)/n of it in and out of each rank.
   std::uint64_t wire_bytes = 0;
-  std::uint64_t gradient_bytes = 0;            // fp32 bytes those all-reduces averaged (padding included)
-  std::uint64_t plan_changes = 0;              // plans that took effect after the first
+  std::uint64_t gradient_bytes = 0;  // fp32 bytes those all-reduces averaged (padding included)
+  std::uint64_t plan_changes = 0;    // plans (new layouts or new codecs) that took effect after the first
   std::vector<std::uint64_t> bucket_launches;  // per bucket of the current plan
 };
 
@@ -104,7 +105,8 @@ class reducer {
   /// The current plan and the codec of each of its buckets.
   [[nodiscard]] const bucket_plan& plan() const noexcept { return plan_; }
   [[nodiscard]] std::span<const codec_kind> codecs() const noexcept { return codecs_; }
-  /// Counts the layouts that took effect: 0 for the first plan, +1 at every change (in begin_step).
+  /// Counts the layouts that took effect: 0 for the first, +1 at every change of the buckets (in
+  /// begin_step); a change of codecs alone keeps the layout, its views and this count.
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
   /// True while a new plan waits for the next begin_step().
   [[nodiscard]] bool plan_pending() const noexcept { return pending_ != nullptr; }
