@@ -39,7 +39,7 @@ TEST(host_faults, a_rank_that_never_calls_fails_the_others_within_the_timeout_na
   constexpr auto timeout = std::chrono::milliseconds(300);
   host_ranks g(3, unmodelled(timeout));
   const auto start = clock_type::now();  // before either rank's wait began
-  on_every_rank(2, [&](int r) {  // rank 2 never calls
+  on_every_rank(2, [&](int r) {          // rank 2 never calls
     device& d = g.dev(r);
     const stream s = d.make_stream();
     const buffer buf = d.alloc_device(400);
