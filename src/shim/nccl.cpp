@@ -26,7 +26,7 @@ namespace ferry::shim {
 
 #ifdef FERRY_SHIM_HAVE_NCCL_H
 static_assert(sizeof(nccl_unique_id) == sizeof(ncclUniqueId));
-static_assert(sizeof(nccl_comm) == sizeof(ncclComm_t));
+static_assert(std::is_pointer_v<nccl_comm> && std::is_pointer_v<ncclComm_t>);
 static_assert(sizeof(nccl_result) == sizeof(ncclResult_t));
 static_assert(nccl_success == ncclSuccess && nccl_unhandled_cuda_error == ncclUnhandledCudaError &&
               nccl_system_error == ncclSystemError && nccl_internal_error == ncclInternalError &&
