@@ -1,7 +1,7 @@
 // The reducer and its codecs on GPUs, over the NCCL group of one process (make_nccl_group): one rank per
 // GPU, each driven by its own thread. The same checks as the host tests: every element within its
 // codec's bound of the exact mean, identical bytes on every rank, the rebuild and an explicit plan with a
-// codec per bucket. Labelled multigpu (ctest comm_nccl); FERRY_TEST_GPUS sets the GPU count (default 2).
+// codec per bucket. Labelled multigpu (ctest comm_nccl); FERRY_TEST_GPUS sets the GPU count (default: all).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,9 +28,10 @@ using testing::read_floats;
 using testing::sizes;
 using testing::small_buckets;
 
+// FERRY_TEST_GPUS, or every GPU of the machine.
 int gpus_under_test() {
   const char* env = std::getenv("FERRY_TEST_GPUS");
-  return env != nullptr && *env != '\0' ? std::atoi(env) : 2;
+  return env != nullptr && *env != '\0' ? std::atoi(env) : cuda_device_count();
 }
 
 // One cuda device per GPU and an NCCL group over them; the communicators die before the devices.
