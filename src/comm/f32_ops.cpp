@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "ferry/comm/detail/codec_math.hpp"
 #include "ferry/comm/detail/device_ops.hpp"
-#include "ferry/comm/detail/numeric.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 

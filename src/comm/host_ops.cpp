@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ferry/comm/detail/codec_math.hpp"
 #include "ferry/comm/detail/device_ops.hpp"
-#include "ferry/comm/detail/elementwise.hpp"
+#include "ferry/comm/float16.hpp"
 #include "ferry/core/error.hpp"
 
 namespace ferry::comm::detail {
@@ -19,14 +20,13 @@ void encode_loop(codec_kind c, const float* src, void* wire, std::size_t count, 
     }
     case codec_kind::fp16: {
       auto* out = static_cast<std::uint16_t*>(wire);
-      for (std::size_t i = 0; i < count; ++i)
-        out[i] = f32_to_f16_bits(scale_saturate(src[i], p.scale, p.limit));
+      for (std::size_t i = 0; i < count; ++i) out[i] = float_to_f16(scale_saturate(src[i], p.scale, p.limit));
       return;
     }
     case codec_kind::bf16: {
       auto* out = static_cast<std::uint16_t*>(wire);
       for (std::size_t i = 0; i < count; ++i)
-        out[i] = f32_to_bf16_bits(scale_saturate(src[i], p.scale, p.limit));
+        out[i] = float_to_bf16(scale_saturate(src[i], p.scale, p.limit));
       return;
     }
   }
@@ -37,12 +37,12 @@ void decode_loop(codec_kind c, const void* wire, float* dst, std::size_t count) 
     case codec_kind::none: std::memmove(dst, wire, count * sizeof(float)); return;
     case codec_kind::fp16: {
       const auto* in = static_cast<const std::uint16_t*>(wire);
-      for (std::size_t i = 0; i < count; ++i) dst[i] = f16_bits_to_f32(in[i]);
+      for (std::size_t i = 0; i < count; ++i) dst[i] = f16_to_float(in[i]);
       return;
     }
     case codec_kind::bf16: {
       const auto* in = static_cast<const std::uint16_t*>(wire);
-      for (std::size_t i = 0; i < count; ++i) dst[i] = bf16_bits_to_f32(in[i]);
+      for (std::size_t i = 0; i < count; ++i) dst[i] = bf16_to_float(in[i]);
       return;
     }
   }

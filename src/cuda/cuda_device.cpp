@@ -265,6 +265,15 @@ bool cuda_available() noexcept {
   return status == cudaSuccess && count > 0;
 }
 
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return 0;
+  }
+  return count;
+}
+
 std::string cuda_unavailable_reason() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -9,8 +9,9 @@
 // - host: in-process ranks over emulated devices (make_host_device), one per rank; the reduction really
 //   runs on host memory and the time it takes follows a modelled link (comm_link), so every pipeline on
 //   top runs and is tested in CI without a GPU.
-// - nccl: NCCL, loaded at run time (libnccl.so.2); bootstrapped from one process driving several GPUs
-//   (ncclCommInitAll) or from several processes through MPI, so the same code runs across nodes.
+// - nccl: NCCL, loaded at run time (libnccl.so.2); one process driving several GPUs, their communicators
+//   made together (nonblocking, so no NCCL call can hang a thread). Several processes (an MPI or
+//   torch.distributed bootstrap, so the same code runs across nodes) are not built yet.
 //
 // Faults: a collective that does not complete within comm_options::timeout (a rank that threw, died or
 // never arrived) aborts the whole group: every rank's pending and later operations fail with comm_error,
@@ -45,7 +46,8 @@ enum class collective : std::uint8_t { all_reduce, all_gather, broadcast, barrie
 /// Parses "f32"/"fp32"/"float", "f16"/"fp16"/"half", "bf16"; throws logic_error naming the text.
 [[nodiscard]] dtype parse_dtype(std::string_view text);
 
-/// A collective failed or timed out; the group it belonged to is aborted.
+/// A collective failed or timed out; the group it belonged to is aborted. Making a group that fails (NCCL
+/// missing or refusing) throws it too, with op() barrier and rank() -1 (the group as a whole).
 class comm_error : public std::runtime_error {
  public:
   comm_error(const std::string& what, collective op, int rank)
@@ -161,8 +163,11 @@ class communicator {
 
 /// True when NCCL can be loaded (libnccl.so.2); `reason` receives why not.
 [[nodiscard]] bool nccl_available(std::string* reason = nullptr);
-/// NCCL ranks for several GPUs of this process (ncclCommInitAll), one per cuda device, in order. Throws
-/// logic_error for a device not on the cuda backend or ordinals that repeat, comm_error when NCCL fails.
+/// NCCL ranks for several GPUs of this process, one per cuda device, in order (one NCCL group of
+/// nonblocking communicators, as ncclCommInitAll makes). Drive each rank from its own thread: a rank's
+/// collective can complete only once every rank has issued it. A watchdog thread per group aborts it when a
+/// collective runs longer than options.timeout or NCCL reports an asynchronous error. Throws logic_error for
+/// a device not on the cuda backend or ordinals that repeat, comm_error when NCCL is missing or fails.
 [[nodiscard]] std::vector<std::unique_ptr<communicator>> make_nccl_group(std::span<device* const> devices,
                                                                          const comm_options& options = {});
 

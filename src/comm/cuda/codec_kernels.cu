@@ -6,8 +6,7 @@
 
 #include <algorithm>
 
-#include "ferry/comm/detail/elementwise.hpp"
-#include "ferry/comm/detail/numeric.hpp"
+#include "ferry/comm/detail/codec_math.hpp"
 #include "kernels.hpp"
 
 namespace ferry::comm::cuda_kernels {
