@@ -7,6 +7,8 @@ namespace ferry {
 
 bool cuda_available() noexcept { return false; }
 
+int cuda_device_count() noexcept { return 0; }
+
 std::string cuda_unavailable_reason() {
   return "ferry was built without the CUDA toolkit (host backend only)";
 }
