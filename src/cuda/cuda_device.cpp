@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
@@ -47,7 +49,7 @@ void CUDART_CB run_host_func(void* user) noexcept {
 
 class cuda_device final : public device {
  public:
-  explicit cuda_device(int ordinal) : device(backend::cuda), ordinal_(ordinal) {
+  explicit cuda_device(int ordinal) : device(backend::cuda, ordinal), ordinal_(ordinal) {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
@@ -59,6 +61,7 @@ class cuda_device final : public device {
     }
     FERRY_EXPECTS(ordinal >= 0 && ordinal < count,
                   fmt::format("GPU ordinal {} is out of range: this machine has {} GPU(s)", ordinal, count));
+    peer_access_.assign(static_cast<std::size_t>(count), peer_access::unknown);
     FERRY_CUDA_TRY(cudaSetDevice(ordinal_));
     // Host threads that wait for the device (event and stream synchronize) sleep rather than spin, so a
     // pipeline's waiting threads leave the CPU cores to the threads that make and check data. A context a
@@ -201,6 +204,19 @@ class cuda_device final : public device {
         cuda_kernels::launch_checksum(src, bytes, static_cast<std::uint64_t*>(result), as_stream(s)));
   }
 
+  bool do_can_access_peer(device& peer) override {
+    if (peer.ordinal() == ordinal_) return true;  // another device object of this GPU
+    int can = 0;
+    FERRY_CUDA_TRY(cudaDeviceCanAccessPeer(&can, ordinal_, peer.ordinal()));
+    return can != 0;
+  }
+
+  void do_copy_peer_async(void* dst, device& dst_dev, const void* src, std::size_t bytes, void* s) override {
+    const int to = dst_dev.ordinal();
+    enable_peer_access(to);
+    FERRY_CUDA_TRY(cudaMemcpyPeerAsync(dst, to, src, ordinal_, bytes, as_stream(s)));
+  }
+
   void do_launch_host_func(void* s, std::function<void()> fn) override {
     auto payload = std::make_unique<host_func_payload>(
         host_func_payload{std::move(fn), [this](std::exception_ptr e) { capture_callback_error(e); }});
@@ -235,6 +251,9 @@ class cuda_device final : public device {
   }
 
  private:
+  // What copy_peer_async found out about each other GPU.
+  enum class peer_access : std::uint8_t { unknown, enabled, staged };
+
   // The current device is per host thread; pipelines drive a device from several threads.
   void select() const { FERRY_CUDA_TRY(cudaSetDevice(ordinal_)); }
 
@@ -252,8 +271,32 @@ class cuda_device final : public device {
     }
   }
 
+  // Lets this GPU reach GPU `to`'s memory directly, once, where the hardware allows it; without it
+  // cudaMemcpyPeerAsync stages the copy through host memory. Access enabled by someone else in this
+  // process (a framework, NCCL) is kept as it is.
+  void enable_peer_access(int to) {
+    if (to == ordinal_) return;
+    const std::lock_guard lock(peer_mu_);
+    peer_access& state = peer_access_.at(static_cast<std::size_t>(to));
+    if (state != peer_access::unknown) return;
+    int can = 0;
+    FERRY_CUDA_TRY(cudaDeviceCanAccessPeer(&can, ordinal_, to));
+    if (can != 0) {
+      select();
+      const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled) {
+        static_cast<void>(cudaGetLastError());  // clear what the runtime keeps for cudaGetLastError
+      } else {
+        FERRY_CUDA_TRY(status);
+      }
+    }
+    state = can != 0 ? peer_access::enabled : peer_access::staged;
+  }
+
   int ordinal_;
   device_info info_;
+  std::mutex peer_mu_;
+  std::vector<peer_access> peer_access_;  // by GPU ordinal; guarded by peer_mu_
 };
 
 }  // namespace
@@ -283,6 +326,15 @@ std::string cuda_unavailable_reason() {
   }
   if (count == 0) return "no GPU visible to the CUDA runtime";
   return {};
+}
+
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return 0;
+  }
+  return count;
 }
 
 std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_device>(ordinal); }

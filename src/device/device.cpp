@@ -44,6 +44,19 @@ void expect_view(const mem_view& v, std::string_view role) {
   FERRY_EXPECTS(v.data != nullptr, fmt::format("{} is a null {} view", role, to_string(v.kind)));
 }
 
+// A copy of `bytes` must fit in both views and move at least one byte.
+void expect_copy_fits(const mem_view& dst, const mem_view& src, std::size_t bytes, std::string_view what) {
+  FERRY_EXPECTS(bytes > 0, fmt::format("{} of 0 bytes: a copy moves at least 1 byte", what));
+  if (bytes > dst.bytes || bytes > src.bytes) {
+    // Naming the smaller view names the one that must grow (or the copy that must shrink) first.
+    const bool dst_smaller = dst.bytes <= src.bytes;
+    const auto [size, limit] = describe_sizes(bytes, dst_smaller ? dst.bytes : src.bytes);
+    detail::throw_logic_error(fmt::format("{} of {} does not fit in its {} of {}", what, size,
+                                          dst_smaller ? "destination" : "source", limit),
+                              std::source_location::current());
+  }
+}
+
 std::string_view view_function(memory_kind k) noexcept {
   switch (k) {
     case memory_kind::device: return "device_view";
@@ -105,7 +118,12 @@ void stream_view::synchronize() const {
 
 void stream_view::wait(const event& e) const {
   expect_recorded(e, "stream wait on");
-  expect_same_device(*dev_, *e.dev(), "stream wait");
+  // An event of another device of the same backend is fine (cudaStreamWaitEvent takes one): it is how a
+  // peer's stream waits for a peer copy.
+  FERRY_EXPECTS(e.dev()->kind() == dev_->kind(),
+                fmt::format("stream wait: the event belongs to a {} device and the stream to a {} device; a "
+                            "stream waits only on events of its own backend",
+                            to_string(e.dev()->kind()), to_string(dev_->kind())));
   dev_->do_stream_wait(native_, e.native());
 }
 
@@ -273,14 +291,7 @@ void device::copy_async(mem_view dst, mem_view src, std::size_t bytes, stream_vi
   FERRY_EXPECTS(bytes > 0, "copy of 0 bytes: a copy moves at least 1 byte");
   expect_view(src, "copy source");
   expect_view(dst, "copy destination");
-  if (bytes > dst.bytes || bytes > src.bytes) {
-    // Naming the smaller view names the one that must grow (or the copy that must shrink) first.
-    const bool dst_smaller = dst.bytes <= src.bytes;
-    const auto [what, limit] = describe_sizes(bytes, dst_smaller ? dst.bytes : src.bytes);
-    detail::throw_logic_error(fmt::format("copy of {} does not fit in its {} of {}", what,
-                                          dst_smaller ? "destination" : "source", limit),
-                              std::source_location::current());
-  }
+  expect_copy_fits(dst, src, bytes, "copy");
   const auto s0 = reinterpret_cast<std::uintptr_t>(src.data);
   const auto d0 = reinterpret_cast<std::uintptr_t>(dst.data);
   FERRY_EXPECTS(s0 + bytes <= d0 || d0 + bytes <= s0,
@@ -293,6 +304,43 @@ void device::copy_async(mem_view dst, mem_view src, std::size_t bytes, stream_vi
 void device::copy(mem_view dst, mem_view src, stream_view s) {
   copy_async(dst, src, s);
   s.synchronize();
+}
+
+bool device::can_access_peer(device& peer) {
+  if (&peer == this) return true;
+  if (peer.kind() != kind()) return false;
+  return do_can_access_peer(peer);
+}
+
+void device::copy_peer_async(mem_view dst, device& dst_dev, mem_view src, stream_view s) {
+  copy_peer_async(dst, dst_dev, src, src.bytes, s);
+}
+
+void device::copy_peer_async(mem_view dst, device& dst_dev, mem_view src, std::size_t bytes, stream_view s) {
+  FERRY_EXPECTS(&s.dev() == this,
+                fmt::format("copy_peer_async from device {} to device {}: the stream belongs to device {}; a "
+                            "peer copy runs on a stream of its source device",
+                            ordinal(), dst_dev.ordinal(), s.dev().ordinal()));
+  FERRY_EXPECTS(dst_dev.kind() == kind(),
+                fmt::format("copy_peer_async from {} device {} to {} device {}: peers must be devices of "
+                            "one backend",
+                            to_string(kind()), ordinal(), to_string(dst_dev.kind()), dst_dev.ordinal()));
+  expect_view(src, "peer copy source");
+  expect_view(dst, "peer copy destination");
+  for (const auto& [v, role] : {std::pair{&src, "source"}, std::pair{&dst, "destination"}}) {
+    FERRY_EXPECTS(v->kind == memory_kind::device,
+                  fmt::format("copy_peer_async {} is {} of {} memory: a peer copy moves device memory; use "
+                              "copy_async for host memory",
+                              role, format_bytes(v->bytes), to_string(v->kind)));
+  }
+  expect_copy_fits(dst, src, bytes, "peer copy");
+  if (&dst_dev == this) {
+    // One device: an ordinary device-to-device copy, so code written for N devices runs with one.
+    copy_async(dst, src, bytes, s);
+    return;
+  }
+  do_check_peer(dst_dev);
+  do_copy_peer_async(dst.data, dst_dev, src.data, bytes, s.native());
 }
 
 void device::memset_async(mem_view dst, std::uint8_t value, stream_view s) {

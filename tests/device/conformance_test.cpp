@@ -520,14 +520,38 @@ TEST_P(conformance, bad_input_is_a_logic_error_that_names_the_values) {
       message_of<logic_error>([&] { dev().copy_async(big.view(0, MiB), big.view(MiB / 2, MiB), s); }),
       "overlaps");
 
-  // Work on another device's stream or event.
+  // Work on another device's stream, or an event recorded there on a stream of this device.
   std::unique_ptr<device> other = make_device_under_test(GetParam());
   stream foreign = other->make_stream();
   event foreign_event = other->make_event();
-  foreign_event.record(foreign);
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { dev().spin_async(1ms, foreign); }), "another device");
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { s.wait(foreign_event); }), "another device");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { foreign_event.record(s); }), "another device");
   foreign.synchronize();
+}
+
+TEST_P(conformance, a_stream_waits_on_an_event_of_another_device) {
+  // The other device (a second device object of GPU 0 on cuda) fills a pinned buffer late, in a host
+  // function behind a spin; this device's stream copies it only once the other's event says so.
+  constexpr std::size_t n = 64 * KiB + 3;
+  std::unique_ptr<device> other = make_device_under_test(GetParam());
+  stream theirs = other->make_stream();
+  stream mine = dev().make_stream();
+  buffer src = dev().alloc_pinned(n);
+  buffer d = dev().alloc_device(n);
+  buffer back = dev().alloc_pinned(n);
+  std::memset(src.host_bytes(), 0, n);
+  std::memset(back.host_bytes(), 0xEE, n);
+  event filled = other->make_event();
+  other->spin_async(30ms, theirs);
+  other->launch_host_func(theirs, [&] { std::memset(src.host_bytes(), 0x6B, n); });
+  filled.record(theirs);
+  mine.wait(filled);
+  dev().copy_async(d, src, mine);
+  dev().copy_async(back, d, mine);
+  mine.synchronize();
+  EXPECT_EQ(value_mismatch(back.host_bytes(), n, 0x6B), npos)
+      << "the copy ran before the other device's event";
+  theirs.synchronize();
 }
 
 TEST_P(conformance, an_impossible_device_allocation_is_out_of_memory_naming_the_size) {

@@ -8,6 +8,9 @@
 //   recent record of e at the time of the call; synchronize()/query() observe it from the host.
 // - Memory comes in three kinds (device, pinned host, pageable host); a copy's direction follows from the
 //   kinds of its source and destination, and its size is checked against both.
+// - Devices are numbered (ordinal). A peer copy (copy_peer_async) moves device memory of one device into
+//   another's, on a stream of the source device; a stream may wait on an event of another device of the
+//   same backend, which is how the destination waits for the copy.
 // - Errors raised inside host callbacks are captured and rethrown at the next synchronize() of any
 //   stream, event or the device.
 //
@@ -289,6 +292,9 @@ class device {
 
   [[nodiscard]] virtual device_info info() const = 0;
   [[nodiscard]] backend kind() const noexcept { return kind_; }
+  /// This device's number, as info().ordinal: the GPU ordinal on cuda; host_device_options::ordinal (or
+  /// its place in make_host_devices) on the host backend. Cheap, for hot paths.
+  [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
 
   // Streams
   /// A new stream that does not synchronize with any other stream.
@@ -343,6 +349,26 @@ class device {
   /// backend): the stand-in for compute in benches and tests.
   void spin_async(std::chrono::nanoseconds duration, stream_view s);
 
+  // Peers: copies between the device memory of two devices of one backend.
+  /// Whether copies between this device and `peer` go directly over a peer link: always for the device
+  /// itself; on cuda, cudaDeviceCanAccessPeer (NVLink or PCIe peer-to-peer); on the host backend, for the
+  /// devices of one make_host_devices group. False for a device of another backend. Never throws
+  /// logic_error; cuda_error when the runtime fails.
+  [[nodiscard]] bool can_access_peer(device& peer);
+  /// Copies src.bytes bytes of this device's memory `src` into `dst`, device memory of `dst_dev`, in the
+  /// order of `s`, a stream of this device (the source's: the copy is queued where its data is made). Work
+  /// on `dst_dev` that reads `dst` waits for an event recorded on `s` after the copy (stream_view::wait
+  /// accepts events of another device of the same backend). `dst_dev` may be this device: then it is a
+  /// device-to-device copy_async. On cuda, cudaMemcpyPeerAsync, with peer access enabled on first use
+  /// where can_access_peer is true (the runtime stages the copy through host memory where it is false);
+  /// on the host backend, a real copy paced to the group's peer link (host_device_options::peer).
+  /// Throws logic_error, before queuing anything, when `s` is not a stream of this device, `dst_dev` is of
+  /// another backend, a view is null or not device memory, dst is smaller than src, or (host backend)
+  /// the two devices are not of one make_host_devices group.
+  void copy_peer_async(mem_view dst, device& dst_dev, mem_view src, stream_view s);
+  /// Copies `bytes` bytes; throws logic_error naming the size when it exceeds either view.
+  void copy_peer_async(mem_view dst, device& dst_dev, mem_view src, std::size_t bytes, stream_view s);
+
   /// Blocks the host until all work on every stream of this device has completed.
   void synchronize();
 
@@ -364,7 +390,7 @@ class device {
   [[nodiscard]] bool tracing() const noexcept { return tracing_; }
 
  protected:
-  explicit device(backend kind) noexcept : kind_(kind) {}
+  device(backend kind, int ordinal) noexcept : kind_(kind), ordinal_(ordinal) {}
 
   virtual void* do_stream_create() = 0;
   virtual void do_stream_destroy(void* s) noexcept = 0;
@@ -393,6 +419,17 @@ class device {
   virtual void do_fill_pattern_async(void* dst, std::size_t bytes, std::uint64_t seed, memory_kind kind,
                                      void* s) = 0;
   virtual void do_checksum_async(const void* src, std::size_t bytes, void* result, void* s) = 0;
+  /// Whether copies to and from `peer`, another device of this backend, go over a direct peer link.
+  virtual bool do_can_access_peer(device& peer) = 0;
+  /// Backend check of a peer copy's destination device (another device of this backend), run by
+  /// copy_peer_async after the checks every backend shares: throws logic_error naming both devices when
+  /// this backend cannot copy between them. The default accepts any (the CUDA runtime stages a copy it
+  /// cannot make directly); the host backend accepts only devices of the same make_host_devices group.
+  virtual void do_check_peer(device& peer) { static_cast<void>(peer); }
+  /// Copies `bytes` from this device's `src` into `dst` on `dst_dev` (another device of this backend,
+  /// accepted by do_check_peer) in the order of this device's stream `s`.
+  virtual void do_copy_peer_async(void* dst, device& dst_dev, const void* src, std::size_t bytes,
+                                  void* s) = 0;
   virtual void do_launch_host_func(void* s, std::function<void()> fn) = 0;
   virtual void do_spin_async(std::chrono::nanoseconds duration, void* s) = 0;
   virtual void do_synchronize() = 0;
@@ -416,6 +453,7 @@ class device {
   void free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept;
 
   backend kind_;
+  int ordinal_;
   bool tracing_ = false;
   mutable std::mutex mu_;
   std::vector<void*> event_pool_;
@@ -423,10 +461,29 @@ class device {
   pinned_stats pinned_{};
 };
 
+/// The modelled link between the emulated devices of one make_host_devices group, which their peer
+/// copies (device::copy_peer_async) share. Each device sends at `gbps` and receives at `gbps` at once
+/// (full duplex); a device's sends take turns, and so do its receives, so copies from one device to two
+/// others (or from two into one) share its bandwidth, while a ring's copies (0->1, 1->2, 2->0) all run
+/// at once. A copy lasts latency + bytes / gbps. docs/DEVICE.md says where the presets' figures come from.
+struct peer_link_profile {
+  double gbps = 390.0;                     // one direction of one device, decimal GB/s
+  std::chrono::nanoseconds latency{5000};  // per copy, before the first byte
+
+  /// NVLink between two H200s (NV18): a peer copy's measured one-direction bandwidth. The default.
+  [[nodiscard]] static peer_link_profile nvlink() noexcept { return {390.0, std::chrono::nanoseconds{5000}}; }
+  /// No peer path (NCCL_P2P_DISABLE=1 on the same pair): traffic staged through host memory, at the
+  /// bandwidth NCCL reached there.
+  [[nodiscard]] static peer_link_profile pcie_host() noexcept {
+    return {27.3, std::chrono::nanoseconds{10000}};
+  }
+};
+
 /// Options of the emulated host device. The link defaults model a PCIe gen5 x16 host link (docs/DEVICE.md
 /// says where its figures come from; docs/PERFORMANCE.md holds measured ones); change them to ask "what
 /// if the link were slower" without a GPU.
 struct host_device_options {
+  int ordinal = 0;                 // info().ordinal; make_host_devices numbers its devices from here
   double h2d_gbps = 53.6;          // pinned host to device
   double d2h_gbps = 54.8;          // pinned device to host
   double pageable_h2d_gbps = 6.7;  // through a staging buffer
@@ -439,11 +496,26 @@ struct host_device_options {
   std::uint64_t seed = 0;
   double jitter_probability = 0.0;  // chance that an operation is delayed
   std::chrono::nanoseconds jitter_max{0};
-  bool model_link = true;  // false: copies run at memcpy speed
+  bool model_link = true;  // false: copies (peer copies too) run at memcpy speed
+  // The link between the devices of one make_host_devices group; NVLink-like by default.
+  peer_link_profile peer{};
 };
 
 /// Makes an emulated device: one thread per stream, real copies, an optional link model. Destroying one
-/// of its streams waits for the work queued on it. Throws logic_error for options out of range.
+/// of its streams waits for the work queued on it. It has no peers but itself (make_host_devices makes
+/// devices that do). Throws logic_error for options out of range.
 [[nodiscard]] std::unique_ptr<device> make_host_device(const host_device_options& options = {});
+
+/// The most devices one make_host_devices group may hold.
+inline constexpr int max_host_devices = 256;
+
+/// Makes `n` emulated devices, each as make_host_device(options) would, numbered options.ordinal,
+/// options.ordinal + 1, ... (0..n-1 by default), that share one peer link (options.peer): they are peers
+/// of each other (can_access_peer, copy_peer_async). Jitter is seeded per device (options.seed mixed with
+/// the ordinal). Destroy the devices' streams, events and buffers before the devices; the devices may be
+/// destroyed in any order. Throws logic_error naming `n` outside [1, max_host_devices], or an option
+/// out of range.
+[[nodiscard]] std::vector<std::unique_ptr<device>> make_host_devices(int n,
+                                                                     const host_device_options& options = {});
 
 }  // namespace ferry

@@ -8,6 +8,8 @@
 // - host_event: an event numbers its records, and a wait is bound to the record current at its call.
 // - host_memory: device memory is capped host memory; pinned memory is mlock()ed.
 // - link_model: copies really copy, paced to a modelled link with one copy engine per direction.
+// - peer_link: peer copies between the devices of one make_host_devices group, paced to the link they
+//   share (a send and a receive engine per device).
 // - host_tracer: while tracing, stream work becomes GPU events and interface calls API events.
 // This file holds the device itself: it keeps the live streams and events by native handle and turns
 // each do_* hook into operations queued on a stream.
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -38,6 +41,7 @@
 #include "host_stream.hpp"
 #include "host_tracer.hpp"
 #include "link_model.hpp"
+#include "peer_link.hpp"
 
 namespace ferry {
 namespace {
@@ -53,10 +57,27 @@ host_stream& stream_of(void* s) noexcept { return *static_cast<host_stream*>(s);
 // The stream number a trace shows for a call on `s`; 0 for a call that names no stream.
 std::uint64_t number_of(void* s) noexcept { return s == nullptr ? 0 : stream_of(s).number(); }
 
+// The options of one device of a group: its jitter seed mixed with its ordinal, so the devices of a group
+// are not delayed in lockstep (ordinal 0 keeps the seed as given).
+host_device_options for_device(host_device_options options) {
+  options.seed ^= static_cast<std::uint64_t>(options.ordinal) * 0x9E3779B97F4A7C15ULL;
+  return options;
+}
+
 class host_device final : public device {
  public:
-  explicit host_device(const host_device_options& options)
-      : device(backend::host), opt_(options), link_(options), memory_(options.device_memory_bytes) {
+  /// Member `index` of the group that shares `peers`.
+  host_device(const host_device_options& options, std::shared_ptr<host_backend::peer_link> peers,
+              std::size_t index)
+      : device(backend::host, options.ordinal),
+        opt_(for_device(options)),
+        link_(options),
+        memory_(options.device_memory_bytes),
+        tracer_(options.ordinal),
+        peers_(std::move(peers)),
+        peer_index_(index) {
+    FERRY_EXPECTS(opt_.ordinal >= 0,
+                  fmt::format("host_device_options::ordinal = {}: must not be negative", opt_.ordinal));
     FERRY_EXPECTS(opt_.jitter_probability >= 0 && opt_.jitter_probability <= 1,
                   fmt::format("host_device_options::jitter_probability = {}: must lie in [0, 1]",
                               opt_.jitter_probability));
@@ -100,7 +121,7 @@ class host_device final : public device {
     device_info i;
     i.kind = backend::host;
     i.name = "ferry host emulator";
-    i.ordinal = 0;
+    i.ordinal = opt_.ordinal;
     i.memory_bytes = opt_.device_memory_bytes;
     i.copy_engines = 2;  // one per direction, as the link model has
     return i;
@@ -266,6 +287,31 @@ class host_device final : public device {
     });
   }
 
+  bool do_can_access_peer(device& peer) override { return same_group(peer) != nullptr; }
+
+  void do_check_peer(device& peer) override {
+    FERRY_EXPECTS(same_group(peer) != nullptr,
+                  fmt::format("copy_peer_async from host device {} to host device {}: the two were made by "
+                              "separate calls and share no peer link; make them together with "
+                              "make_host_devices(n)",
+                              ordinal(), peer.ordinal()));
+  }
+
+  void do_copy_peer_async(void* dst, device& dst_dev, const void* src, std::size_t bytes, void* s) override {
+    const api_span span = api(&trace_names::copy_peer_async, trace::sync_kind::none, s);
+    const std::size_t to = same_group(dst_dev)->peer_index_;
+    host_stream& st = stream_of(s);
+    trace::event e = gpu_event(trace::activity::memcpy, st.number(), span);
+    e.copy = trace::copy_kind::p2p;
+    e.src = trace::mem_kind::device;
+    e.dst = trace::mem_kind::device;
+    e.bytes = bytes;
+    e.async = true;
+    st.enqueue(tracer_.traced(e, &trace_names::memcpy, [this, &st, dst, src, bytes, to] {
+      st.advance_to(peers_->copy(dst, src, bytes, peer_index_, to, st.clock()));
+    }));
+  }
+
   void do_launch_host_func(void* s, std::function<void()> fn) override {
     const api_span span = api(&trace_names::launch_host_func, trace::sync_kind::none, s);
     host_stream& st = stream_of(s);
@@ -316,6 +362,12 @@ class host_device final : public device {
     return api_span(tracer_, name, sync, number_of(s));
   }
 
+  /// `peer` as a host device of this device's group (sharing its peer link), or nullptr.
+  [[nodiscard]] host_device* same_group(device& peer) const noexcept {
+    auto* other = dynamic_cast<host_device*>(&peer);
+    return other != nullptr && other->peers_ == peers_ ? other : nullptr;
+  }
+
   /// Queues `body` on `s` as a kernel launch over `bytes` bytes: an API call "launch kernel" and a GPU
   /// kernel event `name`.
   void launch_kernel(void* s, host_backend::trace_name name, std::size_t bytes, std::function<void()> body) {
@@ -343,6 +395,8 @@ class host_device final : public device {
   host_backend::link_model link_;
   host_backend::host_memory memory_;
   host_backend::host_tracer tracer_;
+  const std::shared_ptr<host_backend::peer_link> peers_;  // shared by the devices of this device's group
+  const std::size_t peer_index_;                          // this device's place in the group
 
   mutable std::mutex streams_mu_;
   std::unordered_map<void*, std::shared_ptr<host_stream>> streams_;  // live streams, by native handle
@@ -358,7 +412,25 @@ class host_device final : public device {
 }  // namespace
 
 std::unique_ptr<device> make_host_device(const host_device_options& options) {
-  return std::make_unique<host_device>(options);
+  return std::make_unique<host_device>(options, std::make_shared<host_backend::peer_link>(options, 1), 0);
+}
+
+std::vector<std::unique_ptr<device>> make_host_devices(int n, const host_device_options& options) {
+  FERRY_EXPECTS(n >= 1 && n <= max_host_devices,
+                fmt::format("make_host_devices({}): a group holds 1 to {} devices", n, max_host_devices));
+  FERRY_EXPECTS(options.ordinal >= 0 && options.ordinal <= std::numeric_limits<int>::max() - (n - 1),
+                fmt::format("make_host_devices({}) from host_device_options::ordinal = {}: the ordinals must "
+                            "lie in [0, {}]",
+                            n, options.ordinal, std::numeric_limits<int>::max()));
+  auto link = std::make_shared<host_backend::peer_link>(options, static_cast<std::size_t>(n));
+  std::vector<std::unique_ptr<device>> devices;
+  devices.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    host_device_options o = options;
+    o.ordinal = options.ordinal + i;
+    devices.push_back(std::make_unique<host_device>(o, link, static_cast<std::size_t>(i)));
+  }
+  return devices;
 }
 
 }  // namespace ferry

@@ -15,6 +15,7 @@ void host_tracer::begin(trace::recorder& r) {
       .fill_pattern = r.intern("fill pattern"),
       .checksum = r.intern("checksum"),
       .copy_async = r.intern("copy_async"),
+      .copy_peer_async = r.intern("copy_peer_async"),
       .memset_async = r.intern("memset_async"),
       .launch = r.intern("launch kernel"),
       .launch_host_func = r.intern("launch_host_func"),
@@ -63,7 +64,7 @@ api_span::~api_span() {
     e.name = names.*name_;
     e.thread = trace::this_thread_id();
     e.stream = stream_;
-    e.device = 0;
+    e.device = tracer_.device();
     e.sync = sync_;
     e.correlation = correlation_;
     r.record(e);
@@ -73,7 +74,7 @@ api_span::~api_span() {
 trace::event gpu_event(trace::activity kind, std::uint64_t stream, const api_span& issued_by) noexcept {
   trace::event e;
   e.kind = kind;
-  e.device = 0;
+  e.device = issued_by.device();
   e.stream = stream;
   e.correlation = issued_by.correlation();
   return e;

@@ -19,7 +19,8 @@ namespace ferry::host_backend {
 /// The string ids of the names the host backend records, interned once per trace.
 struct trace_names {
   std::uint32_t memcpy, memset, spin, fill_pattern, checksum;
-  std::uint32_t copy_async, memset_async, launch, launch_host_func, event_record, stream_wait;
+  std::uint32_t copy_async, copy_peer_async, memset_async, launch, launch_host_func, event_record,
+      stream_wait;
   std::uint32_t stream_synchronize, event_synchronize, device_synchronize;
 };
 
@@ -30,6 +31,12 @@ using trace_name = std::uint32_t trace_names::*;
 /// stream threads and calling threads record concurrently.
 class host_tracer {
  public:
+  /// A tracer of the device with ordinal `device`, which its events carry.
+  explicit host_tracer(std::int32_t device) noexcept : device_(device) {}
+  host_tracer(const host_tracer&) = delete;
+  host_tracer& operator=(const host_tracer&) = delete;
+
+  [[nodiscard]] std::int32_t device() const noexcept { return device_; }
   /// Attaches `r` and interns the names.
   void begin(trace::recorder& r);
   /// Detaches the recorder; waits for recordings in progress, so it may be destroyed once this returns.
@@ -55,6 +62,7 @@ class host_tracer {
   [[nodiscard]] std::function<void()> traced(trace::event e, trace_name name, std::function<void()> op);
 
  private:
+  const std::int32_t device_;
   std::atomic<trace::recorder*> tracer_{nullptr};  // set between begin and end
   std::shared_mutex trace_mu_;  // held shared while recording, exclusively to attach or detach
   trace_names names_{};         // guarded by trace_mu_
@@ -71,6 +79,8 @@ class api_span {
   ~api_span();
   /// Links the call with the GPU work it issues, as CUPTI's correlation ids do; 0 when not tracing.
   [[nodiscard]] std::uint64_t correlation() const noexcept { return correlation_; }
+  /// The ordinal of the device the call was made on.
+  [[nodiscard]] std::int32_t device() const noexcept { return tracer_.device(); }
 
  private:
   host_tracer& tracer_;
