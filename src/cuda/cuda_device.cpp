@@ -328,15 +328,6 @@ std::string cuda_unavailable_reason() {
   return {};
 }
 
-int cuda_device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return 0;
-  }
-  return count;
-}
-
 std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_device>(ordinal); }
 
 }  // namespace ferry
