@@ -304,7 +304,7 @@ comm_plan simulate(const plan_inputs& in, const bucket_plan& layout, std::span<c
         cost != in.codecs.end(),
         fmt::format("bucket {} uses codec {}, whose cost the inputs do not give", k, to_string(codecs[k])));
     const bucket_cost c = cost_of(in, *cost, layout.buckets[k]);
-    bucket_timing t;
+    bucket_forecast t;
     t.ready_s = ready[k];
     t.start_s = std::max(t.ready_s, end);
     t.end_s = t.start_s + c.total();

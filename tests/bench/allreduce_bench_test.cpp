@@ -8,35 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/comm_groups.hpp"
 #include "ferry/core/error.hpp"
 
 using namespace ferry;
 using namespace ferry::bench;
 using comm::codec_kind;
+using test_groups::host_group;
+using test_groups::summing;
 
 namespace {
-
-// `n` emulated devices and a host group over them, at memcpy speed (or over a modelled link).
-struct group {
-  std::vector<std::unique_ptr<device>> devices;
-  std::vector<std::unique_ptr<comm::communicator>> comms;
-  std::vector<comm::communicator*> ranks;
-  explicit group(int n, bool model = false) {
-    std::vector<device*> raw;
-    for (int r = 0; r < n; ++r) {
-      host_device_options o;
-      o.model_link = false;
-      devices.push_back(make_host_device(o));
-      raw.push_back(devices.back().get());
-    }
-    comm::comm_options o;
-    o.link.model = model;
-    o.timeout = std::chrono::seconds(60);
-    comms = comm::make_host_group(raw, o);
-    for (auto& c : comms) ranks.push_back(c.get());
-  }
-  ~group() { comms.clear(); }
-};
 
 allreduce_options small() {
   allreduce_options o;
@@ -77,7 +58,7 @@ TEST(allreduce_bench, sizes_go_from_min_to_max_by_the_factor_in_whole_elements) 
 TEST(allreduce_bench, every_element_of_every_size_and_codec_is_the_mean_over_ranks) {
   for (int n : {2, 3}) {
     SCOPED_TRACE(n);
-    group g(n);
+    host_group g(n);
     const allreduce_options o = small();
     const allreduce_result r = run_allreduce(g.ranks, o);
     EXPECT_EQ(r.ranks, n);
@@ -102,32 +83,8 @@ TEST(allreduce_bench, every_element_of_every_size_and_codec_is_the_mean_over_ran
   }
 }
 
-// A communicator that sums where the bench asks for the average: every fp32 row must come out wrong.
-class summing : public comm::communicator {
- public:
-  explicit summing(comm::communicator& inner)
-      : communicator(inner.dev(), inner.rank(), inner.size()), inner_(inner) {}
-  [[nodiscard]] std::string_view backend_name() const noexcept override { return "summing"; }
-  void abort(const std::string& why) noexcept override { inner_.abort(why); }
-  [[nodiscard]] bool aborted() const noexcept override { return inner_.aborted(); }
-
- protected:
-  void do_all_reduce(const void* send, void* recv, std::size_t count, comm::dtype type, comm::reduce_op,
-                     stream_view s) override {
-    const std::size_t bytes = count * comm::size_of(type);
-    static_cast<void>(inner_.all_reduce(device_view(const_cast<void*>(send), bytes), device_view(recv, bytes),
-                                        count, type, comm::reduce_op::sum, s));
-  }
-  void do_all_gather(const void*, void*, std::size_t, comm::dtype, stream_view) override {}
-  void do_broadcast(const void*, void*, std::size_t, comm::dtype, int, stream_view) override {}
-  void do_barrier(stream_view s) override { static_cast<void>(inner_.barrier(s)); }
-
- private:
-  comm::communicator& inner_;
-};
-
 TEST(allreduce_bench, a_wrong_reduction_is_counted_element_by_element) {
-  group g(2);
+  host_group g(2);
   summing a(*g.comms[0]), b(*g.comms[1]);
   const std::vector<comm::communicator*> ranks{&a, &b};
   allreduce_options o = small();
@@ -146,7 +103,7 @@ TEST(allreduce_bench, a_wrong_reduction_is_counted_element_by_element) {
 }
 
 TEST(allreduce_bench, the_table_and_json_carry_nccl_tests_columns_and_the_codec_columns) {
-  group g(2, true);  // over the modelled NVLink
+  host_group g(2, comm::comm_link::nvlink());  // over the modelled NVLink
   allreduce_options o = small();
   o.check = false;
   allreduce_result r = run_allreduce(g.ranks, o);
@@ -174,7 +131,7 @@ TEST(allreduce_bench, the_table_and_json_carry_nccl_tests_columns_and_the_codec_
 }
 
 TEST(allreduce_bench, ranks_that_are_not_one_group_are_refused) {
-  group g(2);
+  host_group g(2);
   const std::vector<comm::communicator*> swapped{g.ranks[1], g.ranks[0]};
   EXPECT_THROW((void)run_allreduce(swapped, small()), logic_error);
   const std::vector<comm::communicator*> half{g.ranks[0]};

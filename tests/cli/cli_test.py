@@ -74,6 +74,15 @@ SUBCOMMANDS = {
         "--iters": INTS_FROM_1,
         "--warmup": INTS_FROM_0,
     }),
+    ("bench", "ddp"): ([], {
+        "--ranks": ["-1", "0", "65", "x"],
+        "--gpus": ["-1", "0", "65", "x"],
+        "--step-ms": MS + ["0"],
+        "--scale": ["0", "-1", "1.5", "nan", "x"],
+        "--steps": INTS_FROM_1,
+        "--warmup": INTS_FROM_1,
+        "--learn-steps": INTS_FROM_1,
+    }),
     ("analyze",): ([KINETO], {
         "--idle-threshold": FRACTION,
         "--link-h2d": GBPS,
@@ -228,6 +237,31 @@ class comm_benches(unittest.TestCase):
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertIn(needle, lines[0])
                 self.assertNotIn("ferry: backend", r.stderr)
+
+
+    def test_ddp_on_the_host_backend_checks_every_gradient_and_reports_every_level(self):
+        r = run(["bench", "ddp", "--backend", "host", "--link", "host-memory", "--step-ms", "10", "--steps", "2",
+                 "--warmup", "1", "--learn-steps", "1", "--json"], timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual((j["ladder"], j["ranks"], j["comm_backend"]), ("ddp", 2, "host"))
+        self.assertIn("host_memory", j["link"])
+        levels = [row["level"] for row in j["rows"]]
+        self.assertEqual(levels, ["single", "one-bucket", "25MB", "100MB", "fp16", "bf16", "auto", "auto-lossy"])
+        for row in j["rows"]:
+            self.assertEqual(row["wrong"], 0, row["level"])
+            self.assertGreater(row["checked"], 0)
+            for key in ("hidden", "exposed_ms", "comm_ms", "buckets", "lossy_buckets", "wire_mb"):
+                self.assertIn(key, row)
+        self.assertEqual(j["rows"][0]["ratio_to_ideal"], 1.0)
+        self.assertEqual(j["rows"][1]["buckets"], 1)
+
+    def test_ddp_refuses_an_unknown_level_before_the_work(self):
+        r = run(["bench", "ddp", "--backend", "host", "--levels", "single,2000MB"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("2000MB", r.stderr)
+        self.assertNotIn("ferry: backend", r.stderr)
 
 
 class memory(unittest.TestCase):

@@ -1,9 +1,11 @@
-// `ferry bench allreduce`: the device-to-device benches, over a group of ranks (ferry::comm). The benches
-// live in ferry_bench; this file maps flags onto their options and makes the group: one emulated device
-// per rank on the host backend (the in-process host communicator over a modelled link), or one GPU per
-// rank on cuda (NCCL, ncclCommInitAll, one thread per rank).
+// `ferry bench allreduce` and `ferry bench ddp`: the device-to-device benches, over a group of ranks
+// (ferry::comm). The benches live in ferry_bench; this file maps flags onto their options and makes the
+// group: one emulated device per rank on the host backend (the in-process host communicator over a modelled
+// link), or one GPU per rank on cuda (NCCL, ncclCommInitAll, one thread per rank).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "commands.hpp"
 #include "ferry/bench/allreduce_bench.hpp"
+#include "ferry/bench/ddp_bench.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
@@ -70,7 +73,9 @@ struct rank_group {
   ~rank_group() { comms.clear(); }
 };
 
-rank_group open_group(const group_flags& f, const host_device_options& host) {
+// `host_link`: the host backend's link, from the preset --link names.
+rank_group open_group(const group_flags& f, const host_device_options& host,
+                      const std::function<comm::comm_link(const comm::comm_link&)>& host_link = {}) {
   std::string nccl_reason;
   bool cuda = f.backend == "cuda";
   if (f.backend == "auto") {
@@ -92,6 +97,7 @@ rank_group open_group(const group_flags& f, const host_device_options& host) {
   } else {
     comm::comm_options o;
     o.link = f.link == "host-memory" ? comm::comm_link::host_memory() : comm::comm_link::nvlink();
+    if (host_link) o.link = host_link(o.link);
     for (int r = 0; r < f.ranks; ++r) {
       g.devices.push_back(make_host_device(host));
       raw.push_back(g.devices.back().get());
@@ -166,6 +172,72 @@ int run_allreduce(const allreduce_flags& f, const std::string& command) {
   return r.wrong() == 0 ? 0 : 2;
 }
 
+struct ddp_flags : group_flags {
+  double step_ms = -1;
+  double scale = -1;
+  int steps = 0;
+  int warmup = -1;
+  int learn_steps = 0;
+  std::string levels;
+};
+
+int run_ddp(const ddp_flags& f, const std::string& command) {
+  check_output(f.output, "--output");
+  const bool cuda =
+      f.backend == "cuda" || (f.backend == "auto" && cuda_available() && comm::nccl_available());
+  bench::ddp_options cfg = bench::default_ddp_options(cuda ? backend::cuda : backend::host);
+  if (f.step_ms >= 0) cfg.compute = std::chrono::nanoseconds(static_cast<std::int64_t>(f.step_ms * 1e6));
+  if (f.scale > 0) cfg.scale = f.scale;
+  if (f.steps != 0) cfg.steps = f.steps;
+  if (f.warmup >= 0) cfg.warmup = f.warmup;
+  if (f.learn_steps != 0) cfg.learn_steps = f.learn_steps;
+  cfg.stop = &interrupt_flag();
+  if (!f.levels.empty()) {
+    cfg.levels.clear();
+    std::stringstream in(f.levels);
+    std::string level;
+    while (std::getline(in, level, ',')) {
+      try {
+        static_cast<void>(bench::level_index(bench::ddp_spec(), level));
+      } catch (const logic_error& e) {
+        throw flag_error(fmt::format("--levels: {}", escape_control(e.what())));
+      }
+      cfg.levels.push_back(level);
+    }
+  }
+  if (cfg.warmup < 1)
+    throw flag_error("--warmup 0: ddp needs at least 1 warm-up step (the first builds the plan)");
+  const bench::run_stamp stamp = bench::stamp_now(command);
+  host_device_options host;
+  host.model_link = false;
+  rank_group g = open_group(f, host, [&cfg](const comm::comm_link& preset) {
+    return bench::ddp_host_link(preset, cfg.scale, cfg.compute);
+  });
+  status_line status;
+  graceful_interrupts(true);
+  bench::ddp_result r = bench::run_ddp(g.ranks, cfg, [&status](const std::string& line) {
+    status.line("bench: " + line);
+    status.set("bench: " + line);
+  });
+  const bool interrupted = r.interrupted || interrupt_flag().load();
+  std::string head =
+      fmt::format("{} ranks, {} communicator{}; model scale {:g} ({} of gradients per step)\n", r.ranks,
+                  r.comm_backend, g.link.empty() ? "" : fmt::format(", modelled link {}", g.link), cfg.scale,
+                  format_bytes(cfg.gradient_bytes()));
+  if (f.json) {
+    nlohmann::json j = bench::ladder_json(r, stamp);
+    j["ranks"] = r.ranks;
+    j["comm_backend"] = r.comm_backend;
+    j["link"] = g.link;
+    if (interrupted) j["interrupted"] = true;
+    emit(f.output, j.dump(2) + "\n");
+  } else {
+    emit(f.output, escape_control(head + bench::format_table(r), true));
+  }
+  if (interrupted) return interrupted_status;
+  return r.wrong() == 0 ? 0 : 2;
+}
+
 }  // namespace
 
 std::function<int()> add_comm_bench_commands(CLI::App& bench_cmd, std::string command) {
@@ -189,8 +261,36 @@ std::function<int()> add_comm_bench_commands(CLI::App& bench_cmd, std::string co
   ar->add_option("--codec", a->codecs, "Comma-separated codecs: fp32, bf16, fp16 (default fp32)");
   ar->add_flag("--check", a->check, "Compare every element with the exact mean over ranks (the default)");
   ar->add_flag("--no-check", a->no_check, "Skip the comparison (#wrong reads N/A)");
-  return [a, ar, command]() -> int {
+
+  auto df = std::make_shared<ddp_flags>();
+  const bench::ddp_options dc = bench::default_ddp_options(backend::cuda);
+  const bench::ddp_options dh = bench::default_ddp_options(backend::host);
+  CLI::App* ddp = bench_cmd.add_subcommand(
+      "ddp",
+      "Data-parallel ladder on a synthetic ViT-L/32: single, one bucket, 25/100 MB, fp16, bf16, ferry auto");
+  add_group_flags(*ddp, *df);
+  add_double_flag(
+      *ddp, "--step-ms", df->step_ms, 0.001, 3'600'000,
+      fmt::format("One GPU's step (forward, backward, optimizer) in ms (default {:g} on cuda, {:g} on host)",
+                  std::chrono::duration<double, std::milli>(dc.compute).count(),
+                  std::chrono::duration<double, std::milli>(dh.compute).count()));
+  add_double_flag(
+      *ddp, "--scale", df->scale, 1e-6, 1,
+      fmt::format("The model's parameters times this (default {:g} on cuda, {:g} on host; the host link "
+                  "scales with it)",
+                  dc.scale, dh.scale));
+  add_int_flag(*ddp, "--steps", df->steps, 1, max_count,
+               fmt::format("Timed steps per level (default {} on cuda, {} on host)", dc.steps, dh.steps));
+  add_int_flag(*ddp, "--warmup", df->warmup, 1, max_count,
+               fmt::format("Untimed steps per level (default {} on cuda, {} on host)", dc.warmup, dh.warmup));
+  add_int_flag(*ddp, "--learn-steps", df->learn_steps, 1, 1000,
+               fmt::format("Auto levels: steps the gradient-ready timeline is learned from (default {})",
+                           dc.learn_steps));
+  ddp->add_option("--levels", df->levels,
+                  fmt::format("Comma-separated levels (default {})", fmt::join(dc.levels, ",")));
+  return [a, ar, df, ddp, command]() -> int {
     if (ar->parsed()) return run_allreduce(*a, command);
+    if (ddp->parsed()) return run_ddp(*df, command);
     return 0;
   };
 }

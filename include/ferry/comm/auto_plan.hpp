@@ -116,7 +116,7 @@ struct plan_inputs {
 [[nodiscard]] std::vector<std::size_t> default_first_buckets();
 
 /// The predicted times of one bucket, in seconds from the start of backward.
-struct bucket_timing {
+struct bucket_forecast {
   double ready_s = 0;  // its last gradient is ready
   double start_s = 0;  // its encode starts: ready, and the previous bucket's communication done
   double end_s = 0;    // its decode ends
@@ -124,10 +124,10 @@ struct bucket_timing {
 
 /// A plan and its prediction.
 struct comm_plan {
-  bucket_plan_options options;        // first bucket and cap of the candidate (alignment: the inputs')
-  bucket_plan layout;                 // make_bucket_plan(elements, ready order, options)
-  std::vector<codec_kind> codecs;     // one per bucket of layout
-  std::vector<bucket_timing> timing;  // one per bucket (empty in a plan from from_words)
+  bucket_plan_options options;          // first bucket and cap of the candidate (alignment: the inputs')
+  bucket_plan layout;                   // make_bucket_plan(elements, ready order, options)
+  std::vector<codec_kind> codecs;       // one per bucket of layout
+  std::vector<bucket_forecast> timing;  // one per bucket (empty in a plan from from_words)
   double backward_end_s = 0;
   double comm_end_s = 0;  // the last bucket's decode ends
   double exposed_s = 0;   // max(0, comm_end - backward_end)
