@@ -4,6 +4,8 @@
 # (for the Python package: FERRY_LIBRARY=.carry/libferry_c.so PYTHONPATH=python). The GPU machine has no
 # GoogleTest, fmt or CLI11, so the binaries are built here and carried there. With FERRY_BASELINE_DIR set to
 # another build's folder, its CLI is carried too as .carry/ferry_baseline (scripts/gpu_verify.sh compares).
+# With FERRY_NCCL_TESTS set to NVIDIA nccl-tests' all_reduce_perf (built outside the repository by
+# scripts/build_nccl_tests.sh), it is carried as .carry/all_reduce_perf (scripts/gpu_comm.sh's reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${FERRY_BUILD_DIR:-build/default}
@@ -18,6 +20,9 @@ done
 strip -o .carry/libferry_c.so "$build/src/c/libferry_c.so"
 if [ -n "${FERRY_BASELINE_DIR:-}" ]; then
   strip -o .carry/ferry_baseline "$FERRY_BASELINE_DIR/tools/ferry/ferry"
+fi
+if [ -n "${FERRY_NCCL_TESTS:-}" ]; then
+  cp "$FERRY_NCCL_TESTS" .carry/all_reduce_perf
 fi
 git describe --always --dirty > .carry/commit
 du -sh .carry

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs on the lent 2-GPU machine (nvidia-h200-x2) from the repository root, with .carry/ made by
+# scripts/gpu_carry.sh (with FERRY_NCCL_TESTS=<all_reduce_perf> it carries NVIDIA's nccl-tests binary too,
+# built outside the repository by scripts/build_nccl_tests.sh). For each link, NVLink and NCCL_P2P_DISABLE=1
+# (through host memory):
+#   - `ferry bench allreduce` from 1 MiB to 2 GiB, fp32 and bf16, every element checked;
+#   - the references at the same sizes: nccl-tests' all_reduce_perf (when carried) and PyTorch's
+#     all_reduce (scripts/torch_allreduce.py);
+#   - `ferry bench ddp`, every level, on the reference model and step (83 ms).
+# NCCL comes from the nvidia-nccl Python package (LD_LIBRARY_PATH is set from it). Raw outputs go to $OUT;
+# a short table is printed last. Usage: scripts/gpu_comm.sh [all|allreduce|ddp] (default all); FERRY_GPUS
+# (default 2) GPUs.
+set -uo pipefail
+what=${1:-all}
+out=${OUT:-/tmp/ferry-out}
+mkdir -p "$out"
+c=.carry
+gpus=${FERRY_GPUS:-2}
+nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
+export LD_LIBRARY_PATH="$nccl_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/nvidia-smi.csv"
+nvidia-smi topo -m > "$out/topo.txt" 2>&1
+echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat $c/commit 2>/dev/null)  nccl: $nccl_dir"
+declare -A rc
+
+for link in nvlink p2p_off; do
+  p2p=""
+  [ "$link" = p2p_off ] && p2p="NCCL_P2P_DISABLE=1"
+  if [ "$what" = all ] || [ "$what" = allreduce ]; then
+    echo "=== allreduce, $link"
+    env $p2p "$c/ferry" bench allreduce --backend cuda --gpus "$gpus" -b 1M -e 2G -f 2 -n 20 -w 5 \
+      --codec fp32,bf16 --json > "$out/allreduce_$link.json" 2> "$out/allreduce_$link.err"
+    rc[allreduce_$link]=$?
+    if [ -x "$c/all_reduce_perf" ]; then
+      env $p2p "$c/all_reduce_perf" -b 1M -e 2G -f 2 -g "$gpus" -n 20 -w 5 -c 1 \
+        > "$out/nccl_tests_$link.txt" 2>&1
+      rc[nccl_tests_$link]=$?
+    fi
+    env $p2p python3 scripts/torch_allreduce.py --gpus "$gpus" -b 1M -e 2G -f 2 -n 20 -w 5 \
+      > "$out/torch_$link.json" 2> "$out/torch_$link.err"
+    rc[torch_$link]=$?
+  fi
+  if [ "$what" = all ] || [ "$what" = ddp ]; then
+    echo "=== ddp, $link"
+    env $p2p "$c/ferry" bench ddp --backend cuda --gpus "$gpus" --json > "$out/ddp_$link.json" 2> "$out/ddp_$link.err"
+    rc[ddp_$link]=$?
+    grep "plan of" "$out/ddp_$link.err"
+  fi
+done
+
+echo "=== summary"
+for k in "${!rc[@]}"; do echo "rc $k=${rc[$k]}"; done | sort
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+
+
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception:  # noqa: BLE001 - the table says what is missing
+        return None
+
+
+def nccl_tests(name):
+    """size -> out-of-place busbw from all_reduce_perf's table."""
+    rows = {}
+    try:
+        for line in open(os.path.join(out, name)):
+            f = line.split()
+            if len(f) >= 8 and f[0].isdigit():
+                rows[int(f[0])] = float(f[7])
+    except OSError:
+        pass
+    return rows
+
+
+for link in ("nvlink", "p2p_off"):
+    ferry, torch, nt = load(f"allreduce_{link}.json"), load(f"torch_{link}.json"), nccl_tests(f"nccl_tests_{link}.txt")
+    if ferry:
+        fp32 = {r["size"]: r for r in ferry["rows"] if r["codec"] == "fp32"}
+        bf16 = {r["size"]: r for r in ferry["rows"] if r["codec"] == "bf16"}
+        tb = {r["size"]: r["busbw"] for r in torch["rows"]} if torch else {}
+        print(f"all-reduce busbw GB/s, {link} (out of place; bf16: effbw of the fp32 bytes); #wrong {ferry['wrong']}")
+        print(f"  {'size':>10} {'ferry':>8} {'nccl-t':>8} {'torch':>8} {'/nccl-t':>8} {'bf16 eff':>9}")
+        for s, r in fp32.items():
+            mine = r["out_of_place"]["busbw"]
+            ref = nt.get(s)
+            cell = lambda v: f"{v:8.1f}" if v else f"{'-':>8}"  # noqa: E731
+            ratio = f"{mine / ref:8.3f}" if ref else f"{'-':>8}"
+            eff = bf16[s]["out_of_place"]["effbw"] if s in bf16 else 0
+            print(f"  {s:>10} {mine:8.1f} {cell(ref)} {cell(tb.get(s))} {ratio} {eff:9.1f}")
+    ddp = load(f"ddp_{link}.json")
+    if ddp:
+        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms, buckets (lossy), mismatches")
+        for r in ddp["rows"]:
+            print(f"  {r['level']:<11} {r['steps_per_s']:7.3f} {r['ratio_to_ideal']:6.3f} {r.get('hidden', 0):6.1%} "
+                  f"{r.get('exposed_ms', 0):7.2f} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) {r['wrong']}")
+PY
