@@ -9,14 +9,18 @@
 #   - `ferry bench ddp`, every level, on the reference model and step (83 ms).
 # NCCL comes from the nvidia-nccl Python package (LD_LIBRARY_PATH is set from it). Raw outputs go to $OUT;
 # a short table is printed last. Usage: scripts/gpu_comm.sh [all|allreduce|ddp] (default all); FERRY_GPUS
-# (default 2) GPUs.
+# (default 2) GPUs; FERRY_CARRY the folder of the carried binaries (default .carry).
 set -uo pipefail
 what=${1:-all}
-out=${OUT:-/tmp/ferry-out}
+# Everything is written to $raw; what comes back is ferry's four JSON results, summary.txt and raw.tgz
+# (every file, the references' outputs and the logs included), under the device tool's 8-file limit.
+final=${OUT:-/tmp/ferry-out}
+out="$final/raw"
 mkdir -p "$out"
-c=.carry
+c=${FERRY_CARRY:-.carry}
+here=$(dirname "$0")
 gpus=${FERRY_GPUS:-2}
-nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
+nccl_dir=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
 export LD_LIBRARY_PATH="$nccl_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/nvidia-smi.csv"
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
@@ -36,7 +40,7 @@ for link in nvlink p2p_off; do
         > "$out/nccl_tests_$link.txt" 2>&1
       rc[nccl_tests_$link]=$?
     fi
-    env $p2p python3 scripts/torch_allreduce.py --gpus "$gpus" -b 1M -e 2G -f 2 -n 20 -w 5 \
+    env $p2p python3 "$here/torch_allreduce.py" --gpus "$gpus" -b 1M -e 2G -f 2 -n 20 -w 5 \
       > "$out/torch_$link.json" 2> "$out/torch_$link.err"
     rc[torch_$link]=$?
   fi
@@ -50,7 +54,7 @@ done
 
 echo "=== summary"
 for k in "${!rc[@]}"; do echo "rc $k=${rc[$k]}"; done | sort
-python3 - "$out" <<'PY'
+python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import json, os, sys
 out = sys.argv[1]
 
@@ -93,8 +97,16 @@ for link in ("nvlink", "p2p_off"):
             print(f"  {s:>10} {mine:8.1f} {cell(ref)} {cell(tb.get(s))} {ratio} {eff:9.1f}")
     ddp = load(f"ddp_{link}.json")
     if ddp:
-        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms, buckets (lossy), mismatches")
+        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms (auto: predicted), buckets (lossy), "
+              f"cap MiB, mismatches; auto: us a bucket takes from backward")
         for r in ddp["rows"]:
+            pred = f" ({r['predicted_exposed_ms']:.2f})" if "predicted_exposed_ms" in r else ""
+            per = f" {r['per_bucket_us']:.1f} us" if "per_bucket_us" in r else ""
             print(f"  {r['level']:<11} {r['steps_per_s']:7.3f} {r['ratio_to_ideal']:6.3f} {r.get('hidden', 0):6.1%} "
-                  f"{r.get('exposed_ms', 0):7.2f} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) {r['wrong']}")
+                  f"{r.get('exposed_ms', 0):7.2f}{pred} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) "
+                  f"{r.get('cap_mib', 0):6.1f} {r['wrong']}{per}")
 PY
+for f in allreduce_nvlink.json allreduce_p2p_off.json ddp_nvlink.json ddp_p2p_off.json summary.txt; do
+  [ -f "$out/$f" ] && cp "$out/$f" "$final/$f"
+done
+tar -czf "$final/raw.tgz" -C "$final" raw && rm -rf "$out"

@@ -164,6 +164,7 @@ struct rank_outcome {
   double wire_mb = 0;  // per step
   double first_mib = 0, cap_mib = 0;
   double predicted_exposed_ms = -1;  // auto levels
+  double per_bucket_us = -1;         // auto levels: what a bucket took from backward
 };
 
 // Seconds of one all-reduce of each size, this rank's view, `iters` after one warm-up, each size from a
@@ -283,7 +284,10 @@ class rank_model {
   void run() {
     const level_setting& s = run_.setting;
     const ddp_options& cfg = run_.cfg;
-    const int pre = s.kind == level_kind::automatic ? 1 + cfg.learn_steps : 0;
+    // Auto levels: the first step, then learn_steps with one bucket (the ready timeline, undisturbed), then
+    // learn_steps with DDP's 25 MB buckets (what many buckets beside backward take from it).
+    const int learn = cfg.learn_steps;
+    const int pre = s.kind == level_kind::automatic ? 1 + 2 * learn : 0;
     if (s.kind == level_kind::single) {
       std::size_t total = 0;
       for (std::size_t n : run_.elements) total += n;
@@ -297,6 +301,8 @@ class rank_model {
       } else {
         o.plan.first_bucket_bytes = scaled_bytes(s.first_bytes, cfg.scale);
         o.plan.bucket_cap_bytes = scaled_bytes(s.cap_bytes, cfg.scale);
+        plan_first_ = o.plan.first_bucket_bytes;
+        plan_cap_ = o.plan.bucket_cap_bytes;
       }
       red_.emplace(comm_, run_.elements, o);
     }
@@ -306,10 +312,13 @@ class rank_model {
     for (int step = 0; step < total; ++step) {
       const int widx = step - pre;
       if (rank_ == 0 && widx == cfg.warmup) run_.window.begin();
-      const bool learning = inputs && step >= 1 && step < pre;
-      one_step(widx, learning);
-      if (learning) learn(*inputs, step == pre - 1);
-      if (inputs && step == pre - 1) decide(*inputs);
+      const bool timeline = inputs && step >= 1 && step <= learn;
+      const bool interference = inputs && step > learn && step <= 2 * learn;
+      one_step(widx, timeline);
+      if (timeline) learn_timeline(*inputs, step == learn);
+      if (inputs && step == learn) try_many_buckets();
+      if (interference) learn_interference(*inputs, step == 2 * learn);
+      if (inputs && step == 2 * learn) decide(*inputs);
     }
     if (rank_ == 0) run_.window.end(last_row_);
     compute_.synchronize();
@@ -392,7 +401,7 @@ class rank_model {
 
   // After a learning step: adds each gradient's ready time (from backward's start) to the running mean;
   // on the last, writes the mean into the plan's timeline.
-  void learn(comm::plan_inputs& in, bool last) {
+  void learn_timeline(comm::plan_inputs& in, bool last) {
     compute_.synchronize();
     ++learned_;
     backward_ms_ += dev_.elapsed_ms(backward_start_, backward_end_);
@@ -405,6 +414,31 @@ class rank_model {
     in.timeline.backward_end = ns(backward_ms_);
     for (std::size_t p = 0; p < ready_.size(); ++p)
       in.timeline.ready[p] = std::min(ns(ready_ms_[p]), in.timeline.backward_end);
+  }
+
+  // The next steps run DDP's default buckets (the same on every rank: the order is rank 0's since the
+  // first step's rebuild), to see how much longer backward runs beside many all-reduces.
+  void try_many_buckets() {
+    const ddp_options& cfg = run_.cfg;
+    comm::bucket_plan many = comm::make_bucket_plan(
+        run_.elements, red_->plan().order(),
+        {scaled_bytes(1 * MiB, cfg.scale), scaled_bytes(25 * MiB, cfg.scale), alignment});
+    many_buckets_ = many.buckets.size();
+    red_->set_plan(std::move(many), {codec_kind::none});
+  }
+
+  // After a step with many buckets; on the last, what each bucket took from backward, on average, into
+  // the plan's inputs (never below 0).
+  void learn_interference(comm::plan_inputs& in, bool last) {
+    compute_.synchronize();
+    ++interfered_;
+    many_backward_ms_ += dev_.elapsed_ms(backward_start_, backward_end_);
+    if (!last) return;
+    const double one = backward_ms_ / learned_, many = many_backward_ms_ / interfered_;
+    const double per_bucket_ms =
+        many_buckets_ > 1 ? std::max(0.0, many - one) / static_cast<double>(many_buckets_ - 1) : 0.0;
+    in.per_bucket_compute = std::chrono::nanoseconds(static_cast<std::int64_t>(per_bucket_ms * 1e6));
+    per_bucket_us_ = per_bucket_ms * 1e3;
   }
 
   // Rank 0 chooses the plan and broadcasts it; every rank sets it, to take effect at the next step.
@@ -422,15 +456,17 @@ class rank_model {
       if (run_.progress)
         run_.progress(
             fmt::format("{}: plan of {} buckets (first {}, cap {}), {} lossy; predicted exposed {:.2f} ms "
-                        "after a {:.2f} ms backward",
+                        "after a {:.2f} ms backward, each bucket taking {:.1f} us from it",
                         run_.window_level, p.layout.buckets.size(),
                         format_bytes(p.options.first_bucket_bytes), format_bytes(p.options.bucket_cap_bytes),
-                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3));
+                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3, per_bucket_us_));
     }
     event e = comm_.broadcast(dev_words, dev_words, words * 2, comm::dtype::f32, 0, compute_);
     e.synchronize();
     dev_.copy(host_words, dev_words, compute_);
     const comm::comm_plan p = comm::from_words({w, words}, run_.elements, alignment);
+    plan_first_ = p.options.first_bucket_bytes;
+    plan_cap_ = p.options.bucket_cap_bytes;
     red_->set_plan(p.layout, p.codecs);
   }
 
@@ -474,6 +510,10 @@ class rank_model {
                                                        [](codec_kind c) { return comm::lossy(c); }));
     out.wire_mb = static_cast<double>(st.wire_bytes) / static_cast<double>(st.steps) / 1e6;
     out.predicted_exposed_ms = predicted_exposed_ms_;
+    out.per_bucket_us = per_bucket_us_;
+    // The plan's limits at the reference scale (0: one bucket of everything).
+    out.first_mib = static_cast<double>(plan_first_) / run_.cfg.scale / static_cast<double>(MiB);
+    out.cap_mib = static_cast<double>(plan_cap_) / run_.cfg.scale / static_cast<double>(MiB);
     if (rank_ != 0) return;
     // The last step: each bucket's span on the communication stream against the end of backward, both
     // from the step's start on that stream.
@@ -506,6 +546,11 @@ class rank_model {
   std::vector<double> ready_ms_;
   double backward_ms_ = 0;
   int learned_ = 0;
+  std::size_t many_buckets_ = 0;
+  double many_backward_ms_ = 0;
+  int interfered_ = 0;
+  double per_bucket_us_ = -1;
+  std::size_t plan_first_ = 0, plan_cap_ = 0;  // the bucket limits of the plan that ran (0: one bucket)
   double predicted_exposed_ms_ = -1;
   ladder_row last_row_;
 };
@@ -682,8 +727,11 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
     row.set_extra("buckets", static_cast<double>(o.buckets), true);
     row.set_extra("lossy_buckets", static_cast<double>(o.lossy), true);
     row.set_extra("wire_mb", o.wire_mb);
+    row.set_extra("first_mib", o.first_mib);
+    row.set_extra("cap_mib", o.cap_mib);
     row.set_extra("link_gbps", run_cfg.probed_gbps);
     if (o.predicted_exposed_ms >= 0) row.set_extra("predicted_exposed_ms", o.predicted_exposed_ms);
+    if (o.per_bucket_us >= 0) row.set_extra("per_bucket_us", o.per_bucket_us);
   };
   ddp_result result =
       run_ladder_as<ddp_result>(ranks[0]->dev(), ddp_spec(), run_cfg, step_bytes, run, progress);

@@ -69,6 +69,7 @@ class evaluator {
   evaluator(const plan_inputs& in, const bucket_plan& layout, const std::vector<std::size_t>& allowed)
       : ready_(ready_times(in.timeline, layout)),
         backward_end_(seconds(in.timeline.backward_end)),
+        buckets_s_(static_cast<double>(layout.buckets.size()) * seconds(in.per_bucket_compute)),
         choices_(allowed.size()) {
     costs_.reserve(ready_.size() * choices_);
     for (const bucket& b : layout.buckets)
@@ -78,7 +79,7 @@ class evaluator {
   [[nodiscard]] std::size_t buckets() const noexcept { return ready_.size(); }
   [[nodiscard]] std::size_t choices() const noexcept { return choices_; }
 
-  // Exposed time plus codec time before backward's end, for choice[b] per bucket.
+  // Exposed time plus codec time before backward's end plus the buckets' share, for choice[b] per bucket.
   [[nodiscard]] double objective(const std::vector<std::size_t>& choice) const {
     double end = 0, local = 0;
     for (std::size_t b = 0; b < buckets(); ++b) {
@@ -87,12 +88,13 @@ class evaluator {
       end = start + x.total();
       local += before(start, start + x.encode, backward_end_) + before(end - x.decode, end, backward_end_);
     }
-    return std::max(0.0, end - backward_end_) + local;
+    return std::max(0.0, end - backward_end_) + local + buckets_s_;
   }
 
  private:
   std::vector<double> ready_;
   double backward_end_;
+  double buckets_s_;
   std::size_t choices_;
   std::vector<bucket_cost> costs_;  // [bucket][choice]
 };
@@ -269,8 +271,9 @@ void check(const plan_inputs& in) {
   FERRY_EXPECTS(lossless, "plan inputs have no lossless codec; none (fp32) must be among them");
   FERRY_EXPECTS(finite_non_negative(in.min_lossy_gain),
                 fmt::format("min_lossy_gain {} must be a finite fraction >= 0", in.min_lossy_gain));
-  FERRY_EXPECTS(in.per_bucket.count() >= 0,
-                fmt::format("per-bucket cost {} ns is negative", in.per_bucket.count()));
+  FERRY_EXPECTS(in.per_bucket.count() >= 0 && in.per_bucket_compute.count() >= 0,
+                fmt::format("per-bucket costs must not be negative (communication {} ns, compute {} ns)",
+                            in.per_bucket.count(), in.per_bucket_compute.count()));
   for (std::size_t c : in.caps) FERRY_EXPECTS(c > 0, "a candidate bucket cap of 0 bytes; caps must be > 0");
   for (std::size_t f : in.first_buckets)
     FERRY_EXPECTS(f > 0, "a candidate first bucket of 0 bytes; first buckets must be > 0");
@@ -316,6 +319,7 @@ comm_plan simulate(const plan_inputs& in, const bucket_plan& layout, std::span<c
   }
   p.comm_end_s = end;
   p.exposed_s = std::max(0.0, end - p.backward_end_s);
+  p.bucket_s = static_cast<double>(layout.buckets.size()) * seconds(in.per_bucket_compute);
   return p;
 }
 
@@ -392,7 +396,7 @@ comm_plan choose_plan(const plan_inputs& in) {
 }
 
 // ---- broadcast form ----
-// [magic, params, buckets, first, cap, backward_end, comm_end, exposed, codec, comm, spare]
+// [magic, params, buckets, first, cap, backward_end, comm_end, exposed, codec, comm, bucket]
 // [ready order: params words] [codec per bucket: params words, the unused ones 0]
 
 namespace {
@@ -421,6 +425,7 @@ std::vector<std::uint64_t> to_words(const comm_plan& p) {
   w[7] = bits(p.exposed_s);
   w[8] = bits(p.codec_s);
   w[9] = bits(p.comm_s);
+  w[10] = bits(p.bucket_s);
   for (std::size_t i = 0; i < params; ++i) w[header_words + i] = order[i];
   for (std::size_t k = 0; k < p.codecs.size(); ++k)
     w[header_words + params + k] = static_cast<std::uint64_t>(p.codecs[k]);
@@ -442,6 +447,7 @@ comm_plan from_words(std::span<const std::uint64_t> w, std::span<const std::size
   p.exposed_s = real(w[7]);
   p.codec_s = real(w[8]);
   p.comm_s = real(w[9]);
+  p.bucket_s = real(w[10]);
   const std::vector<std::size_t> order(w.begin() + header_words,
                                        w.begin() + static_cast<std::ptrdiff_t>(header_words + params));
   p.layout = make_bucket_plan(elements, order, p.options);

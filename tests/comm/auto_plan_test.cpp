@@ -65,7 +65,8 @@ plan_inputs inputs(link_table link, ready_timeline t, codec_policy policy) {
 struct brute {
   double exposed = 0;
   double codec = 0;
-  double objective() const { return exposed + codec; }
+  double buckets = 0;
+  double objective() const { return exposed + codec + buckets; }
 };
 
 // Bucket by bucket: its bytes and ready time from its parameters, its three intervals on the one
@@ -102,6 +103,8 @@ brute brute_force(const plan_inputs& in, const bucket_plan& layout, const std::v
   r.exposed = std::max(0.0, free_at - end);
   for (const interval& i : stream)
     if (i.codec) r.codec += std::max(0.0, std::min(i.b, end) - std::max(i.a, 0.0));
+  r.buckets =
+      static_cast<double>(layout.buckets.size()) * static_cast<double>(in.per_bucket_compute.count()) * 1e-9;
   return r;
 }
 
@@ -281,6 +284,17 @@ TEST(auto_plan_choose, a_small_gain_does_not_buy_a_lossy_codec) {
   EXPECT_GT(any.objective_s(), kept.objective_s() - 0.01 * 55 * ms);
 }
 
+TEST(auto_plan_choose, what_each_bucket_takes_from_compute_makes_buckets_larger) {
+  plan_inputs in = inputs(nvlink(), layered(vit_params, vit_elements, 55), codec_policy::lossless);
+  const comm_plan free = choose_plan(in);
+  in.per_bucket_compute = nanoseconds(20'000);  // 20 us of compute per bucket
+  const comm_plan costly = choose_plan(in);
+  EXPECT_LT(costly.layout.buckets.size(), free.layout.buckets.size());
+  EXPECT_NEAR(costly.bucket_s, costly.layout.buckets.size() * 20e-6, 1e-12);
+  // Its objective is the least of the candidates under that cost: the free plan costs more now.
+  EXPECT_LE(costly.objective_s(), simulate(in, free.layout, free.codecs).objective_s());
+}
+
 TEST(auto_plan_choose, the_lossless_policy_never_picks_a_lossy_codec) {
   std::mt19937_64 rng(12);
   for (int trial = 0; trial < 20; ++trial) {
@@ -309,6 +323,7 @@ TEST(auto_plan_choose, its_prediction_matches_a_brute_force_simulation_and_searc
     in.min_lossy_gain = 0;
     in.link = trial % 2 == 0 ? host_memory() : nvlink();
     in.per_bucket = nanoseconds(rng() % 20'000);
+    in.per_bucket_compute = nanoseconds(trial % 3 == 0 ? 0 : rng() % 200'000);
     const double backward = 1e6 * static_cast<double>(1 + rng() % 20);  // 1 to 20 ms
     in.timeline.backward_end = nanoseconds(static_cast<std::int64_t>(backward));
     for (std::size_t p = 0; p < n; ++p) {
@@ -325,6 +340,7 @@ TEST(auto_plan_choose, its_prediction_matches_a_brute_force_simulation_and_searc
     const brute b = brute_force(in, p.layout, p.codecs);
     EXPECT_NEAR(p.exposed_s, b.exposed, 1e-12);
     EXPECT_NEAR(p.codec_s, b.codec, 1e-12);
+    EXPECT_NEAR(p.bucket_s, b.buckets, 1e-12);
 
     // Every candidate layout the plan could make, with every codec assignment the policy allows.
     const std::vector<codec_kind> allowed =

@@ -14,8 +14,10 @@
 // Levels: single (no reducer); one bucket after backward; DDP's 25 MB and 100 MB buckets; fp16 and bf16
 // over 25 MB buckets; ferry auto, lossless and with lossy codecs allowed: at start-up the level measures
 // the all-reduce over sizes and the codecs' cost, learns the backward's gradient-ready timeline over
-// `learn_steps` steps (timing events on the producer stream), and rank 0 chooses the plan
-// (comm::choose_plan) and broadcasts it; every rank sets it on its reducer, between steps.
+// `learn_steps` steps with one bucket (timing events on the producer stream) and then, over `learn_steps`
+// steps with DDP's 25 MB buckets, how much longer backward runs beside many all-reduces (what each bucket
+// takes from compute); rank 0 chooses the plan (comm::choose_plan) and broadcasts it; every rank sets it
+// on its reducer, between steps.
 //
 // Each row: steps/s, the ratio to single, and from the last timed step's timing events (the reducer's on
 // its communication stream, the bench's on the compute stream) the communication time, the share of it
@@ -79,7 +81,8 @@ struct ddp_options : ladder_options {
 [[nodiscard]] const ladder_spec& ddp_spec();
 
 /// A ladder run. Extras per row: comm_ms, hidden, exposed_ms, buckets, lossy_buckets, wire_mb (per step),
-/// first_mib and cap_mib of the plan; auto levels predicted_exposed_ms; every level link_gbps (the
+/// first_mib and cap_mib of the plan; auto levels predicted_exposed_ms and per_bucket_us; every level
+/// link_gbps (the
 /// all-reduce busbw of the step's gradients measured before the levels).
 struct ddp_result : ladder_result {
   ddp_options config;

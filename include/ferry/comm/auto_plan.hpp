@@ -16,8 +16,9 @@
 // gradient is ready and the previous bucket's communication finished (one communication stream: buckets
 // go out in order); a bucket occupies that stream for its encode, its all-reduce of the codec's wire bytes
 // and its decode. The exposed time is how long the last bucket's communication outlasts backward; codec
-// kernels that run while backward computes take that time from it, so the objective is the exposed time
-// plus the codec time spent before backward ended.
+// kernels that run while backward computes take that time from it, and so does each bucket a fixed
+// measured amount (per_bucket_compute), so the objective is the exposed time plus the codec time spent
+// before backward ended plus the buckets' share.
 //
 // The search (choose_plan()): every (first bucket, cap) pair of log-spaced candidates from 1 MiB to
 // 400 MiB (and a single bucket). Under the lossless policy every bucket is fp32 (codec none); under the
@@ -101,6 +102,10 @@ struct plan_inputs {
   codec_policy policy = codec_policy::lossless;
   /// Fixed time each bucket adds on the communication stream (its launch and bookkeeping).
   std::chrono::nanoseconds per_bucket{0};
+  /// Time each bucket takes from the step's compute while it runs beside backward (its kernels share the
+  /// GPU; overlap is not free). Measured, it is what keeps the plan from cutting buckets finer than they
+  /// pay: the reducer's bench learns it from how much longer backward runs with many buckets than with one.
+  std::chrono::nanoseconds per_bucket_compute{0};
   /// Candidate caps and first-bucket sizes; empty: default_caps() and default_first_buckets().
   std::vector<std::size_t> caps;
   std::vector<std::size_t> first_buckets;
@@ -133,8 +138,9 @@ struct comm_plan {
   double exposed_s = 0;   // max(0, comm_end - backward_end)
   double codec_s = 0;     // codec time spent before backward ended (taken from backward's compute)
   double comm_s = 0;      // time the communication stream is busy (encode + all-reduce + decode)
+  double bucket_s = 0;    // buckets * per_bucket_compute: what the buckets take from the step's compute
   /// What the search minimises.
-  [[nodiscard]] double objective_s() const noexcept { return exposed_s + codec_s; }
+  [[nodiscard]] double objective_s() const noexcept { return exposed_s + codec_s + bucket_s; }
   /// Buckets whose codec is lossy.
   [[nodiscard]] std::size_t lossy_buckets() const noexcept;
 };
@@ -154,7 +160,8 @@ void check(const plan_inputs& in);
 [[nodiscard]] comm_plan simulate(const plan_inputs& in, const bucket_plan& layout,
                                  std::span<const codec_kind> codecs);
 
-/// The plan of least objective (exposed + codec time during backward) among the candidates; a plan with
+/// The plan of least objective (exposed + codec time during backward + the buckets' share) among the
+/// candidates; a plan with
 /// lossy buckets only under the lossy policy and only when it gains min_lossy_gain over the best lossless
 /// one. Throws logic_error for inputs check() refuses.
 [[nodiscard]] comm_plan choose_plan(const plan_inputs& in);
