@@ -97,14 +97,16 @@ for link in ("nvlink", "p2p_off"):
             print(f"  {s:>10} {mine:8.1f} {cell(ref)} {cell(tb.get(s))} {ratio} {eff:9.1f}")
     ddp = load(f"ddp_{link}.json")
     if ddp:
-        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms (auto: predicted), buckets (lossy), "
-              f"cap MiB, mismatches; auto: us a bucket takes from backward")
+        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms (auto: predicted), buckets (lossy), cap MiB, "
+              f"mismatches, then per step on the compute stream: forward, backward, gap before the next step (ms); "
+              f"auto: us a bucket takes from backward")
         for r in ddp["rows"]:
             pred = f" ({r['predicted_exposed_ms']:.2f})" if "predicted_exposed_ms" in r else ""
             per = f" {r['per_bucket_us']:.1f} us" if "per_bucket_us" in r else ""
             print(f"  {r['level']:<11} {r['steps_per_s']:7.3f} {r['ratio_to_ideal']:6.3f} {r.get('hidden', 0):6.1%} "
                   f"{r.get('exposed_ms', 0):7.2f}{pred} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) "
-                  f"{r.get('cap_mib', 0):6.1f} {r['wrong']}{per}")
+                  f"{r.get('cap_mib', 0):6.1f} {r['wrong']}  {r.get('forward_ms', 0):6.2f} {r.get('backward_ms', 0):6.2f} "
+                  f"{r.get('between_ms', 0):5.2f}{per}")
 PY
 for f in allreduce_nvlink.json allreduce_p2p_off.json ddp_nvlink.json ddp_p2p_off.json summary.txt; do
   [ -f "$out/$f" ] && cp "$out/$f" "$final/$f"

@@ -159,7 +159,10 @@ struct rank_outcome {
   std::uint64_t checked = 0;
   std::uint64_t wrong = 0;
   std::vector<std::uint64_t> checksums;  // per bucket
-  double comm_ms = 0, hidden = 0, exposed_ms = 0, backward_ms = 0;
+  double comm_ms = 0, hidden = 0;        // the last step, on the communication stream
+  // Means over the timed steps on the compute stream: forward, backward, the wait for the reducer after
+  // backward (the exposed communication), the optimizer, and the gap before the next step's forward.
+  double forward_ms = 0, backward_ms = 0, exposed_ms = 0, optimizer_ms = 0, between_ms = 0;
   std::size_t buckets = 0, lossy = 0;
   double wire_mb = 0;  // per step
   double first_mib = 0, cap_mib = 0;
@@ -243,6 +246,11 @@ struct level_run {
   std::string window_level;  // the level's name, for progress lines
 };
 
+// The points of one step on the compute stream, as timing events.
+struct step_marks {
+  event forward, backward, backward_end, waited, end;
+};
+
 // One rank's model and its steps.
 class rank_model {
  public:
@@ -272,6 +280,12 @@ class rank_model {
       backward_.emplace_back(static_cast<std::int64_t>(backward * share));
     }
     optimizer_ = std::chrono::nanoseconds(static_cast<std::int64_t>(optimizer));
+    for (int i = 0; i < cfg.steps; ++i) {
+      step_marks m;
+      for (event* e : {&m.forward, &m.backward, &m.backward_end, &m.waited, &m.end})
+        *e = dev_.make_timing_event();
+      marks_.push_back(std::move(m));
+    }
     for (std::size_t p = 0; p < run.elements.size(); ++p) {
       const int u = run.unit_of[p];
       if (first_of_.size() <= static_cast<std::size_t>(u))
@@ -285,9 +299,9 @@ class rank_model {
     const level_setting& s = run_.setting;
     const ddp_options& cfg = run_.cfg;
     // Auto levels: the first step, then learn_steps with one bucket (the ready timeline, undisturbed), then
-    // learn_steps with DDP's 25 MB buckets (what many buckets beside backward take from it).
+    // 2 x learn_steps with DDP's 25 MB buckets (what many buckets beside backward take from it).
     const int learn = cfg.learn_steps;
-    const int pre = s.kind == level_kind::automatic ? 1 + 2 * learn : 0;
+    const int pre = s.kind == level_kind::automatic ? 1 + 3 * learn : 0;
     if (s.kind == level_kind::single) {
       std::size_t total = 0;
       for (std::size_t n : run_.elements) total += n;
@@ -313,12 +327,15 @@ class rank_model {
       const int widx = step - pre;
       if (rank_ == 0 && widx == cfg.warmup) run_.window.begin();
       const bool timeline = inputs && step >= 1 && step <= learn;
-      const bool interference = inputs && step > learn && step <= 2 * learn;
-      one_step(widx, timeline);
+      // The many-bucket steps: the first learn_steps let the host get ahead of the GPU as in the timed
+      // steps (the interference shows only then), the last learn_steps are measured.
+      const bool interference = inputs && step > 2 * learn && step <= 3 * learn;
+      step_marks* probe = interference ? &probes_[static_cast<std::size_t>(step - 2 * learn - 1)] : nullptr;
+      one_step(widx, timeline, probe);
       if (timeline) learn_timeline(*inputs, step == learn);
       if (inputs && step == learn) try_many_buckets();
-      if (interference) learn_interference(*inputs, step == 2 * learn);
-      if (inputs && step == 2 * learn) decide(*inputs);
+      if (interference) learn_interference(*inputs, step == 3 * learn);
+      if (inputs && step == 3 * learn) decide(*inputs);
     }
     if (rank_ == 0) run_.window.end(last_row_);
     compute_.synchronize();
@@ -339,7 +356,8 @@ class rank_model {
     return o;
   }
 
-  void one_step(int widx, bool learning) {
+  // `probe`: marks to record backward's start and end in (the interference steps of the auto levels).
+  void one_step(int widx, bool learning, step_marks* probe = nullptr) {
     std::optional<trace::scoped_range> range;
     if (rank_ == 0) range.emplace("step", trace::color::gray);
     const bool timed = rank_ == 0 && widx >= 0;
@@ -348,10 +366,17 @@ class rank_model {
       t0_.record(red_->comm_stream());
     }
     if (timed) run_.window.compute_started(widx, compute_);
+    // The timed steps' points on the compute stream (every rank records them; rank 0 reports them).
+    const int t = widx - run_.cfg.warmup;
+    step_marks* marks =
+        t >= 0 && t < static_cast<int>(marks_.size()) ? &marks_[static_cast<std::size_t>(t)] : nullptr;
+    if (marks) marks->forward.record(compute_);
     for (int u = 0; u < model_units; ++u)
       if (forward_[static_cast<std::size_t>(u)].count() > 0)
         dev_.spin_async(forward_[static_cast<std::size_t>(u)], compute_);
     backward_start_.record(compute_);
+    if (marks) marks->backward.record(compute_);
+    if (probe) probe->backward.record(compute_);
     for (int u = model_units - 1; u >= 0; --u) {
       if (backward_[static_cast<std::size_t>(u)].count() > 0)
         dev_.spin_async(backward_[static_cast<std::size_t>(u)], compute_);
@@ -364,8 +389,12 @@ class rank_model {
       }
     }
     backward_end_.record(compute_);
+    if (marks) marks->backward_end.record(compute_);
+    if (probe) probe->backward_end.record(compute_);
     if (red_) red_->finish(compute_);
+    if (marks) marks->waited.record(compute_);
     dev_.spin_async(optimizer_, compute_);
+    if (marks) marks->end.record(compute_);
     if (timed) run_.window.compute_done(widx, compute_);
   }
 
@@ -395,6 +424,12 @@ class rank_model {
     in.timeline.elements = run_.elements;
     in.timeline.ready.assign(run_.elements.size(), std::chrono::nanoseconds(0));
     for (std::size_t p = 0; p < run_.elements.size(); ++p) ready_.push_back(dev_.make_timing_event());
+    for (int i = 0; i < cfg.learn_steps; ++i) {
+      step_marks m;
+      m.backward = dev_.make_timing_event();
+      m.backward_end = dev_.make_timing_event();
+      probes_.push_back(std::move(m));
+    }
     ready_ms_.assign(run_.elements.size(), 0);
     return in;
   }
@@ -429,16 +464,34 @@ class rank_model {
 
   // After a step with many buckets; on the last, what each bucket took from backward, on average, into
   // the plan's inputs (never below 0).
+  // Those steps run as the timed ones will, the host queueing ahead of the GPU: no host sync until the
+  // last, whose backward times, with their mean, go into the plan's inputs (never below 0).
   void learn_interference(comm::plan_inputs& in, bool last) {
-    compute_.synchronize();
-    ++interfered_;
-    many_backward_ms_ += dev_.elapsed_ms(backward_start_, backward_end_);
     if (!last) return;
-    const double one = backward_ms_ / learned_, many = many_backward_ms_ / interfered_;
+    compute_.synchronize();
+    double many = 0;
+    for (const step_marks& m : probes_) many += dev_.elapsed_ms(m.backward, m.backward_end);
+    many /= static_cast<double>(probes_.size());
+    const double one = backward_ms_ / learned_;
     const double per_bucket_ms =
         many_buckets_ > 1 ? std::max(0.0, many - one) / static_cast<double>(many_buckets_ - 1) : 0.0;
     in.per_bucket_compute = std::chrono::nanoseconds(static_cast<std::int64_t>(per_bucket_ms * 1e6));
     per_bucket_us_ = per_bucket_ms * 1e3;
+    probe_hidden_ = hidden_share();
+  }
+
+  // The share of the last finished step's bucket time on the communication stream that ran before
+  // backward ended, and that time (ms).
+  std::pair<double, double> hidden_share() {
+    red_->comm_stream().synchronize();
+    const std::vector<comm::bucket_timing> t = red_->last_step_timing();
+    const double backward_end = dev_.elapsed_ms(t0_, backward_end_);
+    double busy = 0, before = 0;
+    for (const comm::bucket_timing& b : t) {
+      busy += b.end_ms - b.start_ms;
+      before += std::max(0.0, std::min(b.end_ms, backward_end) - b.start_ms);
+    }
+    return {busy > 0 ? before / busy : 0, busy};
   }
 
   // Rank 0 chooses the plan and broadcasts it; every rank sets it, to take effect at the next step.
@@ -456,10 +509,13 @@ class rank_model {
       if (run_.progress)
         run_.progress(
             fmt::format("{}: plan of {} buckets (first {}, cap {}), {} lossy; predicted exposed {:.2f} ms "
-                        "after a {:.2f} ms backward, each bucket taking {:.1f} us from it",
+                        "after a {:.2f} ms backward, each bucket taking {:.1f} us from it (measured with {} "
+                        "buckets, {:.0f}% of "
+                        "their {:.2f} ms beside backward)",
                         run_.window_level, p.layout.buckets.size(),
                         format_bytes(p.options.first_bucket_bytes), format_bytes(p.options.bucket_cap_bytes),
-                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3, per_bucket_us_));
+                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3, per_bucket_us_,
+                        many_buckets_, probe_hidden_.first * 100, probe_hidden_.second));
     }
     event e = comm_.broadcast(dev_words, dev_words, words * 2, comm::dtype::f32, 0, compute_);
     e.synchronize();
@@ -473,6 +529,7 @@ class rank_model {
   // After the timed steps: the check, and (rank 0) the last step's communication against its backward.
   void report() {
     rank_outcome& out = run_.outcome[static_cast<std::size_t>(rank_)];
+    if (rank_ == 0) step_phases(out);
     const int n = comm_.size();
     const std::size_t params = run_.elements.size();
     buffer results = dev_.alloc_device(params * comm::f32_diff_bytes);
@@ -517,18 +574,29 @@ class rank_model {
     if (rank_ != 0) return;
     // The last step: each bucket's span on the communication stream against the end of backward, both
     // from the step's start on that stream.
-    const std::vector<comm::bucket_timing> t = red_->last_step_timing();
-    const double backward_end = dev_.elapsed_ms(t0_, backward_end_);
-    double busy = 0, before = 0, end = 0;
-    for (const comm::bucket_timing& b : t) {
-      busy += b.end_ms - b.start_ms;
-      before += std::max(0.0, std::min(b.end_ms, backward_end) - b.start_ms);
-      end = std::max(end, b.end_ms);
-    }
+    const auto [hidden, busy] = hidden_share();
     out.comm_ms = busy;
-    out.hidden = busy > 0 ? before / busy : 0;
-    out.exposed_ms = std::max(0.0, end - backward_end);
-    out.backward_ms = backward_end;
+    out.hidden = hidden;
+  }
+
+  // Rank 0, every level: where the timed steps' time went on the compute stream, as means over the steps.
+  void step_phases(rank_outcome& out) {
+    const std::size_t n = marks_.size();
+    double forward = 0, backward = 0, waited = 0, optimizer = 0, between = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const step_marks& m = marks_[i];
+      forward += dev_.elapsed_ms(m.forward, m.backward);
+      backward += dev_.elapsed_ms(m.backward, m.backward_end);
+      waited += dev_.elapsed_ms(m.backward_end, m.waited);
+      optimizer += dev_.elapsed_ms(m.waited, m.end);
+      if (i + 1 < n) between += dev_.elapsed_ms(m.end, marks_[i + 1].forward);
+    }
+    const auto steps = static_cast<double>(n);
+    out.forward_ms = forward / steps;
+    out.backward_ms = backward / steps;
+    out.exposed_ms = waited / steps;
+    out.optimizer_ms = optimizer / steps;
+    out.between_ms = n > 1 ? between / static_cast<double>(n - 1) : 0;
   }
 
   level_run& run_;
@@ -543,14 +611,15 @@ class rank_model {
   std::vector<std::size_t> first_of_, last_of_;  // per unit: its first and last parameter
   event t0_, backward_start_, backward_end_;
   std::vector<event> ready_;
+  std::vector<step_marks> marks_;  // per timed step
   std::vector<double> ready_ms_;
   double backward_ms_ = 0;
   int learned_ = 0;
   std::size_t many_buckets_ = 0;
-  double many_backward_ms_ = 0;
-  int interfered_ = 0;
+  std::vector<step_marks> probes_;  // auto levels: backward with many buckets, per interference step
   double per_bucket_us_ = -1;
-  std::size_t plan_first_ = 0, plan_cap_ = 0;  // the bucket limits of the plan that ran (0: one bucket)
+  std::pair<double, double> probe_hidden_{0, 0};  // the last many-bucket step: hidden share, comm ms
+  std::size_t plan_first_ = 0, plan_cap_ = 0;     // the bucket limits of the plan that ran (0: one bucket)
   double predicted_exposed_ms_ = -1;
   ladder_row last_row_;
 };
@@ -723,7 +792,10 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
     row.set_extra("comm_ms", o.comm_ms);
     row.set_extra("hidden", o.hidden);
     row.set_extra("exposed_ms", o.exposed_ms);
+    row.set_extra("forward_ms", o.forward_ms);
     row.set_extra("backward_ms", o.backward_ms);
+    row.set_extra("optimizer_ms", o.optimizer_ms);
+    row.set_extra("between_ms", o.between_ms);
     row.set_extra("buckets", static_cast<double>(o.buckets), true);
     row.set_extra("lossy_buckets", static_cast<double>(o.lossy), true);
     row.set_extra("wire_mb", o.wire_mb);

@@ -14,8 +14,9 @@
 // Levels: single (no reducer); one bucket after backward; DDP's 25 MB and 100 MB buckets; fp16 and bf16
 // over 25 MB buckets; ferry auto, lossless and with lossy codecs allowed: at start-up the level measures
 // the all-reduce over sizes and the codecs' cost, learns the backward's gradient-ready timeline over
-// `learn_steps` steps with one bucket (timing events on the producer stream) and then, over `learn_steps`
-// steps with DDP's 25 MB buckets, how much longer backward runs beside many all-reduces (what each bucket
+// `learn_steps` steps with one bucket (timing events on the producer stream) and then, over the last
+// `learn_steps` of 2 x `learn_steps` steps with DDP's 25 MB buckets (the host queueing ahead of the GPU by
+// then, as in the timed steps), how much longer backward runs beside many all-reduces (what each bucket
 // takes from compute); rank 0 chooses the plan (comm::choose_plan) and broadcasts it; every rank sets it
 // on its reducer, between steps.
 //
