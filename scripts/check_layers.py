@@ -30,8 +30,9 @@ LAYERS: dict[str, set[str]] = {
     "probe": {"device", "cuda", "shim"},
     "ingest": {"device"},
     "egress": {"device"},
-    "bench": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
-    "c": {"ingest", "egress", "probe", "analyze", "report", "cuda"},
+    "comm": {"device", "shim", "cuda"},
+    "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
+    "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
 }
 # Targets that must build without the CUDA toolkit (DESIGN.md: host-only layers).
 HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}

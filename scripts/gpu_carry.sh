@@ -10,7 +10,8 @@ build=${FERRY_BUILD_DIR:-build/default}
 [ "$build" != build/default ] || scripts/build.sh default >/dev/null
 rm -rf .carry && mkdir -p .carry
 for b in tools/ferry/ferry tests/ferry_bench_tests tests/ferry_device_tests tests/ferry_probe_tests \
-         tests/ferry_trace_tests tests/ferry_core_tests tests/ferry_egress_tests tests/ferry_ingest_tests tests/ferry_shim_tests; do
+         tests/ferry_trace_tests tests/ferry_core_tests tests/ferry_egress_tests tests/ferry_ingest_tests tests/ferry_shim_tests \
+         tests/ferry_comm_tests; do
   strip -o ".carry/$(basename "$b")" "$build/$b"
 done
 # The C ABI for the Python package (python/ travels with the tree): FERRY_LIBRARY=.carry/libferry_c.so.

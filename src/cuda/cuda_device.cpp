@@ -308,6 +308,15 @@ bool cuda_available() noexcept {
   return status == cudaSuccess && count > 0;
 }
 
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return 0;
+  }
+  return count;
+}
+
 std::string cuda_unavailable_reason() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
@@ -317,15 +326,6 @@ std::string cuda_unavailable_reason() {
   }
   if (count == 0) return "no GPU visible to the CUDA runtime";
   return {};
-}
-
-int cuda_device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return 0;
-  }
-  return count;
 }
 
 std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_device>(ordinal); }

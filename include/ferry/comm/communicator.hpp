@@ -9,8 +9,9 @@
 // - host: in-process ranks over emulated devices (make_host_device), one per rank; the reduction really
 //   runs on host memory and the time it takes follows a modelled link (comm_link), so every pipeline on
 //   top runs and is tested in CI without a GPU.
-// - nccl: NCCL, loaded at run time (libnccl.so.2); bootstrapped from one process driving several GPUs
-//   (ncclCommInitAll) or from several processes through MPI, so the same code runs across nodes.
+// - nccl: NCCL, loaded at run time (libnccl.so.2); one process driving several GPUs, their communicators
+//   made together (nonblocking, so no NCCL call can hang a thread). Several processes (an MPI or
+//   torch.distributed bootstrap, so the same code runs across nodes) are not built yet.
 //
 // Faults: a collective that does not complete within comm_options::timeout (a rank that threw, died or
 // never arrived) aborts the whole group: every rank's pending and later operations fail with comm_error,
@@ -45,7 +46,8 @@ enum class collective : std::uint8_t { all_reduce, all_gather, broadcast, barrie
 /// Parses "f32"/"fp32"/"float", "f16"/"fp16"/"half", "bf16"; throws logic_error naming the text.
 [[nodiscard]] dtype parse_dtype(std::string_view text);
 
-/// A collective failed or timed out; the group it belonged to is aborted.
+/// A collective failed or timed out; the group it belonged to is aborted. Making a group that fails (NCCL
+/// missing or refusing) throws it too, with op() barrier and rank() -1 (the group as a whole).
 class comm_error : public std::runtime_error {
  public:
   comm_error(const std::string& what, collective op, int rank)
@@ -60,8 +62,9 @@ class comm_error : public std::runtime_error {
 };
 
 /// The modelled link of the host backend: an all-reduce of S bytes over n ranks takes
-/// latency + S * 2(n-1)/n / bus_gbps (nccl-tests' bus bandwidth), an all-gather or broadcast the
-/// (n-1)/n or 1 share of it. Presets match the two links of BACKGROUND.md's 2x H200 pair.
+/// latency + S * 2(n-1)/n / bus_gbps (nccl-tests' bus bandwidth), an all-gather the (n-1)/n share of the
+/// S gathered bytes (n * count elements) and a broadcast all of its S bytes; a barrier takes the latency.
+/// Presets match the two links of BACKGROUND.md's 2x H200 pair.
 struct comm_link {
   std::string name = "nvlink";
   double bus_gbps = 330.0;  // GB/s (1e9 bytes), the bus bandwidth of a large all-reduce
@@ -72,6 +75,11 @@ struct comm_link {
   [[nodiscard]] static comm_link nvlink();
   /// Through host memory, as with NCCL_P2P_DISABLE=1 (about 27 GB/s).
   [[nodiscard]] static comm_link host_memory();
+
+  /// The modelled length of collective `c` over `ranks` ranks moving `bytes` (S above: an all-reduce's or
+  /// broadcast's count * element size, an all-gather's ranks * count * element size). Whether or not
+  /// `model` is set: it is what the link would take.
+  [[nodiscard]] std::chrono::nanoseconds modelled_time(collective c, std::size_t bytes, int ranks) const;
 };
 
 /// Options of a communicator group.
@@ -84,6 +92,13 @@ struct comm_options {
 /// One rank of a group. Thread-safe per rank: a rank's collectives may be issued from one thread at a time
 /// (ranks of one process are usually driven each by its own thread). Views passed to a collective must
 /// be device memory of this rank's device and stay alive until the returned event completes.
+///
+/// Every collective checks its arguments before any work starts, the same on every backend: a stream of
+/// another device, a view that is not device memory or holds fewer than the elements the call needs, a
+/// count of 0, a root out of range, or a send and recv that overlap without being the in-place layout
+/// throw logic_error naming the value; a call on an aborted group throws comm_error. Destroying any
+/// rank's communicator aborts its group, so operations still pending on the other ranks fail instead of
+/// waiting for it.
 class communicator {
  public:
   communicator(const communicator&) = delete;
@@ -99,9 +114,10 @@ class communicator {
   /// recv = op over every rank's send, `count` elements of `type`. send and recv may be the same memory
   /// (in place). Throws logic_error when a view is smaller than count elements or not device memory.
   event all_reduce(mem_view send, mem_view recv, std::size_t count, dtype type, reduce_op op, stream_view s);
-  /// recv holds every rank's `count` elements of send, rank after rank (size() * count elements).
+  /// recv holds every rank's `count` elements of send, rank after rank (size() * count elements). In
+  /// place when send is this rank's part of recv (recv + rank() * count elements).
   event all_gather(mem_view send, mem_view recv, std::size_t count, dtype type, stream_view s);
-  /// recv on every rank = send of `root` (send is read on root only; may equal recv).
+  /// recv on every rank = send of `root` (send is read, and checked, on root only; may equal recv).
   event broadcast(mem_view send, mem_view recv, std::size_t count, dtype type, int root, stream_view s);
   /// Completes once every rank has reached it on its stream.
   event barrier(stream_view s);
@@ -111,6 +127,9 @@ class communicator {
   virtual void abort(const std::string& why) noexcept = 0;
   /// True once the group was aborted, by a timeout, an error or abort().
   [[nodiscard]] virtual bool aborted() const noexcept = 0;
+  /// Why the group was aborted (the first cause: the timeout, the error or abort's `why`); empty while it
+  /// was not. Backends that keep no reason return the empty string.
+  [[nodiscard]] virtual std::string abort_reason() const { return {}; }
 
  protected:
   communicator(device& dev, int rank, int size) noexcept : dev_(&dev), rank_(rank), size_(size) {}
@@ -118,11 +137,19 @@ class communicator {
   virtual void do_all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op,
                              stream_view s) = 0;
   virtual void do_all_gather(const void* send, void* recv, std::size_t count, dtype type, stream_view s) = 0;
+  /// `send` is root's send on root and nullptr on every other rank.
   virtual void do_broadcast(const void* send, void* recv, std::size_t count, dtype type, int root,
                             stream_view s) = 0;
   virtual void do_barrier(stream_view s) = 0;
 
  private:
+  // The checks every collective shares (src/comm/communicator.cpp).
+  void expect_usable(collective op, stream_view s) const;
+  std::size_t expect_elements(collective op, std::size_t count, dtype type, std::size_t multiple) const;
+  void expect_buffer(collective op, const mem_view& v, std::string_view role, std::size_t bytes,
+                     std::size_t count, dtype type) const;
+  event completion(stream_view s);
+
   device* dev_;
   int rank_;
   int size_;
@@ -136,8 +163,11 @@ class communicator {
 
 /// True when NCCL can be loaded (libnccl.so.2); `reason` receives why not.
 [[nodiscard]] bool nccl_available(std::string* reason = nullptr);
-/// NCCL ranks for several GPUs of this process (ncclCommInitAll), one per cuda device, in order. Throws
-/// logic_error for a device not on the cuda backend or ordinals that repeat, comm_error when NCCL fails.
+/// NCCL ranks for several GPUs of this process, one per cuda device, in order (one NCCL group of
+/// nonblocking communicators, as ncclCommInitAll makes). Drive each rank from its own thread: a rank's
+/// collective can complete only once every rank has issued it. A watchdog thread per group aborts it when a
+/// collective runs longer than options.timeout or NCCL reports an asynchronous error. Throws logic_error for
+/// a device not on the cuda backend or ordinals that repeat, comm_error when NCCL is missing or fails.
 [[nodiscard]] std::vector<std::unique_ptr<communicator>> make_nccl_group(std::span<device* const> devices,
                                                                          const comm_options& options = {});
 

@@ -1,0 +1,451 @@
+#include "nccl_group.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "ferry/core/error.hpp"
+
+namespace ferry::comm::nccl_backend {
+namespace {
+
+// Makes `ordinal` the calling thread's current GPU for the guard's life (NCCL enqueues on the current
+// device's context), then restores the caller's. Never throws: a failure shows in the NCCL call after it.
+class device_guard {
+ public:
+  explicit device_guard(int ordinal) noexcept {
+    if (cudaGetDevice(&saved_) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      saved_ = -1;
+    }
+    if (saved_ != ordinal) {
+      if (cudaSetDevice(ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      changed_ = saved_ >= 0;
+    }
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  ~device_guard() {
+    if (changed_ && cudaSetDevice(saved_) != cudaSuccess) static_cast<void>(cudaGetLastError());
+  }
+
+ private:
+  int saved_ = -1;
+  bool changed_ = false;
+};
+
+shim::nccl_data_type to_nccl(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return shim::nccl_data_type::float32;
+    case dtype::f16: return shim::nccl_data_type::float16;
+    case dtype::bf16: return shim::nccl_data_type::bfloat16;
+  }
+  return shim::nccl_data_type::float32;
+}
+
+shim::nccl_red_op to_nccl(reduce_op op) noexcept {
+  return op == reduce_op::avg ? shim::nccl_red_op::avg : shim::nccl_red_op::sum;
+}
+
+}  // namespace
+
+nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& devices,
+                       const std::vector<int>& ordinals, const comm_options& options)
+    : api_(api), options_(options) {
+  const int n = static_cast<int>(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto rs = std::make_unique<rank_state>();
+    rs->dev = devices[i];
+    rs->ordinal = ordinals[i];
+    rs->records.resize(records_per_rank);
+    for (record& rec : rs->records) {
+      rec.start = rs->dev->make_event();
+      rec.end = rs->dev->make_event();
+    }
+    rs->scratch = rs->dev->alloc_device(sizeof(float));
+    ranks_.push_back(std::move(rs));
+  }
+
+  shim::nccl_unique_id id{};
+  shim::nccl_result r = api_.get_unique_id(&id);
+  if (r != shim::nccl_success)
+    throw comm_error(fmt::format("ncclGetUniqueId failed: {}", api_.error_string(r)), collective::barrier,
+                     -1);
+  // One thread creates every rank's communicator, so the calls form one NCCL group (they wait for one
+  // another); nonblocking, so none of them can hang this thread.
+  std::string failure;
+  {
+    const device_guard restore(ordinals.front());
+    r = api_.group_start();
+    for (int k = 0; k < n && r == shim::nccl_success; ++k) {
+      rank_state& rs = *ranks_[static_cast<std::size_t>(k)];
+      if (cudaSetDevice(rs.ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      shim::nccl_config config = shim::nccl_config_initializer();
+      config.blocking = 0;
+      r = api_.comm_init_rank_config(&rs.comm, n, id, k, &config);
+      if (r == shim::nccl_in_progress) r = shim::nccl_success;
+      if (r != shim::nccl_success)
+        failure = fmt::format("ncclCommInitRankConfig of rank {} (GPU {}) failed: {}", k, rs.ordinal,
+                              api_.error_string(r));
+    }
+    const shim::nccl_result end = api_.group_end();
+    if (failure.empty() && end != shim::nccl_success && end != shim::nccl_in_progress)
+      failure =
+          fmt::format("ncclGroupEnd after creating the communicators failed: {}", api_.error_string(end));
+  }
+  if (failure.empty()) failure = settle_all("creating the communicators", clock::now() + options_.timeout);
+  if (!failure.empty()) {
+    abort_communicators();
+    throw comm_error(
+        fmt::format("NCCL {} could not make a group of {} GPUs: {}", api_.version_string(), n, failure),
+        collective::barrier, -1);
+  }
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+nccl_group::~nccl_group() {
+  bool pending = false;
+  {
+    const std::lock_guard lock(mu_);
+    stop_ = true;
+    static_cast<void>(check_records(clock::now()));
+    pending = in_flight_ > 0;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  if (pending) {
+    // A collective still running would keep a finalize waiting: end it.
+    abort_communicators();
+    return;
+  }
+  // A clean end: finalize every communicator still alive (nonblocking, so they finish together), then
+  // destroy them; any that does not finalize within the timeout is aborted instead.
+  for (const auto& rs : ranks_) {
+    if (rs->comm == nullptr) continue;
+    const device_guard on(rs->ordinal);
+    const shim::nccl_result r = api_.comm_finalize(rs->comm);
+    FERRY_ASSERT_NOTHROW(
+        r == shim::nccl_success || r == shim::nccl_in_progress,
+        fmt::format("ncclCommFinalize of rank {} failed: {}", &rs - ranks_.data(), api_.error_string(r)));
+  }
+  const std::string failure = settle_all("finalizing the communicators", clock::now() + options_.timeout);
+  if (!failure.empty()) {
+    FERRY_ASSERT_NOTHROW(false, failure + "; aborting them instead");
+    abort_communicators();
+    return;
+  }
+  for (const auto& rs : ranks_) {
+    if (rs->comm == nullptr) continue;
+    const device_guard on(rs->ordinal);
+    const shim::nccl_result r = api_.comm_destroy(rs->comm);
+    FERRY_ASSERT_NOTHROW(r == shim::nccl_success, fmt::format("ncclCommDestroy of rank {} failed: {}",
+                                                              &rs - ranks_.data(), api_.error_string(r)));
+    rs->comm = nullptr;
+  }
+}
+
+std::string nccl_group::settle_all(const char* what, clock::time_point deadline) noexcept {
+  try {
+    std::chrono::microseconds backoff(10);
+    for (;;) {
+      bool busy = false;
+      for (std::size_t k = 0; k < ranks_.size(); ++k) {
+        rank_state& rs = *ranks_[k];
+        const std::lock_guard call(rs.call_mu);
+        if (rs.comm == nullptr) continue;
+        shim::nccl_result state = shim::nccl_success;
+        const shim::nccl_result r = api_.comm_get_async_error(rs.comm, &state);
+        if (r != shim::nccl_success) state = r;
+        if (state == shim::nccl_in_progress) {
+          busy = true;
+        } else if (state != shim::nccl_success) {
+          return fmt::format("{}: rank {} (GPU {}) reports {}", what, k, rs.ordinal,
+                             api_.error_string(state));
+        }
+      }
+      if (!busy) return {};
+      if (clock::now() >= deadline)
+        return fmt::format("{} did not finish within {} ms", what, options_.timeout.count());
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+    }
+  } catch (...) {
+    return fmt::format("{}: out of memory", what);
+  }
+}
+
+std::string nccl_group::reason() const {
+  const std::lock_guard lock(mu_);
+  return reason_;
+}
+
+std::string nccl_group::not_issued(std::uint64_t seq) const {
+  std::string ranks;
+  int count = 0;
+  for (std::size_t k = 0; k < ranks_.size(); ++k) {
+    if (ranks_[k]->issued > seq) continue;
+    ranks += fmt::format("{}{}", count == 0 ? "" : ", ", k);
+    ++count;
+  }
+  if (count == 0) return "every rank had issued it";
+  return fmt::format("{} {} had not issued it", count == 1 ? "rank" : "ranks", ranks);
+}
+
+void nccl_group::fail_aborted(int rank, collective op, std::uint64_t seq) const {
+  const std::string why = reason();
+  throw comm_error(fmt::format("{} #{} on rank {} of {} failed: the group was aborted ({})", to_string(op),
+                               seq, rank, size(), why.empty() ? "no reason given" : why),
+                   op, rank);
+}
+
+void nccl_group::fail(int rank, collective op, const std::string& why) {
+  abort(why);
+  throw comm_error(why + "; the group is aborted", op, rank);
+}
+
+nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t seq,
+                                        std::unique_lock<std::mutex>& lock) {
+  std::vector<record>& records = ranks_[static_cast<std::size_t>(rank)]->records;
+  const auto free_one = [&] {
+    return std::find_if(records.begin(), records.end(), [](const record& r) { return !r.busy; });
+  };
+  const auto deadline = clock::now() + options_.timeout;
+  while (free_one() == records.end()) {
+    if (aborted()) {
+      lock.unlock();
+      fail_aborted(rank, op, seq);
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_one() == records.end()) {
+      const std::string why = fmt::format(
+          "{} #{} on rank {} of {}: the rank's {} collectives in flight did not finish within {} ms",
+          to_string(op), seq, rank, size(), records.size(), options_.timeout.count());
+      lock.unlock();
+      fail(rank, op, why);
+    }
+  }
+  return *free_one();
+}
+
+shim::nccl_result nccl_group::issue(rank_state& rs, const call& c, void* stream) const {
+  const shim::nccl_data_type t = to_nccl(c.type);
+  switch (c.op) {
+    case collective::all_reduce:
+      return api_.all_reduce(c.send, c.recv, c.count, t, to_nccl(c.reduction), rs.comm, stream);
+    case collective::all_gather: return api_.all_gather(c.send, c.recv, c.count, t, rs.comm, stream);
+    case collective::broadcast:
+      // Only root's send is read; the others pass their recv, as an in-place broadcast does.
+      return api_.broadcast(c.send != nullptr ? c.send : c.recv, c.recv, c.count, t, c.root, rs.comm, stream);
+    case collective::barrier:
+      return api_.all_reduce(rs.scratch.data(), rs.scratch.data(), 1, shim::nccl_data_type::float32,
+                             shim::nccl_red_op::sum, rs.comm, stream);
+  }
+  return shim::nccl_invalid_argument;
+}
+
+void nccl_group::run(int rank, const call& c, stream_view s) {
+  rank_state& rs = *ranks_[static_cast<std::size_t>(rank)];
+  std::unique_lock lock(mu_);
+  const std::uint64_t seq = rs.issued++;
+  if (aborted()) {
+    lock.unlock();
+    fail_aborted(rank, c.op, seq);
+  }
+  record& rec = acquire(rank, c.op, seq, lock);
+  lock.unlock();
+
+  const auto deadline = clock::now() + options_.timeout;
+  std::unique_lock call_lock(rs.call_mu);
+  if (rs.comm == nullptr) {
+    call_lock.unlock();
+    fail_aborted(rank, c.op, seq);
+  }
+  const device_guard on(rs.ordinal);
+  rec.start.record(s);
+  shim::nccl_result r = issue(rs, c, s.native());
+  // A nonblocking communicator may answer ncclInProgress (while it connects to its peers, say): the
+  // collective is enqueued once ncclCommGetAsyncError says ncclSuccess. Polled with the lock released, so
+  // abort() can end the wait.
+  std::chrono::microseconds backoff(10);
+  while (r == shim::nccl_in_progress) {
+    call_lock.unlock();
+    if (aborted()) fail_aborted(rank, c.op, seq);
+    if (clock::now() >= deadline) {
+      std::string why;
+      {
+        const std::lock_guard g(mu_);
+        why = fmt::format("{} #{} on rank {} of {} (GPU {}) was not enqueued by NCCL within {} ms; {}",
+                          to_string(c.op), seq, rank, size(), rs.ordinal, options_.timeout.count(),
+                          not_issued(seq));
+      }
+      fail(rank, c.op, why);
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+    call_lock.lock();
+    if (rs.comm == nullptr) {
+      call_lock.unlock();
+      fail_aborted(rank, c.op, seq);
+    }
+    shim::nccl_result state = shim::nccl_success;
+    r = api_.comm_get_async_error(rs.comm, &state);
+    if (r == shim::nccl_success) r = state;
+  }
+  if (r != shim::nccl_success) {
+    const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
+    call_lock.unlock();
+    fail(rank, c.op,
+         fmt::format("{} #{} on rank {} of {} (GPU {}): NCCL failed: {}{}{}", to_string(c.op), seq, rank,
+                     size(), rs.ordinal, api_.error_string(r),
+                     detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : ""));
+  }
+  rec.end.record(s);
+  call_lock.unlock();
+
+  lock.lock();
+  rec.busy = true;
+  rec.started = false;
+  rec.op = c.op;
+  rec.seq = seq;
+  ++in_flight_;
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void nccl_group::abort(const std::string& why) noexcept {
+  {
+    const std::lock_guard lock(mu_);
+    if (!aborted_.load(std::memory_order_relaxed)) {
+      try {
+        reason_ = why;
+      } catch (...) {
+        // No memory for the reason: abort without it rather than not at all.
+      }
+      aborted_.store(true, std::memory_order_release);
+    }
+    // Collectives on the GPUs end with the communicators; nothing is followed any more.
+    for (const auto& rs : ranks_)
+      for (record& rec : rs->records) rec.busy = false;
+    in_flight_ = 0;
+  }
+  cv_.notify_all();
+  abort_communicators();
+}
+
+void nccl_group::abort_communicators() noexcept {
+  for (std::size_t k = 0; k < ranks_.size(); ++k) {
+    rank_state& rs = *ranks_[k];
+    const std::lock_guard call(rs.call_mu);
+    if (rs.comm == nullptr) continue;
+    const device_guard on(rs.ordinal);
+    const shim::nccl_result r = api_.comm_abort(rs.comm);
+    FERRY_ASSERT_NOTHROW(r == shim::nccl_success,
+                         fmt::format("ncclCommAbort of rank {} failed: {}", k, api_.error_string(r)));
+    rs.comm = nullptr;
+  }
+}
+
+void nccl_group::close(int rank) noexcept {
+  bool pending = false;
+  {
+    const std::lock_guard lock(mu_);
+    try {
+      static_cast<void>(check_records(clock::now()));
+      if (!aborted_.load(std::memory_order_relaxed))
+        reason_ = fmt::format("the communicator of rank {} was destroyed", rank);
+    } catch (...) {
+      // Formatting failed (no memory): the group still refuses later collectives.
+    }
+    aborted_.store(true, std::memory_order_release);
+    pending = in_flight_ > 0;
+  }
+  if (pending) abort(reason());
+}
+
+std::string nccl_group::check_records(clock::time_point now) {
+  std::string problem;
+  bool freed = false;
+  for (std::size_t k = 0; k < ranks_.size(); ++k) {
+    for (record& rec : ranks_[k]->records) {
+      if (!rec.busy) continue;
+      try {
+        if (!rec.started && rec.start.query()) {
+          rec.started = true;
+          rec.started_at = now;
+        }
+        if (rec.started && rec.end.query()) {
+          rec.busy = false;
+          --in_flight_;
+          freed = true;
+          continue;
+        }
+      } catch (const std::exception& e) {
+        if (problem.empty())
+          problem = fmt::format("{} #{} on rank {} of {} (GPU {}): asking whether it completed failed: {}",
+                                to_string(rec.op), rec.seq, k, size(), ranks_[k]->ordinal, e.what());
+        continue;
+      }
+      if (rec.started && now - rec.started_at > options_.timeout && problem.empty())
+        problem = fmt::format("{} #{} on rank {} of {} (GPU {}) had not completed {} ms after it started; {}",
+                              to_string(rec.op), rec.seq, k, size(), ranks_[k]->ordinal,
+                              options_.timeout.count(), not_issued(rec.seq));
+    }
+  }
+  if (freed) cv_.notify_all();
+  return problem;
+}
+
+std::string nccl_group::check_async_errors() noexcept {
+  try {
+    for (std::size_t k = 0; k < ranks_.size(); ++k) {
+      rank_state& rs = *ranks_[k];
+      // A rank inside an NCCL call sees its own errors; the watchdog does not wait for it.
+      const std::unique_lock call(rs.call_mu, std::try_to_lock);
+      if (!call.owns_lock() || rs.comm == nullptr) continue;
+      shim::nccl_result state = shim::nccl_success;
+      const shim::nccl_result r = api_.comm_get_async_error(rs.comm, &state);
+      if (r != shim::nccl_success) state = r;
+      if (state == shim::nccl_success || state == shim::nccl_in_progress) continue;
+      const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
+      return fmt::format("NCCL reported an asynchronous error on rank {} of {} (GPU {}): {}{}{}", k, size(),
+                         rs.ordinal, api_.error_string(state),
+                         detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : "");
+    }
+  } catch (...) {
+    return "out of memory while checking NCCL's asynchronous errors";
+  }
+  return {};
+}
+
+void nccl_group::watch() noexcept {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    if (in_flight_ == 0) {
+      // Nothing in flight: sleep until a collective is issued (no polling while idle).
+      cv_.wait(lock, [&] { return stop_ || in_flight_ > 0; });
+      continue;
+    }
+    cv_.wait_for(lock, poll_interval);
+    if (stop_) break;
+    std::string problem;
+    try {
+      problem = check_records(clock::now());
+    } catch (...) {
+      problem = "out of memory in the NCCL watchdog";
+    }
+    if (problem.empty() && in_flight_ > 0) {
+      lock.unlock();
+      problem = check_async_errors();
+      lock.lock();
+    }
+    if (!problem.empty()) {
+      lock.unlock();
+      abort(problem);
+      lock.lock();
+    }
+  }
+}
+
+}  // namespace ferry::comm::nccl_backend
