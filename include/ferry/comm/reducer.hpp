@@ -32,6 +32,9 @@
 // generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
 // after begin_step(). Views taken earlier are invalid from then on.
 //
+// Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
+// (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
+//
 // Threads: one reducer belongs to one rank; its calls come from one thread at a time (the autograd
 // thread that calls mark_ready may differ from the thread that calls begin_step/finish, if the caller
 // orders them). Errors: misuse throws logic_error before any work is queued (the messages name the
