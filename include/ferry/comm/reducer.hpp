@@ -1,0 +1,192 @@
+// ferry::comm reducer: averages every rank's gradients over a communicator, bucket by bucket, while
+// backward is still producing them.
+//
+// Gradients live in the reducer's flat fp32 buffer, laid out by a bucket plan (bucket_plan.hpp):
+// grad(p) is parameter p's gradient, and the caller's gradient tensors are views of it, so nothing is
+// copied in or out. A step is
+//
+//   begin_step();                       // before anything writes a gradient of the step
+//   ... backward writes grad(p) on a producer stream, then calls mark_ready(p, producer) ...
+//   finish(optimizer_stream);           // the optimizer's stream waits for the averaged gradients
+//
+// mark_ready never blocks the host and allocates nothing. When p completes its bucket, the reducer makes
+// its communication stream (comm_stream()) wait for the producers, by an event recorded on each producer
+// stream that marked since the last launch, and queues on it the bucket's encode, all-reduce and decode.
+// Buckets launch strictly in plan order on every rank (a complete bucket waits for the ones before it,
+// as in PyTorch DDP), because the ranks' collectives are matched by issue order. finish() queues no
+// collective: it makes the caller's stream wait for an event recorded on the communication stream after
+// the last bucket.
+//
+// Plans. The first step uses the reverse registration order (make_reverse_plan). With
+// options.rebuild, the order the parameters were marked in during the first step is exchanged at the next
+// begin_step(): rank 0's order is broadcast (a small device buffer, then a host sync: between steps, once)
+// and every rank builds the same plan from it, so ranks that observed different orders still agree.
+// set_plan() replaces the plan (and the codec of each bucket) explicitly, for a chooser that decides on
+// rank 0 and broadcasts; it cancels a rebuild not yet done and must be called on every rank alike.
+//
+// When gradient views change: only inside begin_step(), and only when a new layout is pending (after the
+// first step's rebuild when the observed order differs from the first plan's, or after a set_plan whose
+// buckets differ from the current ones; new codecs on the same buckets keep the views). Then
+// begin_step() waits for all work on the device (so nothing still reads or writes the old views), copies
+// each gradient into its place in the new buffer (values are kept), frees the old buffer and increments
+// generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
+// after begin_step(). Views taken earlier are invalid from then on.
+//
+// Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
+// (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
+//
+// Threads: one reducer belongs to one rank; its calls come from one thread at a time (the autograd
+// thread that calls mark_ready may differ from the thread that calls begin_step/finish, if the caller
+// orders them). Errors: misuse throws logic_error before any work is queued (the messages name the
+// parameter, the bucket and the step); a failed or aborted group throws comm_error from the collective
+// call, or at the next synchronize of the communication stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ferry/comm/bucket_plan.hpp"
+#include "ferry/comm/codec.hpp"
+#include "ferry/comm/communicator.hpp"
+#include "ferry/device/device.hpp"
+
+namespace ferry::comm {
+
+/// Options of a reducer.
+struct reducer_options {
+  /// Caps and alignment of the plans the reducer makes itself (the first one and the rebuild).
+  bucket_plan_options plan{};
+  /// The codec of every bucket of the plans the reducer makes itself (set_plan gives one per bucket).
+  codec_kind codec = codec_kind::none;
+  /// Rebuild the plan once, from the order gradients became ready in the first step (rank 0's).
+  bool rebuild = true;
+  /// Record timing events around each bucket's work on the communication stream (last_step_timing).
+  bool timing = false;
+};
+
+/// Counters since construction (bucket_launches: since the current plan took effect).
+struct reducer_stats {
+  std::uint64_t steps = 0;             // finished steps
+  std::uint64_t buckets_launched = 0;  // all-reduces issued
+  /// Bytes this rank handed to its all-reduces (count * wire element size): the payload. A ring
+  /// all-reduce moves 2(n-1)/n of it in and out of each rank.
+  std::uint64_t wire_bytes = 0;
+  std::uint64_t gradient_bytes = 0;  // fp32 bytes those all-reduces averaged (padding included)
+  std::uint64_t plan_changes = 0;    // plans (new layouts or new codecs) that took effect after the first
+  std::vector<std::uint64_t> bucket_launches;  // per bucket of the current plan
+};
+
+/// One bucket of the last finished step on the communication stream, in milliseconds since the step's
+/// begin_step() (as that stream saw it; modelled time on the host backend).
+struct bucket_timing {
+  double start_ms = 0;         // the bucket's first operation (encode, or the all-reduce) started
+  double reduce_start_ms = 0;  // its all-reduce started
+  double reduce_end_ms = 0;    // its all-reduce ended
+  double end_ms = 0;           // its last operation (decode, or the all-reduce) ended
+};
+
+/// See the header's comment.
+class reducer {
+ public:
+  /// A reducer for parameters of `param_elements` fp32 elements each (registration order), over `comm`,
+  /// which must outlive it. Allocates the flat buffer, the wire buffer and its events, and makes its
+  /// communication stream on comm.dev(). Throws logic_error for bad options or sizes (as
+  /// make_bucket_plan).
+  reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options = {});
+  reducer(const reducer&) = delete;
+  reducer& operator=(const reducer&) = delete;
+  /// Waits for the communication stream (never throws: an error of the group is reported, not raised).
+  ~reducer();
+
+  [[nodiscard]] std::size_t param_count() const noexcept { return sizes_.size(); }
+  [[nodiscard]] communicator& comm() const noexcept { return *comm_; }
+  /// The communication stream: bucket work runs on it.
+  [[nodiscard]] stream_view comm_stream() const { return comm_stream_.view(); }
+
+  /// The current plan and the codec of each of its buckets.
+  [[nodiscard]] const bucket_plan& plan() const noexcept { return plan_; }
+  [[nodiscard]] std::span<const codec_kind> codecs() const noexcept { return codecs_; }
+  /// Counts the layouts that took effect: 0 for the first, +1 at every change of the buckets (in
+  /// begin_step); a change of codecs alone keeps the layout, its views and this count.
+  [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+  /// True while a new plan waits for the next begin_step().
+  [[nodiscard]] bool plan_pending() const noexcept { return pending_ != nullptr; }
+  /// True while the first step's rebuild is still to be done (at the next begin_step()).
+  [[nodiscard]] bool rebuild_due() const noexcept { return rebuild_due_; }
+
+  /// Parameter p's gradient: device memory of comm.dev(), valid until generation() changes. Throws
+  /// logic_error for p out of range.
+  [[nodiscard]] mem_view grad(std::size_t p) const;
+  /// The whole flat buffer (every gradient and the padding between them), e.g. to zero them all at once.
+  [[nodiscard]] mem_view flat() const noexcept { return flat_.view(); }
+
+  /// Opens a step. Applies a pending plan (see the header) and does the first step's rebuild: these
+  /// are host syncs, once per plan change. Throws logic_error while a step is open.
+  void begin_step();
+  /// Parameter p's gradient is complete on `producer` (work queued on it so far writes it). Launches the
+  /// buckets that can go, in order, on the communication stream. Throws logic_error, with nothing queued,
+  /// outside a step, for p out of range, for p already marked this step, or a producer stream of another
+  /// device; comm_error when the group was aborted.
+  void mark_ready(std::size_t p, stream_view producer);
+  /// Closes the step: `s` waits for the last bucket's work. Throws logic_error naming the parameters that
+  /// were never marked (the step stays open: mark them, then finish again), outside a step, or for a
+  /// stream of another device.
+  void finish(stream_view s);
+
+  /// Replaces the plan at the next begin_step(): `plan` must lay out this reducer's parameters (validate)
+  /// with the reducer's alignment; `codecs` holds one codec per bucket, or one for all. Cancels a rebuild
+  /// not yet done. Call it between steps, with the same arguments on every rank. Throws logic_error.
+  void set_plan(bucket_plan plan, std::vector<codec_kind> codecs);
+
+  /// The parameters in the order they were marked ready in the current (or else the last) step.
+  [[nodiscard]] std::span<const std::size_t> observed_order() const noexcept { return observed_; }
+  [[nodiscard]] reducer_stats stats() const { return stats_; }
+  /// Each bucket's times in the last finished step. Waits for the step's timing events (a host sync).
+  /// Throws logic_error without options.timing, before any step finished, or while a step is open.
+  [[nodiscard]] std::vector<bucket_timing> last_step_timing() const;
+
+ private:
+  struct bucket_state;
+
+  void install(const bucket_plan& plan, std::vector<codec_kind> codecs);
+  void exchange_order();
+  void apply_pending();
+  void launch(std::size_t b);
+  void flush_producers();
+
+  communicator* comm_;
+  std::vector<std::size_t> sizes_;
+  reducer_options options_;
+  stream comm_stream_;
+
+  bucket_plan plan_;
+  std::vector<codec_kind> codecs_;
+  buffer flat_;
+  buffer wire_;  // shared by the buckets of lossy codecs: they run one after another on comm_stream_
+  std::vector<bucket_state> buckets_;
+  std::vector<std::size_t> bucket_of_;
+
+  struct pending_plan;
+  std::unique_ptr<pending_plan> pending_;
+  bool rebuild_due_ = false;
+  buffer order_dev_;   // the rebuild's exchange of rank 0's order (device memory)
+  buffer order_host_;  // and its pinned staging
+
+  // The step.
+  bool open_ = false;
+  bool finished_once_ = false;
+  std::uint64_t step_ = 0;  // the current or last step, from 1; marked_[p] == step_ once p is marked in it
+  std::vector<std::uint64_t> marked_;   // per parameter
+  std::vector<std::size_t> observed_;   // marks of the step, in order (capacity reserved)
+  std::size_t next_launch_ = 0;         // the next bucket to launch
+  std::vector<stream_view> producers_;  // producer streams that marked since the last launch
+  event ready_;                         // recorded on producers, waited for by comm_stream_
+  event done_;                          // recorded on comm_stream_ after the last bucket
+  event step_start_;                    // timing: the step's begin on comm_stream_
+  std::uint64_t generation_ = 0;
+  reducer_stats stats_;
+};
+
+}  // namespace ferry::comm

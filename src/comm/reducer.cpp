@@ -1,0 +1,348 @@
+// The reducer: per-step state machine (begin_step -> mark_ready* -> finish), in-order bucket launch on the
+// communication stream, and the plan changes between steps (the first step's rebuild, set_plan).
+#include "ferry/comm/reducer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+
+namespace ferry::comm {
+
+// One bucket of the current plan: its countdown for the step and, with options.timing, its events.
+struct reducer::bucket_state {
+  std::size_t params = 0;     // parameters in the bucket
+  std::size_t remaining = 0;  // not yet marked in this step
+  event start;
+  event reduce_start;
+  event reduce_end;
+  event end;
+};
+
+struct reducer::pending_plan {
+  bucket_plan plan;
+  std::vector<codec_kind> codecs;
+};
+
+namespace {
+
+// The producer streams remembered between launches; more distinct streams than this flush early.
+constexpr std::size_t max_producers = 8;
+
+// Parameter indices travel through the broadcast as fp32 values, exact below 2^24.
+constexpr std::size_t max_params = std::size_t{1} << 24;
+
+// One wire buffer for every bucket of a lossy codec, sized for the largest: the buckets' encode, all-reduce
+// and decode run one after another on the communication stream, so they never use it at once. Empty when
+// every codec is none.
+buffer make_wire(device& dev, const bucket_plan& plan, const std::vector<codec_kind>& codecs) {
+  std::size_t bytes = 0;
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    if (lossy(codecs[b])) bytes = std::max(bytes, wire_bytes(codecs[b], plan.buckets[b].elements));
+  }
+  return bytes > 0 ? dev.alloc_device(bytes) : buffer{};
+}
+
+std::string list_params(const std::vector<std::size_t>& params, std::size_t total) {
+  constexpr std::size_t shown = 10;
+  std::string out;
+  for (std::size_t k = 0; k < params.size() && k < shown; ++k) {
+    if (k > 0) out += ", ";
+    out += std::to_string(params[k]);
+  }
+  if (params.size() > shown) out += fmt::format(" and {} more", params.size() - shown);
+  return fmt::format("{} ({} of {})", out, params.size(), total);
+}
+
+}  // namespace
+
+reducer::reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options)
+    : comm_(&comm),
+      sizes_(param_elements.begin(), param_elements.end()),
+      options_(options),
+      comm_stream_(comm.dev().make_stream()) {
+  check(options_.plan);
+  FERRY_EXPECTS(static_cast<std::uint8_t>(options_.codec) <= static_cast<std::uint8_t>(codec_kind::bf16),
+                fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
+  FERRY_EXPECTS(sizes_.size() < max_params,
+                fmt::format("reducer of {} parameters: at most {} (indices travel as exact fp32 values)",
+                            sizes_.size(), max_params - 1));
+  bucket_plan first = make_reverse_plan(sizes_, options_.plan);
+  device& dev = comm.dev();
+  marked_.assign(sizes_.size(), 0);
+  observed_.reserve(sizes_.size());
+  producers_.reserve(max_producers);
+  ready_ = dev.make_event();
+  done_ = dev.make_event();
+  if (options_.timing) step_start_ = dev.make_timing_event();
+  rebuild_due_ = options_.rebuild;
+  if (rebuild_due_) {
+    order_dev_ = dev.alloc_device(sizes_.size() * sizeof(float));
+    order_host_ = dev.alloc_pinned(sizes_.size() * sizeof(float));
+  }
+  std::vector<codec_kind> codecs(first.buckets.size(), options_.codec);
+  install(first, std::move(codecs));
+  // The first buffer starts zeroed (the padding between gradients is reduced too, and must stay finite).
+  dev.memset_async(flat_.view(), 0, comm_stream_.view());
+  comm_stream_.synchronize();
+}
+
+reducer::~reducer() {
+  // Buffers are freed after this: the communication stream must be done with them. An error of the group
+  // (an aborted collective) is rethrown by synchronize; a destructor reports it instead.
+  try {
+    comm_stream_.synchronize();
+  } catch (const std::exception& e) {
+    FERRY_ASSERT_NOTHROW(false, fmt::format("reducer of rank {}: its communication stream failed: {}",
+                                            comm_->rank(), e.what()));
+  }
+}
+
+mem_view reducer::grad(std::size_t p) const {
+  FERRY_EXPECTS(p < sizes_.size(), fmt::format("grad({}): the reducer has {} parameters (0..{})", p,
+                                               sizes_.size(), sizes_.size() - 1));
+  const param_place& at = plan_.places[p];
+  return flat_.view(at.offset * sizeof(float), at.elements * sizeof(float));
+}
+
+// Makes `plan` current: buffers, per-bucket state and events. The caller moves the gradients over.
+void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
+  device& dev = comm_->dev();
+  buffer flat = dev.alloc_device(plan.total_bytes());
+  buffer wire_buffer = make_wire(dev, plan, codecs);
+  std::vector<bucket_state> states(plan.buckets.size());
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    states[b].params = plan.buckets[b].params.size();
+    if (options_.timing) {
+      states[b].start = dev.make_timing_event();
+      states[b].reduce_start = dev.make_timing_event();
+      states[b].reduce_end = dev.make_timing_event();
+      states[b].end = dev.make_timing_event();
+    }
+  }
+  std::vector<std::size_t> bucket_of(sizes_.size());
+  for (std::size_t p = 0; p < sizes_.size(); ++p) bucket_of[p] = plan.places[p].bucket;
+  // Nothing above may fail half-way through the swap below.
+  plan_ = plan;
+  codecs_ = std::move(codecs);
+  flat_ = std::move(flat);
+  wire_ = std::move(wire_buffer);
+  buckets_ = std::move(states);
+  bucket_of_ = std::move(bucket_of);
+  stats_.bucket_launches.assign(plan_.buckets.size(), 0);
+}
+
+void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
+  FERRY_EXPECTS(!open_, fmt::format("set_plan during step {}: plans change only between steps; call it after "
+                                    "finish()",
+                                    step_));
+  validate(plan, sizes_, options_.plan.alignment_bytes);
+  FERRY_EXPECTS(codecs.size() == plan.buckets.size() || codecs.size() == 1,
+                fmt::format("set_plan of {} codecs for {} buckets: give one per bucket, or one for all",
+                            codecs.size(), plan.buckets.size()));
+  for (const codec_kind c : codecs) {
+    FERRY_EXPECTS(static_cast<std::uint8_t>(c) <= static_cast<std::uint8_t>(codec_kind::bf16),
+                  fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
+  }
+  if (codecs.size() == 1) codecs.assign(plan.buckets.size(), codecs.front());
+  rebuild_due_ = false;
+  if (plan == plan_ && codecs == codecs_) {
+    pending_.reset();  // what runs now: nothing to change
+    return;
+  }
+  pending_ = std::make_unique<pending_plan>(pending_plan{std::move(plan), std::move(codecs)});
+}
+
+// Rank 0's observed order, broadcast through a small device buffer; every rank plans from it.
+void reducer::exchange_order() {
+  device& dev = comm_->dev();
+  const stream_view cs = comm_stream_.view();
+  const std::size_t n = sizes_.size();
+  auto* staged = reinterpret_cast<float*>(order_host_.host_bytes());
+  if (comm_->rank() == 0) {
+    for (std::size_t k = 0; k < n; ++k) staged[k] = static_cast<float>(observed_[k]);
+    dev.copy_async(order_dev_.view(), order_host_.view(), cs);
+  }
+  static_cast<void>(comm_->broadcast(order_dev_.view(), order_dev_.view(), n, dtype::f32, 0, cs));
+  dev.copy_async(order_host_.view(), order_dev_.view(), cs);
+  cs.synchronize();
+  std::vector<std::size_t> order(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const float v = staged[k];
+    FERRY_EXPECTS(
+        v >= 0 && v < static_cast<float>(n) && static_cast<float>(static_cast<std::size_t>(v)) == v,
+        fmt::format("rank {}: the ready order broadcast by rank 0 holds {} at position {}, not a "
+                    "parameter index of this reducer's {}; do the ranks register the same parameters?",
+                    comm_->rank(), v, k, n));
+    order[k] = static_cast<std::size_t>(v);
+  }
+  bucket_plan rebuilt = make_bucket_plan(sizes_, order, options_.plan);
+  if (rebuilt != plan_) {
+    std::vector<codec_kind> codecs(rebuilt.buckets.size(), options_.codec);
+    pending_ = std::make_unique<pending_plan>(pending_plan{std::move(rebuilt), std::move(codecs)});
+  }
+}
+
+// Makes the pending plan current: a new layout moves the gradients into a new buffer; new codecs alone
+// change only the wire buffer, and the gradient views stay.
+void reducer::apply_pending() {
+  device& dev = comm_->dev();
+  const stream_view cs = comm_stream_.view();
+  if (pending_->plan == plan_) {
+    cs.synchronize();  // the last step's buckets may still use the wire buffer
+    wire_ = make_wire(dev, plan_, pending_->codecs);
+    codecs_ = std::move(pending_->codecs);
+    pending_.reset();
+    ++stats_.plan_changes;
+    return;
+  }
+  // Whoever still reads or writes the old views (an optimizer, a zeroing kernel) does so on some stream
+  // of this device: wait for all of them.
+  dev.synchronize();
+  const bucket_plan old_plan = plan_;
+  buffer old_flat = std::move(flat_);
+  std::unique_ptr<pending_plan> next = std::move(pending_);
+  try {
+    install(next->plan, std::move(next->codecs));
+  } catch (...) {
+    flat_ = std::move(old_flat);
+    throw;
+  }
+  dev.memset_async(flat_.view(), 0, cs);
+  for (std::size_t p = 0; p < sizes_.size(); ++p) {
+    const std::size_t bytes = sizes_[p] * sizeof(float);
+    dev.copy_async(flat_.view(plan_.places[p].offset * sizeof(float), bytes),
+                   old_flat.view(old_plan.places[p].offset * sizeof(float), bytes), cs);
+  }
+  cs.synchronize();
+  ++generation_;
+  ++stats_.plan_changes;
+}
+
+void reducer::begin_step() {
+  FERRY_EXPECTS(!open_, fmt::format("begin_step while step {} is open: call finish() first", step_));
+  if (rebuild_due_ && finished_once_) {
+    exchange_order();
+    rebuild_due_ = false;
+  }
+  if (pending_) apply_pending();
+  ++step_;
+  for (bucket_state& b : buckets_) b.remaining = b.params;
+  next_launch_ = 0;
+  observed_.clear();
+  producers_.clear();
+  if (options_.timing) step_start_.record(comm_stream_.view());
+  open_ = true;
+}
+
+void reducer::flush_producers() {
+  const stream_view cs = comm_stream_.view();
+  for (const stream_view& s : producers_) {
+    ready_.record(s);
+    cs.wait(ready_);
+  }
+  producers_.clear();
+}
+
+void reducer::mark_ready(std::size_t p, stream_view producer) {
+  FERRY_EXPECTS(open_, fmt::format("mark_ready({}) outside a step: call begin_step() before backward writes "
+                                   "gradients",
+                                   p));
+  FERRY_EXPECTS(p < sizes_.size(),
+                fmt::format("mark_ready({}) in step {}: the reducer has {} parameters (0..{})", p, step_,
+                            sizes_.size(), sizes_.size() - 1));
+  FERRY_EXPECTS(
+      &producer.dev() == &comm_->dev(),
+      fmt::format("mark_ready({}) on rank {}: the producer stream belongs to another device than the "
+                  "communicator's",
+                  p, comm_->rank()));
+  const std::size_t b = bucket_of_[p];
+  FERRY_EXPECTS(marked_[p] != step_,
+                fmt::format("mark_ready({}) twice in step {} (parameter {} of bucket {}): "
+                            "each gradient is marked once per step",
+                            p, step_, p, b));
+  marked_[p] = step_;
+  observed_.push_back(p);
+  if (std::find(producers_.begin(), producers_.end(), producer) == producers_.end()) {
+    if (producers_.size() == max_producers) flush_producers();
+    producers_.push_back(producer);
+  }
+  --buckets_[b].remaining;
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].remaining == 0) launch(next_launch_++);
+}
+
+void reducer::launch(std::size_t b) {
+  flush_producers();
+  const stream_view cs = comm_stream_.view();
+  bucket_state& st = buckets_[b];
+  const bucket& k = plan_.buckets[b];
+  const codec_kind c = codecs_[b];
+  const mem_view data = flat_.view(k.offset * sizeof(float), k.bytes());
+  if (options_.timing) st.start.record(cs);
+  if (c == codec_kind::none) {
+    if (options_.timing) st.reduce_start.record(cs);
+    static_cast<void>(comm_->all_reduce(data, data, k.elements, dtype::f32, reduce_op::avg, cs));
+    if (options_.timing) st.reduce_end.record(cs);
+  } else {
+    const std::size_t wb = wire_bytes(c, k.elements);
+    const mem_view wire = wire_.view(0, wb);
+    encode_async(c, data, wire, k.elements, comm_->size(), cs);
+    if (options_.timing) st.reduce_start.record(cs);
+    static_cast<void>(comm_->all_reduce(wire, wire, k.elements, wire_type(c), reduce_op::sum, cs));
+    if (options_.timing) st.reduce_end.record(cs);
+    decode_async(c, wire, data, k.elements, cs);
+  }
+  if (options_.timing) st.end.record(cs);
+  ++stats_.buckets_launched;
+  ++stats_.bucket_launches[b];
+  stats_.wire_bytes += wire_bytes(c, k.elements);
+  stats_.gradient_bytes += k.bytes();
+}
+
+void reducer::finish(stream_view s) {
+  FERRY_EXPECTS(open_, "finish() outside a step: call begin_step() first");
+  FERRY_EXPECTS(
+      &s.dev() == &comm_->dev(),
+      fmt::format("finish() on rank {}: the stream belongs to another device than the communicator's",
+                  comm_->rank()));
+  if (observed_.size() != sizes_.size()) {
+    std::vector<std::size_t> missing;
+    for (std::size_t p = 0; p < sizes_.size(); ++p) {
+      if (marked_[p] != step_) missing.push_back(p);
+    }
+    throw logic_error(
+        fmt::format("finish() of step {} on rank {}: parameters {} were never marked ready; mark "
+                    "every gradient each step (the step stays open)",
+                    step_, comm_->rank(), list_params(missing, sizes_.size())));
+  }
+  const stream_view cs = comm_stream_.view();
+  done_.record(cs);
+  s.wait(done_);
+  open_ = false;
+  finished_once_ = true;
+  ++stats_.steps;
+}
+
+std::vector<bucket_timing> reducer::last_step_timing() const {
+  FERRY_EXPECTS(options_.timing, "last_step_timing() of a reducer without reducer_options::timing");
+  FERRY_EXPECTS(!open_,
+                fmt::format("last_step_timing() while step {} is open: call it after finish()", step_));
+  FERRY_EXPECTS(finished_once_, "last_step_timing() before any step finished");
+  device& dev = comm_->dev();
+  std::vector<bucket_timing> out(buckets_.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const bucket_state& st = buckets_[b];
+    st.end.synchronize();
+    out[b] =
+        bucket_timing{dev.elapsed_ms(step_start_, st.start), dev.elapsed_ms(step_start_, st.reduce_start),
+                      dev.elapsed_ms(step_start_, st.reduce_end), dev.elapsed_ms(step_start_, st.end)};
+  }
+  return out;
+}
+
+}  // namespace ferry::comm

@@ -1,0 +1,439 @@
+// The reducer over the host communicator: 2 to 4 ranks, each driven by its own thread over a jittery
+// emulated device. Gradients equal the exact fp32 mean within each codec's bound and every rank ends
+// with the same bytes; buckets launch in plan order; the communication stream waits for the producers
+// and the optimizer's stream for the communication stream; the first step's rebuild follows rank 0's
+// order on every rank; misuse is refused naming the parameter; ten jittered steps stay correct.
+#include "ferry/comm/reducer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "ferry/comm/f32_ops.hpp"
+#include "host_ranks.hpp"
+#include "reducer_steps.hpp"
+#include "support/test_support.hpp"
+
+namespace ferry::comm {
+namespace {
+
+using ferry::testing::message_of;
+using testing::expect_reduced;
+using testing::fill_of;
+using testing::host_ranks;
+using testing::on_every_rank;
+using testing::read_floats;
+using testing::reverse_order;
+using testing::run_step;
+using testing::sizes;
+using testing::small_buckets;
+using testing::unmodelled;
+
+TEST(reducer, every_codec_averages_within_its_bound_and_every_rank_ends_with_the_same_bytes) {
+  for (const codec_kind c : {codec_kind::none, codec_kind::fp16, codec_kind::bf16}) {
+    for (const int n : {2, 3, 4}) {
+      SCOPED_TRACE(::testing::Message() << to_string(c) << ", " << n << " ranks");
+      host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 3);
+      std::vector<std::vector<float>> flats(static_cast<std::size_t>(n));
+      on_every_rank(n, [&](int rank) {
+        device& dev = ranks.dev(rank);
+        reducer r(ranks[rank], sizes, small_buckets(c));
+        ASSERT_GE(r.plan().buckets.size(), 4U);
+        const stream producer = dev.make_stream();
+        const stream optimizer = dev.make_stream();
+        for (std::uint64_t step = 1; step <= 2; ++step) {
+          run_step(r, step, reverse_order(sizes.size()), producer, optimizer);
+          expect_reduced(r, step, n, optimizer);
+        }
+        flats[static_cast<std::size_t>(rank)] = read_floats(dev, r.flat(), optimizer);
+      });
+      for (int rank = 1; rank < n; ++rank) {
+        ASSERT_EQ(flats[static_cast<std::size_t>(rank)].size(), flats[0].size());
+        EXPECT_EQ(
+            std::memcmp(flats[static_cast<std::size_t>(rank)].data(), flats[0].data(), flats[0].size() * 4),
+            0)
+            << "rank " << rank << "'s buffer differs from rank 0's";
+      }
+    }
+  }
+}
+
+TEST(reducer, a_complete_bucket_waits_for_the_buckets_before_it) {
+  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 5);
+  on_every_rank(2, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer_options o = small_buckets();
+    o.rebuild = false;
+    reducer r(ranks[rank], sizes, o);
+    const bucket_plan& plan = r.plan();
+    const std::size_t nb = plan.buckets.size();
+    ASSERT_GE(nb, 3U);
+    const stream producer = dev.make_stream();
+    r.begin_step();
+    // The last bucket first: complete, but bucket 0 is not, so nothing launches.
+    for (const std::size_t p : plan.buckets[nb - 1].params) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    EXPECT_EQ(r.stats().buckets_launched, 0U);
+    // Bucket 0 completes: it launches, and only it (bucket 1 is incomplete).
+    for (const std::size_t p : plan.buckets[0].params) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    EXPECT_EQ(r.stats().buckets_launched, 1U);
+    // The middle buckets complete in order: each launch releases the next, the last one included.
+    for (std::size_t b = 1; b + 1 < nb; ++b) {
+      for (const std::size_t p : plan.buckets[b].params) {
+        fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+        r.mark_ready(p, producer);
+      }
+      EXPECT_EQ(r.stats().buckets_launched, b + 1 == nb - 1 ? nb : b + 1);
+    }
+    r.finish(producer);
+    expect_reduced(r, 1, 2, producer);
+    EXPECT_EQ(r.stats().bucket_launches, std::vector<std::uint64_t>(nb, 1));
+  });
+}
+
+TEST(reducer, the_communication_stream_waits_for_the_producer) {
+  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 7);
+  on_every_rank(2, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets(codec_kind::bf16));
+    const stream producer = dev.make_stream();
+    r.begin_step();
+    {
+      // The producer is held before its fills: every bucket launches at once, and its encode and
+      // all-reduce must wait on the device side until the fills ran.
+      ferry::testing::held_stream hold(dev, producer);
+      for (const std::size_t p : reverse_order(sizes.size())) {
+        fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+        r.mark_ready(p, producer);
+      }
+      EXPECT_EQ(r.stats().buckets_launched, r.plan().buckets.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      hold.open();
+    }
+    r.finish(producer);
+    expect_reduced(r, 1, 2, producer);
+  });
+}
+
+TEST(reducer, gradients_from_several_producer_streams_are_all_waited_for) {
+  host_ranks ranks(3, unmodelled(std::chrono::seconds(20)), 8);
+  on_every_rank(3, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets());
+    // More producer streams than the reducer remembers between launches (8): it flushes early.
+    std::vector<stream> producers;
+    for (int k = 0; k < 11; ++k) producers.push_back(dev.make_stream());
+    const stream optimizer = dev.make_stream();
+    for (std::uint64_t step = 1; step <= 3; ++step) {
+      r.begin_step();
+      std::vector<std::unique_ptr<ferry::testing::held_stream>> holds;
+      for (auto& s : producers) holds.push_back(std::make_unique<ferry::testing::held_stream>(dev, s));
+      std::size_t k = 0;
+      for (const std::size_t p : reverse_order(sizes.size())) {
+        const stream& s = producers[(k++ + step) % producers.size()];
+        fill_f32_async(r.grad(p), sizes[p], fill_of(step, p, rank), s);
+        r.mark_ready(p, s);
+      }
+      r.finish(optimizer);
+      // Released in reverse: the last producer's work is the last to run.
+      for (auto it = holds.rbegin(); it != holds.rend(); ++it) (*it)->open();
+      expect_reduced(r, step, 3, optimizer);
+    }
+  });
+}
+
+TEST(reducer, the_rebuild_follows_rank_0s_order_on_every_rank_and_keeps_the_gradients) {
+  const int n = 3;
+  host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 11);
+  // Rank 0 marks in registration order (the reverse of the first plan's); the others shuffle.
+  std::vector<std::vector<std::size_t>> orders(n);
+  orders[0].resize(sizes.size());
+  std::iota(orders[0].begin(), orders[0].end(), 0);
+  for (int k = 1; k < n; ++k) {
+    orders[static_cast<std::size_t>(k)] = orders[0];
+    std::shuffle(orders[static_cast<std::size_t>(k)].begin(), orders[static_cast<std::size_t>(k)].end(),
+                 std::mt19937(static_cast<unsigned>(k)));
+  }
+  const bucket_plan expected = make_bucket_plan(sizes, orders[0], small_buckets().plan);
+  std::vector<bucket_plan> plans(n);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets(codec_kind::fp16));
+    const stream producer = dev.make_stream();
+    const std::vector<std::size_t>& order = orders[static_cast<std::size_t>(rank)];
+    run_step(r, 1, order, producer, producer);
+    EXPECT_EQ(std::vector<std::size_t>(r.observed_order().begin(), r.observed_order().end()), order);
+    EXPECT_TRUE(r.rebuild_due());
+    EXPECT_EQ(r.generation(), 0U);
+    const std::vector<float> before = read_floats(dev, r.grad(4), producer);
+    const void* old_view = r.grad(0).data;
+
+    r.begin_step();  // the exchange and the new layout
+    EXPECT_FALSE(r.rebuild_due());
+    EXPECT_FALSE(r.plan_pending());
+    EXPECT_EQ(r.generation(), 1U);
+    EXPECT_EQ(r.stats().plan_changes, 1U);
+    EXPECT_NE(r.grad(0).data, old_view);
+    plans[static_cast<std::size_t>(rank)] = r.plan();
+    // The step-1 gradients moved with the layout.
+    const std::vector<float> after = read_floats(dev, r.grad(4), producer);
+    EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * 4), 0);
+    for (const std::size_t p : order) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(2, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    r.finish(producer);
+    expect_reduced(r, 2, n, producer);
+    // Once only: later steps keep the plan whatever the order.
+    run_step(r, 3, reverse_order(sizes.size()), producer, producer);
+    r.begin_step();
+    EXPECT_EQ(r.generation(), 1U);
+    for (const std::size_t p : order) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(4, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    r.finish(producer);
+    expect_reduced(r, 4, n, producer);
+  });
+  for (int k = 0; k < n; ++k) EXPECT_EQ(plans[static_cast<std::size_t>(k)], expected) << "rank " << k;
+  EXPECT_EQ(expected.buckets.front().params.front(), 0U);  // parameter 0 became ready first on rank 0
+}
+
+TEST(reducer, a_rebuild_to_the_same_order_keeps_the_layout_and_its_views) {
+  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 12);
+  on_every_rank(2, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets());
+    const stream producer = dev.make_stream();
+    const void* view = r.grad(3).data;
+    run_step(r, 1, reverse_order(sizes.size()), producer, producer);
+    r.begin_step();
+    EXPECT_EQ(r.generation(), 0U);
+    EXPECT_EQ(r.grad(3).data, view);
+    EXPECT_EQ(r.stats().plan_changes, 0U);
+  });
+}
+
+TEST(reducer, a_missing_mark_names_the_parameters_and_the_step_can_still_finish) {
+  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 13);
+  on_every_rank(2, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets());
+    const stream producer = dev.make_stream();
+    r.begin_step();
+    for (const std::size_t p : reverse_order(sizes.size())) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+      if (p != 3 && p != 6) r.mark_ready(p, producer);
+    }
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.finish(producer); }),
+                       "parameters 3, 6 (2 of 9) were never marked ready");
+    r.mark_ready(6, producer);
+    r.mark_ready(3, producer);
+    r.finish(producer);
+    expect_reduced(r, 1, 2, producer);
+  });
+}
+
+TEST(reducer, marking_twice_is_refused_and_queues_nothing) {
+  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 14);
+  on_every_rank(2, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets());
+    const stream producer = dev.make_stream();
+    r.begin_step();
+    // Parameter 8 is the first of the reverse plan: its bucket (the first) launches when it completes.
+    fill_f32_async(r.grad(8), sizes[8], fill_of(1, 8, rank), producer);
+    r.mark_ready(8, producer);
+    const std::uint64_t launched = r.stats().buckets_launched;
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.mark_ready(8, producer); }),
+                       "mark_ready(8) twice in step 1");
+    EXPECT_EQ(r.stats().buckets_launched, launched);
+    for (const std::size_t p : reverse_order(sizes.size())) {
+      if (p == 8) continue;
+      fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    r.finish(producer);
+    expect_reduced(r, 1, 2, producer);
+  });
+}
+
+TEST(reducer, misuse_between_and_inside_steps_is_refused_naming_the_value) {
+  host_ranks ranks(1, unmodelled(std::chrono::seconds(20)), 15);
+  device& dev = ranks.dev(0);
+  reducer r(ranks[0], sizes, small_buckets());
+  const stream s = dev.make_stream();
+  const auto other = make_host_device();
+  const stream foreign = other->make_stream();
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.mark_ready(0, s); }), "mark_ready(0) outside a step");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.finish(s); }), "finish() outside a step");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { (void)r.grad(9); }),
+                     "grad(9): the reducer has 9 parameters");
+  r.begin_step();
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.begin_step(); }), "begin_step while step 1 is open");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.mark_ready(12, s); }), "mark_ready(12) in step 1");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.mark_ready(1, foreign); }), "another device");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.set_plan(r.plan(), {codec_kind::none}); }),
+                     "set_plan during step 1");
+  for (std::size_t p = 0; p < sizes.size(); ++p) r.mark_ready(p, s);
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.finish(foreign); }), "another device");
+  r.finish(s);
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { (void)r.last_step_timing(); }),
+                     "without reducer_options::timing");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] {
+                       r.set_plan(r.plan(), {codec_kind::none, codec_kind::bf16});
+                     }),
+                     "2 codecs for");
+  bucket_plan broken = r.plan();
+  broken.places[2].elements += 1;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.set_plan(broken, {codec_kind::none}); }),
+                     "parameter 2 has 5000 elements");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] {
+                       reducer_options o;
+                       o.plan.bucket_cap_bytes = 0;
+                       reducer bad(ranks[0], sizes, o);
+                     }),
+                     "bucket_cap_bytes = 0");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] {
+                       reducer bad(ranks[0], std::vector<std::size_t>{3, 0}, reducer_options{});
+                     }),
+                     "parameter 1 has 0 elements");
+}
+
+TEST(reducer, set_plan_takes_effect_at_the_next_step_with_a_codec_per_bucket) {
+  const int n = 2;
+  host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 16);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets());
+    const stream producer = dev.make_stream();
+    run_step(r, 1, reverse_order(sizes.size()), producer, producer);
+    // Three buckets of about 100 KiB, one codec each.
+    const std::vector<std::size_t> order{8, 7, 6, 5, 4, 3, 2, 1, 0};
+    const bucket_plan plan =
+        make_bucket_plan(sizes, order, {.first_bucket_bytes = 96 * KiB, .bucket_cap_bytes = 288 * KiB});
+    ASSERT_EQ(plan.buckets.size(), 3U);
+    const std::vector<codec_kind> codecs{codec_kind::bf16, codec_kind::none, codec_kind::fp16};
+    r.set_plan(r.plan(), std::vector<codec_kind>(r.plan().buckets.size(), codec_kind::none));
+    EXPECT_FALSE(r.plan_pending());  // what runs now: nothing to change
+    r.set_plan(plan, codecs);
+    EXPECT_TRUE(r.plan_pending());
+    EXPECT_FALSE(r.rebuild_due());  // the explicit plan replaces the rebuild
+    EXPECT_EQ(r.generation(), 0U);
+    const reducer_stats before = r.stats();
+    r.begin_step();
+    EXPECT_EQ(r.generation(), 1U);
+    EXPECT_EQ(r.plan(), plan);
+    EXPECT_EQ(std::vector<codec_kind>(r.codecs().begin(), r.codecs().end()), codecs);
+    for (const std::size_t p : order) {
+      fill_f32_async(r.grad(p), sizes[p], fill_of(2, p, rank), producer);
+      r.mark_ready(p, producer);
+    }
+    r.finish(producer);
+    expect_reduced(r, 2, n, producer);
+    const reducer_stats after = r.stats();
+    std::uint64_t wire = 0;
+    std::uint64_t grads = 0;
+    for (std::size_t b = 0; b < 3; ++b) {
+      wire += wire_bytes(codecs[b], plan.buckets[b].elements);
+      grads += plan.buckets[b].bytes();
+    }
+    EXPECT_EQ(after.wire_bytes - before.wire_bytes, wire);
+    EXPECT_EQ(after.gradient_bytes - before.gradient_bytes, grads);
+    EXPECT_EQ(after.buckets_launched - before.buckets_launched, 3U);
+    EXPECT_EQ(after.bucket_launches, std::vector<std::uint64_t>(3, 1));
+    EXPECT_EQ(after.steps, 2U);
+  });
+}
+
+TEST(reducer, ten_jittered_steps_on_four_ranks_stay_correct) {
+  const int n = 4;
+  host_ranks ranks(n, unmodelled(std::chrono::seconds(30)), 17);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, small_buckets(codec_kind::bf16));
+    const stream a = dev.make_stream();
+    const stream b = dev.make_stream();
+    const stream optimizer = dev.make_stream();
+    std::mt19937 rng(static_cast<unsigned>(100 + rank));
+    std::uint64_t generation = 0;
+    for (std::uint64_t step = 1; step <= 10; ++step) {
+      if (step == 6) {
+        // A chooser's plan between steps: per-bucket codecs on the same buckets, the same on every rank.
+        std::vector<codec_kind> codecs(r.plan().buckets.size());
+        for (std::size_t k = 0; k < codecs.size(); ++k) codecs[k] = static_cast<codec_kind>(k % 3);
+        r.set_plan(r.plan(), codecs);
+        generation = r.generation();
+      }
+      const void* view = r.grad(0).data;
+      r.begin_step();
+      if (step == 6) {
+        EXPECT_EQ(r.generation(), generation);  // new codecs alone keep the layout and its views
+        EXPECT_EQ(r.grad(0).data, view);
+        EXPECT_EQ(r.codecs()[1], codec_kind::fp16);
+      }
+      // Each rank marks in its own random order, from two producer streams.
+      std::vector<std::size_t> order(sizes.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (const std::size_t p : order) {
+        const stream& s = (p % 2 == 0) ? a : b;
+        fill_f32_async(r.grad(p), sizes[p], fill_of(step, p, rank), s);
+        r.mark_ready(p, s);
+      }
+      r.finish(optimizer);
+      expect_reduced(r, step, n, optimizer);
+    }
+    EXPECT_EQ(r.stats().steps, 10U);
+    // The rebuild after step 1 (rank 0's random order makes other buckets) and the codecs before step 6.
+    EXPECT_EQ(r.generation(), 1U);
+    EXPECT_EQ(r.stats().plan_changes, 2U);
+  });
+}
+
+TEST(reducer, timing_events_follow_the_modelled_link) {
+  const int n = 2;
+  comm_options o = unmodelled(std::chrono::seconds(20));
+  o.link = comm_link::host_memory();
+  o.link.model = true;
+  host_ranks ranks(n, o, 18);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer_options ro = small_buckets(codec_kind::fp16);
+    ro.timing = true;
+    reducer r(ranks[rank], sizes, ro);
+    const stream producer = dev.make_stream();
+    run_step(r, 1, reverse_order(sizes.size()), producer, producer);
+    const std::vector<bucket_timing> t = r.last_step_timing();
+    ASSERT_EQ(t.size(), r.plan().buckets.size());
+    for (std::size_t b = 0; b < t.size(); ++b) {
+      EXPECT_LE(t[b].start_ms, t[b].reduce_start_ms);
+      EXPECT_LE(t[b].reduce_start_ms, t[b].reduce_end_ms);
+      EXPECT_LE(t[b].reduce_end_ms, t[b].end_ms);
+      if (b > 0) {
+        EXPECT_GE(t[b].start_ms, t[b - 1].end_ms) << "bucket " << b << " overlaps the one before";
+      }
+      // The all-reduce lasts at least the link's modelled time for the fp16 payload.
+      const auto bytes = wire_bytes(codec_kind::fp16, r.plan().buckets[b].elements);
+      const double modelled =
+          std::chrono::duration<double, std::milli>(o.link.modelled_time(collective::all_reduce, bytes, n))
+              .count();
+      EXPECT_GE(t[b].reduce_end_ms - t[b].reduce_start_ms, modelled * 0.999) << "bucket " << b;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace ferry::comm
