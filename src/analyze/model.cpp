@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <queue>
 #include <tuple>
 #include <unordered_map>
 
@@ -77,21 +76,33 @@ void model::classify() {
   out_.source = t_.source;
   out_.device_name = t_.device_name;
   out_.dropped = t_.dropped;
+  constexpr std::size_t max_events = std::numeric_limits<index_t>::max();
+  if (t_.events.size() > max_events)
+    throw input_error(fmt::format("the timeline holds {} events, more than the analyzer's limit of {}",
+                                  t_.events.size(), max_events));
+  std::size_t gpu_count = 0, cpu_count = 0;
+  for (const event& e : t_.events) {
+    gpu_count += e.on_gpu();
+    cpu_count += !e.on_gpu() && is_cpu(e);
+  }
+  gpu_.reserve(gpu_count);
+  cpu_.reserve(cpu_count);
   for (std::size_t i = 0; i < t_.events.size(); ++i) {
     const event& e = t_.events[i];
     if (e.on_gpu()) {
-      gpu_.push_back(i);
+      gpu_.push_back(static_cast<index_t>(i));
     } else if (is_cpu(e)) {
-      cpu_.push_back(i);
+      cpu_.push_back(static_cast<index_t>(i));
     }
   }
-  const auto by_start = [this](std::size_t a, std::size_t b) {
+  // A sorted timeline (timeline::sort) is in this order already but for equal starts.
+  const auto by_start = [this](index_t a, index_t b) {
     const event& x = t_.events[a];
     const event& y = t_.events[b];
     return std::tie(x.start_ns, x.end_ns, a) < std::tie(y.start_ns, y.end_ns, b);
   };
-  std::sort(gpu_.begin(), gpu_.end(), by_start);
-  std::sort(cpu_.begin(), cpu_.end(), by_start);
+  if (!std::is_sorted(gpu_.begin(), gpu_.end(), by_start)) std::sort(gpu_.begin(), gpu_.end(), by_start);
+  if (!std::is_sorted(cpu_.begin(), cpu_.end(), by_start)) std::sort(cpu_.begin(), cpu_.end(), by_start);
   if (gpu_.empty()) {
     std::size_t api = 0, sync = 0, spans = 0;
     for (const event& e : t_.events) {
@@ -135,7 +146,7 @@ void model::detect_steps() {
   }
   matcher_ = m;
   std::vector<step_span> found;
-  for (std::size_t i : cpu_) {
+  for (const index_t i : cpu_) {
     const event& e = t_.events[i];
     if (is_span(e) && e.end_ns > e.start_ns && m(name(e))) found.push_back({e.start_ns, e.end_ns, e.thread});
   }
@@ -149,7 +160,7 @@ void model::detect_steps() {
     out_.step_prefix = m.prefix;
   } else {
     ns_t first = std::numeric_limits<ns_t>::max(), last = std::numeric_limits<ns_t>::min();
-    for (std::size_t i : gpu_) {
+    for (const index_t i : gpu_) {
       first = std::min(first, t_.events[i].start_ns);
       last = std::max(last, t_.events[i].end_ns);
     }
@@ -221,26 +232,59 @@ ns_t model::idle_during(std::vector<span> windows) const {
   return idle;
 }
 
+// gpu_ is sorted by start, so both unions are built as the events go by, with no copy of their spans.
 void model::build_unions() {
-  std::array<std::vector<span>, cat_count> by_cat;
-  std::vector<span> kernels;
-  for (std::size_t i : gpu_) {
+  std::size_t kernel_count = 0;
+  for (const index_t i : gpu_) kernel_count += t_.events[i].kind == activity::kernel;
+  kernels_are_busy_ = kernel_count == gpu_.size();
+  interval_union::sorted_builder busy(gpu_.size());
+  interval_union::sorted_builder kernels(kernels_are_busy_ ? 0 : kernel_count);
+  for (const index_t i : gpu_) {
     const event& e = t_.events[i];
-    by_cat[category_of(e, name(e))].push_back({e.start_ns, e.end_ns});
-    if (e.kind == activity::kernel) {
-      kernels.push_back({e.start_ns, e.end_ns});
-      kernel_starts_.push_back(e.start_ns);
-      kernel_ends_.push_back(e.end_ns);
+    busy.add(e.start_ns, e.end_ns);
+    if (!kernels_are_busy_ && e.kind == activity::kernel) kernels.add(e.start_ns, e.end_ns);
+  }
+  busy_ = std::move(busy).finish();
+  if (!kernels_are_busy_) kernels_ = std::move(kernels).finish();
+}
+
+// The time of each step covered by the GPU categories 0..c, for every c (cat_count cumulative levels). One
+// pass over the GPU events in start order keeps each level's current run of overlapping events; a run
+// that ends is added to the steps it overlaps. Steps are sorted and disjoint, and so are each level's
+// runs, so a cursor per level finds the steps.
+std::vector<std::array<ns_t, cat_count>> model::level_coverage() const {
+  std::vector<std::array<ns_t, cat_count>> cov(steps_.size(), std::array<ns_t, cat_count>{});
+  struct run {
+    ns_t start = 0;
+    ns_t end = 0;
+    bool open = false;
+    std::size_t step = 0;  // the first step that may overlap this run or a later one
+  };
+  std::array<run, cat_count> runs{};
+  const auto close = [&](std::size_t c) {
+    run& r = runs[c];
+    while (r.step < steps_.size() && steps_[r.step].end <= r.start) ++r.step;
+    for (std::size_t k = r.step; k < steps_.size() && steps_[k].start < r.end; ++k)
+      cov[k][c] += std::min(r.end, steps_[k].end) - std::max(r.start, steps_[k].start);
+  };
+  for (const index_t i : gpu_) {
+    const event& e = t_.events[i];
+    if (e.end_ns <= e.start_ns) continue;
+    for (std::size_t c = category_of(e, name(e)); c < cat_count; ++c) {
+      run& r = runs[c];
+      if (r.open && e.start_ns <= r.end) {
+        r.end = std::max(r.end, e.end_ns);
+        continue;
+      }
+      if (r.open) close(c);
+      r.start = e.start_ns;
+      r.end = e.end_ns;
+      r.open = true;
     }
   }
-  std::vector<span> cumulative;
-  for (std::size_t c = 0; c < cat_count; ++c) {
-    cumulative.insert(cumulative.end(), by_cat[c].begin(), by_cat[c].end());
-    levels_[c] = interval_union(cumulative);
-  }
-  kernels_ = interval_union(std::move(kernels));
-  std::sort(kernel_starts_.begin(), kernel_starts_.end());
-  std::sort(kernel_ends_.begin(), kernel_ends_.end());
+  for (std::size_t c = 0; c < cat_count; ++c)
+    if (runs[c].open) close(c);
+  return cov;
 }
 
 double model::link_gbps(copy_kind k) const {
@@ -274,39 +318,61 @@ bool model::excluded_activity(const event& e) const {
   return n == "bench level" || matcher_(n);
 }
 
+segment_walker::segment_walker(const model& m, std::span<const index_t> evs)
+    : m_(m), events_(m.trace().events), evs_(evs) {
+  if (!evs_.empty()) t_ = events_[evs_[0]].start_ns;
+}
+
 // The innermost activity is the one that started last (on equal starts, the one that ends first).
-std::vector<segment> model::segment_thread(const std::vector<std::size_t>& evs) const {
-  std::vector<segment> segs;
-  const auto inner_less = [this](std::size_t a, std::size_t b) {  // true when a is outside b
-    const event& x = t_.events[a];
-    const event& y = t_.events[b];
+bool segment_walker::next_piece(segment& out) {
+  const auto outer = [this](index_t a, index_t b) {  // true when a is outside b: the heap's order
+    const event& x = events_[a];
+    const event& y = events_[b];
     if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
     if (x.end_ns != y.end_ns) return x.end_ns > y.end_ns;
     return a < b;
   };
-  std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(inner_less)> active(inner_less);
-  std::size_t i = 0;
-  ns_t t = evs.empty() ? 0 : t_.events[evs[0]].start_ns;
   while (true) {
-    while (i < evs.size() && t_.events[evs[i]].start_ns <= t) active.push(evs[i++]);
-    while (!active.empty() && t_.events[active.top()].end_ns <= t) active.pop();
-    if (active.empty()) {
-      if (i == evs.size()) break;
-      t = t_.events[evs[i]].start_ns;
+    while (i_ < evs_.size() && events_[evs_[i_]].start_ns <= t_) {
+      active_.push_back(evs_[i_++]);
+      std::push_heap(active_.begin(), active_.end(), outer);
+    }
+    while (!active_.empty() && events_[active_.front()].end_ns <= t_) {
+      std::pop_heap(active_.begin(), active_.end(), outer);
+      active_.pop_back();
+    }
+    if (active_.empty()) {
+      if (i_ == evs_.size()) return false;
+      t_ = events_[evs_[i_]].start_ns;
       continue;
     }
-    const event& top = t_.events[active.top()];
+    const event& top = events_[active_.front()];
     ns_t next = top.end_ns;
-    if (i < evs.size()) next = std::min(next, t_.events[evs[i]].start_ns);
-    const std::uint64_t label = label_of(top);
-    if (!segs.empty() && segs.back().end == t && segs.back().label == label) {
-      segs.back().end = next;
-    } else {
-      segs.push_back({t, next, label});
-    }
-    t = next;
+    if (i_ < evs_.size()) next = std::min(next, events_[evs_[i_]].start_ns);
+    out = {t_, next, m_.label_of(top)};
+    t_ = next;
+    return true;
   }
-  return segs;
+}
+
+bool segment_walker::next(segment& out) {
+  segment piece{};
+  while (next_piece(piece)) {
+    if (!has_pending_) {
+      pending_ = piece;
+      has_pending_ = true;
+    } else if (pending_.end == piece.start && pending_.label == piece.label) {
+      pending_.end = piece.end;
+    } else {
+      out = pending_;
+      pending_ = piece;
+      return true;
+    }
+  }
+  if (!has_pending_) return false;
+  out = pending_;
+  has_pending_ = false;
+  return true;
 }
 
 }  // namespace ferry::trace::detail
