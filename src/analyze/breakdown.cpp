@@ -47,23 +47,25 @@ void model::breakdown() {
                     gpu_.size(), steps_.size(), out_.step_prefix, ms(steps_.front().start),
                     ms(steps_.back().end), gpu_span));
   }
-  // Copies: overlap per step (clipped to each step they touch), bytes to the step they start in.
+  // Copies: overlap per step (clipped to each step they touch); bytes to the step that launched them, else
+  // to the step they start in. A copy the CPU ran ahead (the next batch's, on its own stream, while the
+  // step's kernels wait behind earlier steps') may run before its step, even before the first one.
   for (const index_t i : gpu_) {
     const event& c = t_.events[i];
     if (c.kind != activity::memcpy) continue;
     auto it = std::partition_point(steps_.begin(), steps_.end(),
                                    [&](const step_span& s) { return s.end <= c.start_ns; });
-    bool first = true;
+    int bytes_step = launch_step(i);
     for (; it != steps_.end() && it->start < c.end_ns; ++it) {
       const auto k = static_cast<std::size_t>(it - steps_.begin());
       const ns_t a = std::max(c.start_ns, it->start), b = std::min(c.end_ns, it->end);
       copy_ns[k] += b - a;
       overlap_ns[k] += kernels_.covered(a, b);
-      if (first) {
-        if (c.copy == copy_kind::h2d) out_.steps[k].h2d_bytes += c.bytes;
-        if (c.copy == copy_kind::d2h) out_.steps[k].d2h_bytes += c.bytes;
-      }
-      first = false;
+      if (bytes_step < 0) bytes_step = static_cast<int>(k);
+    }
+    if (bytes_step >= 0) {
+      if (c.copy == copy_kind::h2d) out_.steps[static_cast<std::size_t>(bytes_step)].h2d_bytes += c.bytes;
+      if (c.copy == copy_kind::d2h) out_.steps[static_cast<std::size_t>(bytes_step)].d2h_bytes += c.bytes;
     }
   }
   ns_t all_copy = 0, all_overlap = 0;

@@ -9,7 +9,6 @@
 #include <limits>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 
 #include "ferry/core/error.hpp"
 #include "ferry/trace/names.hpp"
@@ -171,39 +170,83 @@ void model::detect_steps() {
 }
 
 // The CPU spans become windows that tile the timeline, so GPU work the CPU queued ahead (it runs after
-// the span that launched it ended) still falls in a step: step k runs from the start of the first GPU
-// work launched inside span k (known through correlation ids; else the span's start) to the start of
-// step k + 1; the last step ends when the GPU work launched in it ended (without correlation ids, the
-// trace's last GPU activity), or with its span if that is later.
+// the span that launched it ended) still falls in a step. A step's GPU work is what its span launched
+// (known through correlation ids); step k starts on the GPU with the first of its work that does not start
+// before step k - 1 started there, and ends where step k + 1 starts. Work that starts earlier ran ahead of
+// the steps before it: a copy of the next batch on its own stream while the CPU is several steps ahead,
+// which runs at once while the step's kernels wait behind those of the steps launched before. Before the
+// first step, the work launched before it stands for the steps before: the GPU work whose call came
+// before the first span, and work whose call is not in the trace (launched before recording began) that
+// ran on a stream before the first step's work on it. The first step starts with its first work that does
+// not start before the first of those; when the trace holds none of them, it starts with its first work,
+// ahead or not (nothing recorded says the GPU was busy before). A step with no such work starts with its
+// span. The last step ends
+// when the GPU work launched in it ended (without correlation ids, the trace's last GPU activity), or
+// with its span if that is later.
 void model::place_steps_on_gpu() {
   const std::size_t n = steps_.size();
-  std::unordered_map<std::uint64_t, ns_t> launch_at;  // correlation id -> API call start
-  for (std::size_t i : cpu_) {
+  // Correlation id -> the start of the API call that launched it (the earliest, should one repeat).
+  std::vector<std::pair<std::uint64_t, ns_t>> launches;
+  for (const index_t i : cpu_) {
     const event& e = t_.events[i];
-    if (e.kind == activity::api && e.correlation != 0) launch_at.emplace(e.correlation, e.start_ns);
+    if (e.kind == activity::api && e.correlation != 0) launches.emplace_back(e.correlation, e.start_ns);
   }
-  constexpr ns_t none = std::numeric_limits<ns_t>::max();
-  std::vector<ns_t> first_gpu(n, none);
-  ns_t last_end = std::numeric_limits<ns_t>::min();
-  bool mapped = false;
-  for (std::size_t i : gpu_) {
-    const event& g = t_.events[i];
-    const auto it = g.correlation != 0 ? launch_at.find(g.correlation) : launch_at.end();
-    if (it == launch_at.end()) continue;
-    const ns_t at = it->second;
+  std::sort(launches.begin(), launches.end());
+  constexpr ns_t no_launch = std::numeric_limits<ns_t>::min();
+  const auto launch_of = [&](const event& g) {
+    if (g.correlation == 0) return no_launch;
+    const auto it = std::lower_bound(launches.begin(), launches.end(),
+                                     std::pair<std::uint64_t, ns_t>(g.correlation, no_launch));
+    return it != launches.end() && it->first == g.correlation ? it->second : no_launch;
+  };
+  // The step whose span holds a launch, or -1.
+  const auto span_of = [&](ns_t at) {
     auto s =
         std::partition_point(steps_.begin(), steps_.end(), [at](const step_span& x) { return x.end <= at; });
-    if (s == steps_.end() || at < s->start) continue;
-    const auto k = static_cast<std::size_t>(s - steps_.begin());
-    mapped = true;
-    first_gpu[k] = std::min(first_gpu[k], g.start_ns);
-    if (k + 1 == n) last_end = std::max(last_end, g.end_ns);
+    return s == steps_.end() || at < s->start ? -1 : static_cast<int>(s - steps_.begin());
+  };
+  constexpr ns_t none = std::numeric_limits<ns_t>::min();
+  std::vector<std::pair<index_t, ns_t>> work;  // (step, start) of the GPU work launched in a span
+  std::map<std::pair<std::int32_t, std::uint64_t>, ns_t> first_on_stream;  // of the first step's work
+  constexpr ns_t later = std::numeric_limits<ns_t>::max();
+  ns_t before_first = later;  // the first start of the work launched before the first step
+  ns_t last_end = std::numeric_limits<ns_t>::min();
+  for (const index_t i : gpu_) {
+    const event& g = t_.events[i];
+    const ns_t at = launch_of(g);
+    if (at == no_launch) continue;
+    if (at < steps_.front().start) {
+      before_first = std::min(before_first, g.start_ns);
+      continue;
+    }
+    const int k = span_of(at);
+    if (k < 0) continue;
+    work.emplace_back(static_cast<index_t>(k), g.start_ns);
+    if (g.kind == activity::memcpy) copy_steps_.emplace_back(i, static_cast<index_t>(k));
+    if (k == 0) first_on_stream.try_emplace({g.device, g.stream}, g.start_ns);  // gpu_ is by start
+    if (static_cast<std::size_t>(k) + 1 == n) last_end = std::max(last_end, g.end_ns);
   }
-  if (!mapped)
-    for (std::size_t i : gpu_) last_end = std::max(last_end, t_.events[i].end_ns);
+  const bool mapped = !work.empty();
+  if (mapped) {
+    for (const index_t i : gpu_) {
+      const event& g = t_.events[i];
+      if (launch_of(g) != no_launch) continue;
+      const auto f = first_on_stream.find({g.device, g.stream});
+      if (f != first_on_stream.end() && g.start_ns < f->second)
+        before_first = std::min(before_first, g.start_ns);
+    }
+  } else {
+    for (const index_t i : gpu_) last_end = std::max(last_end, t_.events[i].end_ns);
+  }
+  std::sort(work.begin(), work.end());
+  std::sort(copy_steps_.begin(), copy_steps_.end());
   std::vector<ns_t> starts(n);
   for (std::size_t k = 0; k < n; ++k) {
-    starts[k] = first_gpu[k] != none ? std::max(first_gpu[k], steps_[k].start) : steps_[k].start;
+    const ns_t after = k > 0 ? starts[k - 1] : before_first != later ? before_first : none;
+    // The first start of step k's work that is not before `after`.
+    const auto w =
+        std::lower_bound(work.begin(), work.end(), std::pair<index_t, ns_t>(static_cast<index_t>(k), after));
+    starts[k] = w != work.end() && w->first == k ? std::max(w->second, steps_[k].start) : steps_[k].start;
     if (k > 0) starts[k] = std::max(starts[k], starts[k - 1]);
   }
   const ns_t end = std::max({steps_.back().end, last_end, starts.back()});
@@ -211,6 +254,11 @@ void model::place_steps_on_gpu() {
     steps_[k].start = starts[k];
     steps_[k].end = k + 1 < n ? starts[k + 1] : end;
   }
+}
+
+int model::launch_step(index_t i) const {
+  const auto it = std::lower_bound(copy_steps_.begin(), copy_steps_.end(), std::pair<index_t, index_t>(i, 0));
+  return it != copy_steps_.end() && it->first == i ? static_cast<int>(it->second) : -1;
 }
 
 int model::step_of(ns_t t) const {

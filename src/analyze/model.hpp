@@ -153,6 +153,8 @@ class model {
 
   /// The step holding time t (by start), or -1.
   [[nodiscard]] int step_of(ns_t t) const;
+  /// The step whose span launched copy `i` (known through correlation ids), or -1.
+  [[nodiscard]] int launch_step(index_t i) const;
 
   /// Copies for which pred(event) holds that start inside a step, by start.
   template <class Pred>
@@ -221,6 +223,7 @@ class model {
   std::vector<index_t> cpu_;
   step_matcher matcher_;
   std::vector<step_span> steps_;
+  std::vector<std::pair<index_t, index_t>> copy_steps_;  // (copy, the step that launched it), by copy
   bool whole_trace_ = false;
   std::optional<std::uint64_t> main_thread_;
   interval_union busy_;
