@@ -71,7 +71,10 @@ class cuda_powersgd_work final : public powersgd_work {
  public:
   cuda_powersgd_work(device& dev, const powersgd_layout& layout)
       : api_(&shim::cublas()), layout_(layout), n_(layout.matrices.size()) {
-    FERRY_EXPECTS(api_->ok(), fmt::format("powersgd on cuda needs cuBLAS: {}", api_->error));
+    if (!api_->ok()) {
+      throw comm_error(fmt::format("powersgd on cuda needs cuBLAS: {}", api_->error), collective::all_reduce,
+                       -1);
+    }
     const auto r = as_int(layout.rank, "rank");
     static_cast<void>(r);
     // Shape groups: runs of equal (rows, cols) in the layout's order.
