@@ -17,6 +17,8 @@
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/detail/codec_math.hpp"
 #include "ferry/comm/powersgd.hpp"
+#include "ferry/comm/reducer.hpp"
+#include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"
 #include "host_ranks.hpp"
 
@@ -174,6 +176,75 @@ TEST(powersgd_gpu, cuda_matches_the_host_implementation_step_by_step) {
                 << "rank " << rank << " step " << t;
           }
         }
+      }
+    }
+  }
+}
+
+// The reducer with codec_kind::powersgd (rank 2, two buckets, the second fp32 after set_plan) on the
+// GPUs and on host ranks, the same gradients: every step's buffer within fp32 tolerance of the host's,
+// the same bytes on every GPU rank.
+TEST(powersgd_gpu, the_reducer_on_gpus_matches_the_host_reducer_and_ranks_agree) {
+  const int n = gpus_under_test();
+  ASSERT_LE(n, cuda_device_count()) << "FERRY_TEST_GPUS=" << n;
+  std::string why;
+  ASSERT_TRUE(nccl_available(&why)) << why;
+  const std::vector<matrix_shape> params{{256, 128}, {128, 1}, {96, 40}, {3, 3},
+                                         {96, 40},   {300, 1}, {512, 64}};
+  const int steps = 5;
+  reducer_options o;
+  o.plan.first_bucket_bytes = 64 * KiB;
+  o.plan.bucket_cap_bytes = 160 * KiB;
+  o.codec = codec_kind::powersgd;
+  o.powersgd.rank = 2;
+  o.rebuild = false;
+  auto run_reducer = [&](auto comm_of) {
+    std::vector<std::vector<std::vector<float>>> flats(n);  // [rank][step]
+    on_every_rank(n, [&](int rank) {
+      communicator& comm = comm_of(rank);
+      device& dev = comm.dev();
+      const stream producer = dev.make_stream();
+      const stream s = dev.make_stream();
+      reducer red(comm, params, o);
+      ASSERT_GE(red.plan().buckets.size(), 2U) << red.plan().describe();
+      for (int t = 0; t < steps; ++t) {
+        if (t == 2) {
+          std::vector<codec_kind> codecs(red.plan().buckets.size(), codec_kind::powersgd);
+          codecs[1] = codec_kind::none;
+          red.set_plan(red.plan(), codecs);
+        }
+        red.begin_step();
+        for (std::size_t p = params.size(); p-- > 0;) {
+          std::vector<float> g(params[p].elements());
+          for (std::size_t i = 0; i < g.size(); ++i)
+            g[i] = detail::fill_value(0.0F, 1.0F, static_cast<std::uint64_t>(100 * t + rank),
+                                      p * 1'000'000 + i) +
+                   detail::unit_noise(5, p * 1000 + i % 61) * detail::unit_noise(6, p * 1000 + i % 53);
+          upload(dev, red.grad(p), g, producer);
+          red.mark_ready(p, producer);
+        }
+        red.finish(s);
+        flats[static_cast<std::size_t>(rank)].push_back(download(dev, red.flat(), s));
+      }
+    });
+    return flats;
+  };
+  host_ranks hr(n, unmodelled(std::chrono::seconds(60)), 6);
+  const auto host = run_reducer([&](int rank) -> communicator& { return hr[rank]; });
+  nccl_ranks gr(n);
+  const auto gpu = run_reducer([&](int rank) -> communicator& { return *gr.comms[rank]; });
+  for (int rank = 0; rank < n; ++rank) {
+    const auto rk = static_cast<std::size_t>(rank);
+    for (int t = 0; t < steps; ++t) {
+      const auto tk = static_cast<std::size_t>(t);
+      ASSERT_EQ(gpu[rk][tk].size(), host[rk][tk].size());
+      for (std::size_t i = 0; i < gpu[rk][tk].size(); ++i) {
+        ASSERT_NEAR(gpu[rk][tk][i], host[rk][tk][i], 1e-4 * (1.0 + std::fabs(host[rk][tk][i])))
+            << "rank " << rank << " step " << t << " element " << i;
+      }
+      if (rank > 0) {
+        EXPECT_EQ(std::memcmp(gpu[rk][tk].data(), gpu[0][tk].data(), gpu[0][tk].size() * 4), 0)
+            << "rank " << rank << " step " << t;
       }
     }
   }
