@@ -1,5 +1,7 @@
-// PowerSGD on the host backend: the three stages between the two all-reduces as host functions on the
-// bucket's stream (products, Gram-Schmidt, reconstruction and error feedback), with fp64 accumulation.
+// PowerSGD: the checks, the layout (which matrices are compressed, shape groups) and the order of the
+// stages and all-reduces; the stages are the backend's powersgd_work. Here the host backend's: host
+// functions on the bucket's stream (products, Gram-Schmidt, reconstruction and error feedback), with fp64
+// accumulation. The cuda backend's is src/comm/cuda/powersgd_cuda.cpp.
 #include "ferry/comm/powersgd.hpp"
 
 #include <fmt/format.h>
@@ -14,22 +16,27 @@
 
 namespace ferry::comm {
 
-// One compressed matrix: where it lives in the bucket, and where its P and Q live.
-struct powersgd::matrix {
-  std::size_t rows = 0;
-  std::size_t cols = 0;
-  std::size_t offset = 0;    // first element in the bucket (and in error_)
-  std::size_t p_offset = 0;  // first float of its P (rows x r, row-major) in first_
-  std::size_t q_offset = 0;  // first float of its Q (cols x r, row-major) in q_
+// The host backend's stages: plain loops over the layout's buffers, which are host memory.
+class powersgd::host_work final : public detail::powersgd_work {
+ public:
+  explicit host_work(const detail::powersgd_layout& layout) : l_(layout) {}
+  void seed_q(std::uint64_t seed, stream_view s) override;
+  void project(float* g, stream_view s) override;
+  void orthogonalize(stream_view s) override;
+  void reconstruct(float* g, stream_view s) override;
+
+ private:
+  void do_project(float* g) const;
+  void do_orthogonalize() const;
+  void do_reconstruct(float* g) const;
+
+  detail::powersgd_layout l_;
 };
 
 powersgd::powersgd(communicator& comm, std::span<const matrix_shape> shapes,
                    std::span<const std::size_t> offsets, std::size_t bucket_elements,
                    powersgd_options options)
     : comm_(&comm), options_(options), bucket_elements_(bucket_elements) {
-  FERRY_EXPECTS(
-      comm.dev().kind() == backend::host,
-      "PowerSGD runs on host devices only: its cuda path (cuBLAS through src/shim) is not written yet");
   FERRY_EXPECTS(options.rank >= 1, fmt::format("powersgd_options::rank = {}: must be >= 1", options.rank));
   FERRY_EXPECTS(
       options.min_compression_rate > 0,
@@ -87,8 +94,31 @@ powersgd::powersgd(communicator& comm, std::span<const matrix_shape> shapes,
   error_ = dev.alloc_device(bucket_elements * sizeof(float));
   first_ = dev.alloc_device(std::max<std::size_t>(p_total_ + u_total_, 1) * sizeof(float));
   q_ = dev.alloc_device(std::max<std::size_t>(q_total_, 1) * sizeof(float));
-  // Host devices' memory is host memory, and no stream has touched these buffers yet.
-  std::fill_n(static_cast<float*>(error_.data()), bucket_elements, 0.0F);
+  const detail::powersgd_layout layout{r,
+                                       matrices_,
+                                       uncompressed_offsets_,
+                                       uncompressed_elements_,
+                                       p_total_,
+                                       q_total_,
+                                       static_cast<float*>(error_.data()),
+                                       static_cast<float*>(first_.data()),
+                                       static_cast<float*>(q_.data())};
+  if (dev.kind() == backend::host) {
+    // Host devices' memory is host memory, and no stream has touched these buffers yet.
+    std::fill_n(static_cast<float*>(error_.data()), bucket_elements, 0.0F);
+    work_ = std::make_unique<host_work>(layout);
+    return;
+  }
+#if defined(FERRY_COMM_HAVE_CUDA)
+  {
+    const stream s = dev.make_stream();
+    dev.memset_async(error_.view(), 0, s);
+    s.synchronize();  // construction may wait: no step runs yet
+  }
+  work_ = detail::make_cuda_powersgd_work(dev, layout);
+#else
+  throw logic_error("ferry::comm was built without CUDA: PowerSGD runs on host devices only");
+#endif
 }
 
 powersgd::~powersgd() {
@@ -110,29 +140,44 @@ void powersgd::reduce_async(mem_view bucket, stream_view s) {
                   "the matrices span",
                   bucket.bytes, bucket_elements_));
   FERRY_EXPECTS(&s.dev() == &comm_->dev(), "powersgd::reduce_async: the stream belongs to another device");
-  device& dev = comm_->dev();
   auto* g = static_cast<float*>(bucket.data);
-  dev.launch_host_func(s, [this, g] { stage_project(g); });
+  if (steps_ == 0 || !options_.warm_start) work_->seed_q(options_.seed, s);
+  ++steps_;
+  work_->project(g, s);
   static_cast<void>(
       comm_->all_reduce(first_.view(), first_.view(), p_total_ + u_total_, dtype::f32, reduce_op::avg, s));
   if (q_total_ > 0) {
-    dev.launch_host_func(s, [this] { stage_orthogonalize(); });
+    work_->orthogonalize(s);
     static_cast<void>(comm_->all_reduce(q_.view(), q_.view(), q_total_, dtype::f32, reduce_op::avg, s));
   }
-  dev.launch_host_func(s, [this, g] { stage_reconstruct(g); });
+  work_->reconstruct(g, s);
+}
+
+void powersgd::host_work::seed_q(std::uint64_t seed, stream_view s) {
+  s.dev().launch_host_func(s, [this, seed] {
+    for (std::size_t j = 0; j < l_.q_total; ++j) l_.q[j] = detail::unit_noise(seed, j);
+  });
+}
+
+void powersgd::host_work::project(float* g, stream_view s) {
+  s.dev().launch_host_func(s, [this, g] { do_project(g); });
+}
+
+void powersgd::host_work::orthogonalize(stream_view s) {
+  s.dev().launch_host_func(s, [this] { do_orthogonalize(); });
+}
+
+void powersgd::host_work::reconstruct(float* g, stream_view s) {
+  s.dev().launch_host_func(s, [this, g] { do_reconstruct(g); });
 }
 
 // M = G + E into E; P = M Q; the uncompressed tensors after the P's.
-void powersgd::stage_project(float* g) {
-  const auto r = static_cast<std::size_t>(options_.rank);
-  auto* e = static_cast<float*>(error_.data());
-  auto* p = static_cast<float*>(first_.data());
-  auto* q = static_cast<float*>(q_.data());
-  if (steps_ == 0 || !options_.warm_start) {
-    for (std::size_t j = 0; j < q_total_; ++j) q[j] = detail::unit_noise(options_.seed, j);
-  }
-  ++steps_;
-  for (const matrix& m : matrices_) {
+void powersgd::host_work::do_project(float* g) const {
+  const std::size_t r = l_.rank;
+  float* e = l_.error;
+  float* p = l_.first;
+  const float* q = l_.q;
+  for (const matrix& m : l_.matrices) {
     float* mm = e + m.offset;
     const float* gm = g + m.offset;
     for (std::size_t i = 0; i < m.rows * m.cols; ++i) mm[i] += gm[i];
@@ -147,20 +192,20 @@ void powersgd::stage_project(float* g) {
       }
     }
   }
-  float* u = p + p_total_;
-  for (std::size_t k = 0; k < uncompressed_offsets_.size(); ++k) {
-    std::copy_n(g + uncompressed_offsets_[k], uncompressed_elements_[k], u);
-    u += uncompressed_elements_[k];
+  float* u = p + l_.p_total;
+  for (std::size_t k = 0; k < l_.u_offsets.size(); ++k) {
+    std::copy_n(g + l_.u_offsets[k], l_.u_elements[k], u);
+    u += l_.u_elements[k];
   }
 }
 
 // Orthonormal columns of each (averaged) P by Gram-Schmidt; Q = M^T P.
-void powersgd::stage_orthogonalize() {
-  const auto r = static_cast<std::size_t>(options_.rank);
-  const auto* e = static_cast<const float*>(error_.data());
-  auto* p = static_cast<float*>(first_.data());
-  auto* q = static_cast<float*>(q_.data());
-  for (const matrix& m : matrices_) {
+void powersgd::host_work::do_orthogonalize() const {
+  const std::size_t r = l_.rank;
+  const float* e = l_.error;
+  float* p = l_.first;
+  float* q = l_.q;
+  for (const matrix& m : l_.matrices) {
     float* pm = p + m.p_offset;
     for (std::size_t k = 0; k < r; ++k) {
       for (std::size_t l = 0; l < k; ++l) {
@@ -189,12 +234,12 @@ void powersgd::stage_orthogonalize() {
 }
 
 // G = P Q^T and E = M - G for each compressed matrix; the uncompressed tensors' mean back into G.
-void powersgd::stage_reconstruct(float* g) {
-  const auto r = static_cast<std::size_t>(options_.rank);
-  auto* e = static_cast<float*>(error_.data());
-  const auto* p = static_cast<const float*>(first_.data());
-  const auto* q = static_cast<const float*>(q_.data());
-  for (const matrix& m : matrices_) {
+void powersgd::host_work::do_reconstruct(float* g) const {
+  const std::size_t r = l_.rank;
+  float* e = l_.error;
+  const float* p = l_.first;
+  const float* q = l_.q;
+  for (const matrix& m : l_.matrices) {
     const float* pm = p + m.p_offset;
     const float* qm = q + m.q_offset;
     float* mm = e + m.offset;
@@ -209,10 +254,10 @@ void powersgd::stage_reconstruct(float* g) {
       }
     }
   }
-  const float* u = p + p_total_;
-  for (std::size_t k = 0; k < uncompressed_offsets_.size(); ++k) {
-    std::copy_n(u, uncompressed_elements_[k], g + uncompressed_offsets_[k]);
-    u += uncompressed_elements_[k];
+  const float* u = p + l_.p_total;
+  for (std::size_t k = 0; k < l_.u_offsets.size(); ++k) {
+    std::copy_n(u, l_.u_elements[k], g + l_.u_offsets[k]);
+    u += l_.u_elements[k];
   }
 }
 

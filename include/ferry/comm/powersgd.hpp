@@ -17,16 +17,21 @@
 // (up to fp32 rounding): what the approximation drops is delayed, not lost.
 //
 // The work between the all-reduces runs on the bucket's stream: on the host backend as plain C++ in host
-// functions (the host device's memory is host memory). The cuda path (cuBLAS loaded at run time through
-// src/shim and an orthogonalization kernel) is not written yet: constructing one for a cuda device throws.
+// functions (the host device's memory is host memory), with fp64 accumulation; on the cuda backend as
+// cuBLAS products (libcublas.so.13 loaded at run time through ferry::shim: one batched GEMM per shape
+// group and product, fp32 without TF32) and ferry's kernels (E += G, Gram-Schmidt over the r columns
+// of every P in one launch, copies of the whole tensors). Both backends compute the same numbers up to
+// fp32 rounding. Nothing is allocated after construction, and the host never waits for the device.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "ferry/comm/communicator.hpp"
+#include "ferry/comm/detail/powersgd_work.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
@@ -50,9 +55,11 @@ struct powersgd_options {
 class powersgd {
  public:
   /// A bucket of `bucket_elements` floats holding matrix k at element offset offsets[k] (non-overlapping).
-  /// Allocates the error-feedback buffer (one bucket, zeroed), P, Q and the wire buffers on comm.dev().
-  /// Throws logic_error for a cuda device (not written yet), rank < 1, a shape of 0 elements, a matrix
-  /// outside the bucket or overlapping another, or mismatched spans; naming the value.
+  /// Allocates the error-feedback buffer (one bucket, zeroed), P, Q and the wire buffers on comm.dev()
+  /// (on a cuda device also cuBLAS's handle, its workspace and the pointer tables; a host sync, once).
+  /// Throws logic_error for rank < 1, a shape of 0 elements, a matrix outside the bucket or overlapping
+  /// another, or mismatched spans, naming the value; comm_error on a cuda device when cuBLAS cannot be
+  /// loaded (naming what dlopen said).
   powersgd(communicator& comm, std::span<const matrix_shape> shapes, std::span<const std::size_t> offsets,
            std::size_t bucket_elements, powersgd_options options = {});
   powersgd(const powersgd&) = delete;
@@ -75,11 +82,8 @@ class powersgd {
   [[nodiscard]] std::size_t wire_elements() const noexcept { return p_total_ + u_total_ + q_total_; }
 
  private:
-  struct matrix;
-
-  void stage_project(float* g);
-  void stage_orthogonalize();
-  void stage_reconstruct(float* g);
+  using matrix = detail::powersgd_matrix;
+  class host_work;
 
   communicator* comm_;
   powersgd_options options_;
@@ -88,13 +92,14 @@ class powersgd {
   std::vector<bool> compressed_;  // per matrix, in the caller's order
   std::vector<std::size_t> uncompressed_offsets_;
   std::vector<std::size_t> uncompressed_elements_;
-  std::size_t p_total_ = 0;  // floats of every P
-  std::size_t q_total_ = 0;  // floats of every Q
-  std::size_t u_total_ = 0;  // floats of every uncompressed tensor
-  buffer error_;             // bucket layout
-  buffer first_;             // all-reduced: every P, then every uncompressed tensor
-  buffer q_;                 // all-reduced: every Q (kept for the warm start)
-  std::uint64_t steps_ = 0;
+  std::size_t p_total_ = 0;                      // floats of every P
+  std::size_t q_total_ = 0;                      // floats of every Q
+  std::size_t u_total_ = 0;                      // floats of every uncompressed tensor
+  buffer error_;                                 // bucket layout
+  buffer first_;                                 // all-reduced: every P, then every uncompressed tensor
+  buffer q_;                                     // all-reduced: every Q (kept for the warm start)
+  std::uint64_t steps_ = 0;                      // reduce_async calls so far
+  std::unique_ptr<detail::powersgd_work> work_;  // the backend's stages (after the buffers it uses)
 };
 
 }  // namespace ferry::comm
