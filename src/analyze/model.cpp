@@ -280,20 +280,39 @@ ns_t model::idle_during(std::vector<span> windows) const {
   return idle;
 }
 
-// gpu_ is sorted by start, so both unions are built as the events go by, with no copy of their spans.
+// gpu_ is sorted by start, so the unions are built as the events go by, with no copy of their spans.
 void model::build_unions() {
   std::size_t kernel_count = 0;
-  for (const index_t i : gpu_) kernel_count += t_.events[i].kind == activity::kernel;
+  for (const index_t i : gpu_) {
+    const event& e = t_.events[i];
+    kernel_count += e.kind == activity::kernel;
+    if (category_of(e, name(e)) == cat_comm) comm_events_.push_back(i);
+  }
   kernels_are_busy_ = kernel_count == gpu_.size();
+  const bool has_comm = !comm_events_.empty();
   interval_union::sorted_builder busy(gpu_.size());
   interval_union::sorted_builder kernels(kernels_are_busy_ ? 0 : kernel_count);
+  interval_union::sorted_builder compute(has_comm ? kernel_count : 0);
+  interval_union::sorted_builder comm(comm_events_.size());
+  auto next_comm = comm_events_.begin();
   for (const index_t i : gpu_) {
     const event& e = t_.events[i];
     busy.add(e.start_ns, e.end_ns);
     if (!kernels_are_busy_ && e.kind == activity::kernel) kernels.add(e.start_ns, e.end_ns);
+    if (!has_comm) continue;
+    if (next_comm != comm_events_.end() && *next_comm == i) {
+      ++next_comm;
+      comm.add(e.start_ns, e.end_ns);
+    } else if (e.kind == activity::kernel) {
+      compute.add(e.start_ns, e.end_ns);
+    }
   }
   busy_ = std::move(busy).finish();
   if (!kernels_are_busy_) kernels_ = std::move(kernels).finish();
+  if (has_comm) {
+    compute_ = std::move(compute).finish();
+    comm_ = std::move(comm).finish();
+  }
 }
 
 // The time of each step covered by the GPU categories 0..c, for every c (cat_count cumulative levels). One

@@ -146,6 +146,14 @@ class model {
   [[nodiscard]] const interval_union& kernels() const noexcept {
     return kernels_are_busy_ ? busy_ : kernels_;
   }
+  /// Compute kernels alone (every kernel but the communication kernels).
+  [[nodiscard]] const interval_union& compute() const noexcept {
+    return comm_events_.empty() ? kernels() : compute_;
+  }
+  /// Communication alone: communication kernels (trace::is_comm_kernel) and peer copies.
+  [[nodiscard]] const interval_union& comm() const noexcept { return comm_; }
+  /// Communication kernels and peer copies, by start.
+  [[nodiscard]] const std::vector<index_t>& comm_events() const noexcept { return comm_events_; }
 
   /// GPU idle inside the steps during any of `windows` (each instant counted once, however many windows
   /// hold it): what the CPU's blocking in those windows cost the GPU.
@@ -227,8 +235,11 @@ class model {
   bool whole_trace_ = false;
   std::optional<std::uint64_t> main_thread_;
   interval_union busy_;
-  interval_union kernels_;         // when not every GPU event is a kernel
-  bool kernels_are_busy_ = false;  // every GPU event is a kernel: kernels() is busy_
+  interval_union kernels_;            // when not every GPU event is a kernel
+  bool kernels_are_busy_ = false;     // every GPU event is a kernel: kernels() is busy_
+  interval_union compute_;            // kernels that are not communication, when there is communication
+  interval_union comm_;               // communication kernels and peer copies
+  std::vector<index_t> comm_events_;  // the same events, by start
   double mean_wall_ns_ = 0;
 };
 

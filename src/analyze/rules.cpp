@@ -20,6 +20,7 @@ constexpr std::array table{
     rule{"pageable_async_copy", find_pageable_async_copy},
     rule{"device_sync", find_device_sync},
     rule{"serialized_copy", find_serialized_copy},
+    rule{"exposed_comm", find_exposed_comm},
     rule{"low_copy_bandwidth", find_low_copy_bandwidth},
     rule{"drain_tail", find_drain_tail},
 };

@@ -36,6 +36,7 @@ void find_sync_copy(const model& m, std::vector<finding>& out);
 void find_pageable_async_copy(const model& m, std::vector<finding>& out);
 void find_device_sync(const model& m, std::vector<finding>& out);
 void find_serialized_copy(const model& m, std::vector<finding>& out);
+void find_exposed_comm(const model& m, std::vector<finding>& out);
 void find_low_copy_bandwidth(const model& m, std::vector<finding>& out);
 void find_host_bound(const model& m, std::vector<finding>& out);
 void find_drain_tail(const model& m, std::vector<finding>& out);

@@ -208,7 +208,7 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
       traced = window.finish(h2d ? result.probed_gbps : 0, d2h ? result.probed_gbps : 0);
     }
     std::tie(row.bottleneck, row.finding) = keep_trace(std::move(traced), result.traces);
-    const bool is_ideal = level.name == ideal_level;
+    const bool is_ideal = level.name == spec.ceiling;
     row.bytes = is_ideal ? 0 : step_bytes * static_cast<std::uint64_t>(cfg.steps);
     row.gbps = gb_per_s(row.bytes, row.seconds);
     row.link_fraction = result.probed_gbps > 0 ? row.gbps / result.probed_gbps : 0;
@@ -223,9 +223,10 @@ std::string format_table(const ladder_result& r) {
   FERRY_EXPECTS(r.spec != nullptr, "format_table of a ladder result that no ladder made (its spec is null)");
   const ladder_spec& spec = *r.spec;
   std::string out = fmt::format(
-      "{} ladder on {} ({}): {} {} per step, compute {:.1f} ms per step, probed pinned {} {:.2f} GB/s\n\n",
+      "{} ladder on {} ({}): {} {} per step, compute {:.1f} ms per step, probed {} {:.2f} GB/s\n\n",
       spec.name, r.device.name, to_string(r.device.kind), spec.step_bytes_name, format_bytes(r.step_bytes),
-      std::chrono::duration<double, std::milli>(r.compute).count(), link_name(spec.direction), r.probed_gbps);
+      std::chrono::duration<double, std::milli>(r.compute).count(),
+      spec.probed_name.empty() ? "pinned " + link_name(spec.direction) : spec.probed_name, r.probed_gbps);
   out += fmt::format("{:<{}}", "level", spec.level_width);
   for (const auto& c : spec.columns) out += fmt::format(" {:>{}}", c.header, c.width);
   out += "\n";

@@ -421,6 +421,70 @@ TEST(analyze_rules, serialized_copy_is_quiet_when_copies_overlap_or_have_their_o
   EXPECT_EQ(find_rule(b.run(), "serialized_copy"), nullptr);
 }
 
+TEST(analyze_rules, exposed_comm_costs_the_all_reduce_that_runs_after_backward) {
+  // One bucket after backward: the all-reduce (800..950) starts when the backward ends; nothing hides it.
+  const analysis a = ddp_steps(800, 950).run();
+  EXPECT_EQ(a.bottleneck(), "exposed_comm") << format_text(a);
+  const finding& f = a.findings.front();
+  EXPECT_DOUBLE_EQ(f.cost_ms_per_step, 0.15);
+  EXPECT_DOUBLE_EQ(f.numbers.at("comm_ms_per_step"), 0.15);
+  EXPECT_DOUBLE_EQ(f.numbers.at("hidden_fraction"), 0);
+  EXPECT_DOUBLE_EQ(f.numbers.at("longest_exposed_ms_per_step"), 0.15);
+  EXPECT_DOUBLE_EQ(f.numbers.at("comm_per_step"), 1);
+  EXPECT_DOUBLE_EQ(a.mean.comm_ms, 0.15);  // the breakdown's exclusive comm time is the cost
+  EXPECT_EQ(find_rule(a, "gpu_idle"), nullptr) << format_text(a);  // the GPU communicates: not idle
+  // Nothing hidden: the all-reduce starts too late, so the bucket plan comes first, then codec and link.
+  EXPECT_TRUE(f.fix.starts_with("start the all-reduce while backward still runs: smaller gradient buckets"))
+      << f.fix;
+  EXPECT_NE(f.fix.find("bf16 or fp16"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("NCCL_P2P_DISABLE=1"), std::string::npos) << f.fix;
+  EXPECT_NE(f.fix.find("`ferry probe`"), std::string::npos) << f.fix;
+}
+
+TEST(analyze_rules, exposed_comm_counts_only_what_backward_did_not_hide) {
+  // Buckets launched during backward (500..850): 300 of the 350 us run beside the backward's kernels.
+  const analysis a = ddp_steps(500, 850).run();
+  const finding* f = find_rule(a, "exposed_comm");
+  ASSERT_NE(f, nullptr) << format_text(a);
+  EXPECT_DOUBLE_EQ(f->cost_ms_per_step, 0.05);
+  EXPECT_DOUBLE_EQ(f->numbers.at("comm_ms_per_step"), 0.35);
+  EXPECT_DOUBLE_EQ(f->numbers.at("hidden_fraction"), 300.0 / 350.0);
+  EXPECT_NE(f->evidence.find("hid 86% of it"), std::string::npos) << f->evidence;
+  // Mostly hidden yet longer than the backward: fewer bytes (a codec) or a faster link come first.
+  EXPECT_TRUE(f->fix.starts_with("halve the bytes on the wire with a 16-bit codec")) << f->fix;
+  EXPECT_NE(f->fix.find("smaller gradient buckets"), std::string::npos) << f->fix;
+}
+
+TEST(analyze_rules, exposed_comm_is_quiet_when_backward_hides_the_all_reduce) {
+  const analysis hidden = ddp_steps(400, 780).run();
+  EXPECT_EQ(find_rule(hidden, "exposed_comm"), nullptr) << format_text(hidden);
+  EXPECT_DOUBLE_EQ(hidden.mean.comm_ms, 0);
+  // 5 us of 1000 alone is below 1% of the step: a barrier's worth, not a finding.
+  EXPECT_EQ(find_rule(ddp_steps(700, 805).run(), "exposed_comm"), nullptr);
+  // Without communication there is nothing to expose.
+  EXPECT_EQ(find_rule(busy_steps().run(), "exposed_comm"), nullptr);
+}
+
+TEST(analyze_rules, exposed_comm_counts_an_all_reduce_that_keeps_the_next_forward_waiting) {
+  // The all-reduce (900..1100) outlasts the step; the next forward starts only when it ends.
+  builder b;
+  b.steps(4, 1000);
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    b.kernel(t0 + 100, t0 + 400, 7, "forward");
+    b.kernel(t0 + 400, t0 + 900, 7, "backward");
+    b.kernel(t0 + 900, t0 + 1100, 9, "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+  }
+  const analysis a = b.run();
+  const finding* f = find_rule(a, "exposed_comm");
+  ASSERT_NE(f, nullptr) << format_text(a);
+  // 800 us alone over 4 steps, whichever step each piece falls in (the last step runs to 4100).
+  EXPECT_DOUBLE_EQ(f->cost_ms_per_step, 0.2);
+  // Longest stretch alone per step: 100, 100, 100 and 200 (3900..4100).
+  EXPECT_DOUBLE_EQ(f->numbers.at("longest_exposed_ms_per_step"), 0.125);
+  EXPECT_DOUBLE_EQ(f->numbers.at("hidden_fraction"), 0);
+}
+
 TEST(analyze_rules, low_copy_bandwidth_against_the_link) {
   builder b = serialized(8);
   analyze_options o;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -87,6 +88,25 @@ inline builder busy_steps(int n = 4) {
   builder b;
   b.steps(n, 1000);
   for (int i = 0; i < n; ++i) b.kernel(i * 1000 + 25, i * 1000 + 975);
+  return b;
+}
+
+// Data-parallel steps of 1000 us: forward (0..300) and backward (300..800) kernels on the compute stream 7,
+// an all-reduce kernel on stream 9 from `comm_start` to `comm_end` us into each step, and the optimizer's
+// kernel (40 us), which waits for the backward and the all-reduce.
+inline builder ddp_steps(double comm_start, double comm_end, int n = 4) {
+  builder b;
+  b.steps(n, 1000);
+  b.t.stream_names[7] = "compute";
+  b.t.stream_names[9] = "comm";
+  for (int i = 0; i < n; ++i) {
+    const double t0 = i * 1000.0;
+    b.kernel(t0, t0 + 300, 7, "forward");
+    b.kernel(t0 + 300, t0 + 800, 7, "backward");
+    b.kernel(t0 + comm_start, t0 + comm_end, 9, "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+    const double opt = t0 + std::max(800.0, comm_end);
+    b.kernel(opt, opt + 40, 7, "optimizer");
+  }
   return b;
 }
 

@@ -272,6 +272,8 @@ std::vector<std::pair<std::string, analysis>> every_test_trace() {
   builder tail = busy_steps();
   tail.range("process output", 100, 9000, worker_tid);
   out.emplace_back("long tail", tail.run());
+  out.emplace_back("ddp, one bucket after backward", ddp_steps(800, 950).run());
+  out.emplace_back("ddp, buckets during backward", ddp_steps(500, 850).run());
   return out;
 }
 

@@ -65,6 +65,24 @@ SUBCOMMANDS = {
         "--egress-slot-bytes": SIZES,
         "--egress-slots": INTS_FROM_1,
     })),
+    ("bench", "allreduce"): ([], {
+        "--ranks": ["-1", "0", "65", "x"],
+        "--gpus": ["-1", "0", "65", "x"],
+        "--min-bytes": SIZES,
+        "--max-bytes": SIZES,
+        "--step-factor": ["-1", "0", "1", "1025", "x"],
+        "--iters": INTS_FROM_1,
+        "--warmup": INTS_FROM_0,
+    }),
+    ("bench", "ddp"): ([], {
+        "--ranks": ["-1", "0", "65", "x"],
+        "--gpus": ["-1", "0", "65", "x"],
+        "--step-ms": MS + ["0"],
+        "--scale": ["0", "-1", "1.5", "nan", "x"],
+        "--steps": INTS_FROM_1,
+        "--warmup": INTS_FROM_1,
+        "--learn-steps": INTS_FROM_1,
+    }),
     ("analyze",): ([KINETO], {
         "--idle-threshold": FRACTION,
         "--link-h2d": GBPS,
@@ -73,7 +91,8 @@ SUBCOMMANDS = {
     }),
 }
 # Flags whose value is text, checked by their own code (tested below or in the library's tests).
-TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o"}
+TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o", "--codec",
+              "--link"}
 
 
 def load_json(path):
@@ -178,6 +197,71 @@ class subcommands(unittest.TestCase):
             self.assertIn(f'"{args[-1]}"', lines[0])
             for v in valid:
                 self.assertIn(v, lines[0])
+
+
+class comm_benches(unittest.TestCase):
+    def test_allreduce_on_the_host_backend_checks_every_element_and_reports_nccl_tests_columns(self):
+        args = ["bench", "allreduce", "--backend", "host", "-b", "64K", "-e", "256K", "-f", "2", "-n", "2",
+                "-w", "1", "--codec", "fp32,bf16"]
+        r = run(args + ["--json"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["tool"], "ferry bench allreduce")
+        self.assertEqual((j["backend"], j["ranks"]), ("host", 2))
+        self.assertEqual([(row["size"], row["codec"]) for row in j["rows"]],
+                         [(s, c) for s in (65536, 131072, 262144) for c in ("fp32", "bf16")])
+        for row in j["rows"]:
+            self.assertEqual(row["count"] * 4, row["size"])
+            self.assertEqual(row["wire_bytes"], row["size"] // (1 if row["codec"] == "fp32" else 2))
+            self.assertEqual(row["checked"], 2 * 2 * row["count"])  # 2 ranks, out of place and in place
+            for side in ("out_of_place", "in_place"):
+                self.assertEqual(row[side]["nwrong"], 0)
+                self.assertAlmostEqual(row[side]["busbw"], row[side]["algbw"], places=9)  # 2(n-1)/n = 1
+                self.assertGreater(row[side]["time_us"], 0)
+        self.assertEqual(j["out_of_bounds"], "OK")
+        self.assertEqual(sorted(j["average_bus_bandwidth"]), ["bf16", "fp32"])
+        text = run(args + ["--ranks", "3", "--link", "host-memory"], timeout=120)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        for column in ("algbw", "busbw", "effbw", "#wrong", "out-of-place", "in-place", "wire", "codec",
+                       "# Out of bounds values : 0 OK", "# Avg bus bandwidth", "3 ranks", "host_memory"):
+            self.assertIn(column, text.stdout)
+
+    def test_allreduce_refuses_a_bad_codec_or_contradicting_flags_before_the_work(self):
+        for extra, needle in ((["--codec", "fp8"], "--codec"), (["--codec", "fp32,,bf16"], "--codec"),
+                              (["--check", "--no-check"], "--no-check"),
+                              (["-b", "64M", "-e", "1M"], "--min-bytes")):
+            with self.subTest(extra=extra):
+                r = run(["bench", "allreduce", "--backend", "host", *extra], timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn(needle, lines[0])
+                self.assertNotIn("ferry: backend", r.stderr)
+
+
+    def test_ddp_on_the_host_backend_checks_every_gradient_and_reports_every_level(self):
+        r = run(["bench", "ddp", "--backend", "host", "--link", "host-memory", "--step-ms", "10", "--steps", "2",
+                 "--warmup", "1", "--learn-steps", "1", "--json"], timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual((j["ladder"], j["ranks"], j["comm_backend"]), ("ddp", 2, "host"))
+        self.assertIn("host_memory", j["link"])
+        levels = [row["level"] for row in j["rows"]]
+        self.assertEqual(levels, ["single", "one-bucket", "25MB", "100MB", "fp16", "bf16", "auto", "auto-lossy"])
+        for row in j["rows"]:
+            self.assertEqual(row["wrong"], 0, row["level"])
+            self.assertGreater(row["checked"], 0)
+            for key in ("hidden", "exposed_ms", "comm_ms", "buckets", "lossy_buckets", "wire_mb"):
+                self.assertIn(key, row)
+        self.assertEqual(j["rows"][0]["ratio_to_ideal"], 1.0)
+        self.assertEqual(j["rows"][1]["buckets"], 1)
+
+    def test_ddp_refuses_an_unknown_level_before_the_work(self):
+        r = run(["bench", "ddp", "--backend", "host", "--levels", "single,2000MB"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("2000MB", r.stderr)
+        self.assertNotIn("ferry: backend", r.stderr)
 
 
 class memory(unittest.TestCase):

@@ -421,10 +421,11 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
   add_int_flag(
       *in, "--egress-slots", g->egress_slots, 1, max_buffers,
       fmt::format("With --both-ways: the egress side's slot count (default {} on cuda)", both.slots));
-  return [f, eg, g, in, command]() -> int {
+  std::function<int()> run_comm = add_comm_bench_commands(*bench_cmd, command);
+  return [f, eg, g, in, command, run_comm]() -> int {
     if (eg->parsed()) return run_egress(*f, command);
     if (in->parsed()) return run_ingest(*g, command);
-    return 0;
+    return run_comm();
   };
 }
 

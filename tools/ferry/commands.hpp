@@ -34,6 +34,10 @@ void add_device_options(CLI::App& app, device_options& opts);
 /// command line) goes into every JSON result.
 [[nodiscard]] std::function<int()> add_bench_command(CLI::App& app, std::string command);
 
+/// Registers the device-to-device benches under `bench` (`ferry bench allreduce`); the returned function
+/// runs the one parsed (0 when none of them was).
+[[nodiscard]] std::function<int()> add_comm_bench_commands(CLI::App& bench_cmd, std::string command);
+
 /// Registers `ferry analyze`; the returned function runs it after parsing.
 [[nodiscard]] std::function<int()> add_analyze_command(CLI::App& app);
 

@@ -45,6 +45,11 @@ namespace detail {
 
 flag_entry& new_flag_entry() { return entries().emplace_back(); }
 
+std::string shown_name(const std::string& name) {
+  const auto comma = name.rfind(',');
+  return comma == std::string::npos ? name : name.substr(comma + 1);
+}
+
 std::int64_t parse_int(const std::string& name, const std::string& text, std::int64_t min, std::int64_t max) {
   std::int64_t v = 0;
   const char* first = text.data();
@@ -66,7 +71,7 @@ CLI::Option* add_double_flag(CLI::App& app, const std::string& name, double& tar
                              const std::string& help) {
   detail::flag_entry& e = detail::new_flag_entry();
   e.option = app.add_option(name, e.text, help)->type_name("NUM");
-  e.check = [name, &target, min, max](const std::string& text) {
+  e.check = [name = detail::shown_name(name), &target, min, max](const std::string& text) {
     const std::string range = fmt::format("expected a finite number from {} to {}", number(min), number(max));
     double v = 0;
     const char* first = text.data();
@@ -86,7 +91,7 @@ CLI::Option* add_bytes_flag(CLI::App& app, const std::string& name, std::uint64_
                             std::uint64_t max, const std::string& help) {
   detail::flag_entry& e = detail::new_flag_entry();
   e.option = app.add_option(name, e.text, help)->type_name("SIZE");
-  e.check = [name, &target, min, max](const std::string& text) {
+  e.check = [name = detail::shown_name(name), &target, min, max](const std::string& text) {
     const std::string range =
         fmt::format("expected a size from {} to {}", format_bytes(min), format_bytes(max));
     std::uint64_t v = 0;

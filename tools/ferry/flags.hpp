@@ -61,6 +61,8 @@ struct flag_entry {
 };
 /// A new entry, alive until the process ends.
 [[nodiscard]] flag_entry& new_flag_entry();
+/// The name messages give a flag registered as "-b,--min-bytes": its last name ("--min-bytes").
+[[nodiscard]] std::string shown_name(const std::string& name);
 /// Parses `text` as an integer in [min, max] for flag `name`; throws flag_error.
 [[nodiscard]] std::int64_t parse_int(const std::string& name, const std::string& text, std::int64_t min,
                                      std::int64_t max);
@@ -77,7 +79,7 @@ CLI::Option* add_int_flag(CLI::App& app, const std::string& name, T& target, std
     max = static_cast<std::int64_t>(std::numeric_limits<T>::max());
   detail::flag_entry& e = detail::new_flag_entry();
   e.option = app.add_option(name, e.text, help)->type_name("INT");
-  e.check = [name, &target, min, max](const std::string& value) {
+  e.check = [name = detail::shown_name(name), &target, min, max](const std::string& value) {
     target = static_cast<T>(detail::parse_int(name, value, min, max));
   };
   return e.option;

@@ -89,6 +89,8 @@ struct uncovered_idle {
 ///   sync_copy             a blocking copy that keeps the next launch waiting
 ///   device_sync           a device-wide synchronize every step
 ///   serialized_copy       copies and kernels on one stream, never overlapping
+///   exposed_comm          communication (NCCL kernels, peer copies) running while no compute kernel does:
+///                         the all-reduce left exposed after backward, which the next compute waits for
 ///   low_copy_bandwidth    copies far below the probed link
 ///   compute_bound         no transfer bottleneck: the GPU computes nearly all the time (informational)
 ///   host_bound            the host bounds the pipeline: GPU idle while the main thread waits on other

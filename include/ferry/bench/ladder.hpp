@@ -149,6 +149,12 @@ struct ladder_spec {
   /// JSON keys earlier results used that the shared vocabulary renamed: {old key, shared key}. The
   /// writer adds `<link>_gbps`, `probed_<link>_gbps`, `mismatches` and `checked_<unit>` itself.
   std::vector<std::pair<std::string, std::string>> json_aliases;
+  /// The level the others are measured against (ladder_row::ratio_to_ideal), which moves no bytes:
+  /// "ideal", or the ladder's own name for it ("single": one GPU with no communication).
+  std::string ceiling = std::string(ideal_level);
+  /// What the table's headline calls the link rows are compared with; empty: "pinned <link>" (the
+  /// pinned copy probe::pinned_ceiling measures).
+  std::string probed_name = {};
 };
 
 /// The index of `level` in `spec.levels`. Throws logic_error naming the level and every known one.

@@ -1,0 +1,695 @@
+// `ferry bench ddp` (ddp_bench.hpp): data-parallel steps of a synthetic ViT-L/32 over ferry::comm's reducer.
+#include "ferry/bench/ddp_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ferry/comm/auto_plan.hpp"
+#include "ferry/comm/codec.hpp"
+#include "ferry/comm/f32_ops.hpp"
+#include "ferry/comm/reducer.hpp"
+#include "ferry/core/clock.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/core/units.hpp"
+#include "ferry/trace/range.hpp"
+
+namespace ferry::bench {
+namespace {
+
+using comm::codec_kind;
+
+constexpr double reference_step_ms = 83.0;
+constexpr int model_units = 26;            // the patch embedding, 24 encoder layers, the head
+constexpr std::uint64_t max_ranks = 1024;  // fill seeds: parameter * max_ranks + rank
+constexpr std::size_t alignment = 256;     // the reducer's (bucket_plan_options::alignment_bytes)
+
+// ---- the model ----
+
+std::vector<model_param> make_vit_l32() {
+  std::vector<model_param> p;
+  // VisionTransformer's own parameter, then conv_proj, then the encoder's own (pos_embedding): the patch
+  // embedding unit.
+  p.push_back({"class_token", 1024, 0});
+  p.push_back({"conv_proj.weight", 1024 * 3 * 32 * 32, 0});
+  p.push_back({"conv_proj.bias", 1024, 0});
+  p.push_back({"encoder.pos_embedding", 50 * 1024, 0});
+  for (int l = 0; l < 24; ++l) {
+    const std::string pre = fmt::format("encoder.layers.encoder_layer_{}.", l);
+    const int u = l + 1;
+    p.push_back({pre + "ln_1.weight", 1024, u});
+    p.push_back({pre + "ln_1.bias", 1024, u});
+    p.push_back({pre + "self_attention.in_proj_weight", 3072 * 1024, u});
+    p.push_back({pre + "self_attention.in_proj_bias", 3072, u});
+    p.push_back({pre + "self_attention.out_proj.weight", 1024 * 1024, u});
+    p.push_back({pre + "self_attention.out_proj.bias", 1024, u});
+    p.push_back({pre + "ln_2.weight", 1024, u});
+    p.push_back({pre + "ln_2.bias", 1024, u});
+    p.push_back({pre + "mlp.0.weight", 4096 * 1024, u});
+    p.push_back({pre + "mlp.0.bias", 4096, u});
+    p.push_back({pre + "mlp.3.weight", 1024 * 4096, u});
+    p.push_back({pre + "mlp.3.bias", 1024, u});
+  }
+  p.push_back({"encoder.ln.weight", 1024, 25});
+  p.push_back({"encoder.ln.bias", 1024, 25});
+  p.push_back({"heads.head.weight", 1000 * 1024, 25});
+  p.push_back({"heads.head.bias", 1000, 25});
+  return p;
+}
+
+// ---- levels ----
+
+enum class level_kind : std::uint8_t { single, fixed, automatic };
+
+// What a level runs: the reducer's own plan (caps at the reference scale) and codec, or the automatic
+// plan under a policy.
+struct level_setting {
+  level_kind kind = level_kind::fixed;
+  std::size_t first_bytes = 0;  // 0: one bucket of everything
+  std::size_t cap_bytes = 0;
+  codec_kind codec = codec_kind::none;
+  comm::codec_policy policy = comm::codec_policy::lossless;
+};
+
+struct level_entry {
+  level_info info;
+  level_setting setting;
+};
+
+const std::vector<level_entry>& level_table() {
+  static const std::vector<level_entry> table{
+      {{"single", "each GPU alone: the same steps with no communication", "the ceiling", "compute_bound"},
+       {level_kind::single}},
+      {{"one-bucket", "every gradient in one bucket, all-reduced once backward has ended (DDP, 2000 MB)",
+        "the whole all-reduce runs after backward", "exposed_comm"},
+       {level_kind::fixed, 0, 0}},
+      {{"25MB", "DDP's default buckets: the first 1 MiB, then 25 MiB, launched as they fill in backward",
+        "what backward cannot hide: the last buckets, and the launches of many small all-reduces",
+        "exposed_comm"},
+       {level_kind::fixed, 1 * MiB, 25 * MiB}},
+      {{"100MB", "100 MiB buckets (DDP's best fixed setting on the reference pair)",
+        "the last 100 MiB bucket's all-reduce after backward", "exposed_comm"},
+       {level_kind::fixed, 100 * MiB, 100 * MiB}},
+      {{"fp16", "fp16 codec (scaled, saturating) over DDP's 25 MiB buckets: half the bytes on the wire",
+        "the casts' local cost, and the last buckets", "exposed_comm"},
+       {level_kind::fixed, 1 * MiB, 25 * MiB, codec_kind::fp16}},
+      {{"bf16", "bf16 codec over DDP's 25 MiB buckets: half the bytes on the wire",
+        "the casts' local cost, and the last buckets", "exposed_comm"},
+       {level_kind::fixed, 1 * MiB, 25 * MiB, codec_kind::bf16}},
+      {{"auto",
+        "ferry's automatic plan, lossless: buckets chosen from the measured link and the learned backward",
+        "the last bucket's all-reduce after backward, and the model's error", "compute_bound"},
+       {level_kind::automatic, 0, 0, codec_kind::none, comm::codec_policy::lossless}},
+      {{"auto-lossy", "ferry's automatic plan with lossy codecs allowed: buckets and a codec per bucket",
+        "the last bucket after backward and the codecs' local cost", "compute_bound"},
+       {level_kind::automatic, 0, 0, codec_kind::none, comm::codec_policy::lossy_allowed}},
+  };
+  return table;
+}
+
+std::vector<level_info> infos() {
+  std::vector<level_info> out;
+  for (const level_entry& e : level_table()) out.push_back(e.info);
+  return out;
+}
+
+std::vector<ladder_column> columns() {
+  auto count = [](std::string header, int width, std::string name) {
+    return extra_column(std::move(header), width, 0, std::move(name));
+  };
+  return {
+      {"steps/s", 8, 3, false, [](const ladder_row& r) { return r.steps_per_s; }},
+      {"x single", 8, 3, false, [](const ladder_row& r) { return r.ratio_to_ideal; }},
+      {"hidden", 7, 1, true, [](const ladder_row& r) { return r.extra("hidden"); }},
+      extra_column("exposed ms", 10, 2, "exposed_ms"),
+      extra_column("comm ms", 8, 2, "comm_ms"),
+      count("buckets", 7, "buckets"),
+      count("lossy", 5, "lossy_buckets"),
+      extra_column("wire MB", 8, 1, "wire_mb"),
+      {"GPU idle", 8, 1, true, [](const ladder_row& r) { return r.gpu_idle; }},
+      wrong_column(6),
+  };
+}
+
+// ---- one rank ----
+
+// Scales a reference byte count: at least one aligned slot.
+std::size_t scaled_bytes(std::size_t bytes, double scale) {
+  return std::max<std::size_t>(alignment, static_cast<std::size_t>(static_cast<double>(bytes) * scale));
+}
+
+// Rank r's values of parameter p, and their mean over n ranks.
+comm::f32_fill fill_of(std::size_t p, int rank) {
+  return {0.5F, 1.0F, static_cast<std::uint64_t>(p) * max_ranks + static_cast<std::uint64_t>(rank), 1};
+}
+comm::f32_fill mean_of(std::size_t p, int ranks) {
+  return {0.5F, 1.0F, static_cast<std::uint64_t>(p) * max_ranks, static_cast<std::uint32_t>(ranks)};
+}
+
+// What a rank found; the timing figures only on rank 0.
+struct rank_outcome {
+  std::uint64_t checked = 0;
+  std::uint64_t wrong = 0;
+  std::vector<std::uint64_t> checksums;  // per bucket
+  double comm_ms = 0, hidden = 0, exposed_ms = 0, backward_ms = 0;
+  std::size_t buckets = 0, lossy = 0;
+  double wire_mb = 0;  // per step
+  double first_mib = 0, cap_mib = 0;
+  double predicted_exposed_ms = -1;  // auto levels
+};
+
+// Seconds of one all-reduce of each size, this rank's view, `iters` after one warm-up, each size from a
+// barrier of the group.
+std::vector<double> time_all_reduce(comm::communicator& c, mem_view scratch,
+                                    std::span<const std::uint64_t> sizes, int iters, stream_view s) {
+  std::vector<double> out;
+  for (std::uint64_t bytes : sizes) {
+    const std::size_t count = bytes / sizeof(float);
+    const mem_view v = scratch.subview(0, bytes);
+    static_cast<void>(c.all_reduce(v, v, count, comm::dtype::f32, comm::reduce_op::avg, s));
+    event b = c.barrier(s);
+    b.synchronize();
+    const auto t0 = steady_clock::now();
+    for (int i = 0; i < iters; ++i)
+      static_cast<void>(c.all_reduce(v, v, count, comm::dtype::f32, comm::reduce_op::avg, s));
+    s.synchronize();
+    out.push_back(seconds_since(t0) / iters);
+  }
+  return out;
+}
+
+// A codec's encode and decode cost on this device: per byte from two sizes, the rest per call.
+comm::codec_cost measure_codec(codec_kind codec, mem_view scratch, mem_view wire, int ranks, stream_view s) {
+  const std::size_t big = scratch.bytes / sizeof(float);
+  const std::size_t small = std::min<std::size_t>(1024, big);
+  auto time = [&](std::size_t count, bool encode) {
+    constexpr int iters = 3;
+    if (encode) comm::encode_async(codec, scratch, wire, count, ranks, s);  // warm-up
+    s.synchronize();
+    const auto t0 = steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      if (encode) {
+        comm::encode_async(codec, scratch, wire, count, ranks, s);
+      } else {
+        comm::decode_async(codec, wire, scratch, count, s);
+      }
+    }
+    s.synchronize();
+    return seconds_since(t0) / iters;
+  };
+  comm::codec_cost c;
+  c.codec = codec;
+  double per_call = 0;
+  for (const bool encode : {true, false}) {
+    const double t_small = time(small, encode), t_big = time(big, encode);
+    const double bytes_small = static_cast<double>(small * sizeof(float));
+    const double bytes_big = static_cast<double>(big * sizeof(float));
+    const double per_byte = big > small ? std::max(0.0, (t_big - t_small) / (bytes_big - bytes_small)) : 0.0;
+    (encode ? c.encode_ns_per_byte : c.decode_ns_per_byte) = per_byte * 1e9;
+    per_call += std::max(0.0, t_small - per_byte * bytes_small) / 2;
+  }
+  c.per_call = std::chrono::nanoseconds(static_cast<std::int64_t>(per_call * 1e9));
+  return c;
+}
+
+// The sizes the automatic plan measures the link at: x4 from about a 4096th of the gradients to all of them.
+std::vector<std::uint64_t> link_sizes(std::uint64_t total) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t s = std::max<std::uint64_t>(4 * KiB, total / 4096) / 4 * 4;
+  for (; s < total; s *= 4) out.push_back(s);
+  out.push_back(total / 4 * 4);
+  return out;
+}
+
+// The shared state of one level's run over every rank.
+struct level_run {
+  const ddp_options& cfg;
+  const level_setting& setting;
+  std::span<comm::communicator* const> ranks;
+  level_window& window;
+  progress_fn progress;
+  std::vector<std::size_t> elements;
+  std::vector<int> unit_of;
+  std::vector<rank_outcome> outcome;
+  std::string window_level;  // the level's name, for progress lines
+};
+
+// One rank's model and its steps.
+class rank_model {
+ public:
+  rank_model(level_run& run, int rank)
+      : run_(run),
+        rank_(rank),
+        comm_(*run.ranks[static_cast<std::size_t>(rank)]),
+        dev_(comm_.dev()),
+        compute_(dev_.make_stream()),
+        t0_(dev_.make_timing_event()),
+        backward_start_(dev_.make_timing_event()),
+        backward_end_(dev_.make_timing_event()) {
+    const ddp_options& cfg = run.cfg;
+    const auto step = std::chrono::duration<double, std::nano>(cfg.compute).count();
+    const double optimizer = step * cfg.optimizer_fraction;
+    const double forward = (step - optimizer) * cfg.forward_fraction;
+    const double backward = step - optimizer - forward;
+    std::vector<double> unit_params(model_units, 0);
+    double total = 0;
+    for (const model_param& p : vit_l32_params()) {
+      unit_params[static_cast<std::size_t>(p.unit)] += static_cast<double>(p.elements);
+      total += static_cast<double>(p.elements);
+    }
+    for (int u = 0; u < model_units; ++u) {
+      const double share = unit_params[static_cast<std::size_t>(u)] / total;
+      forward_.emplace_back(static_cast<std::int64_t>(forward * share));
+      backward_.emplace_back(static_cast<std::int64_t>(backward * share));
+    }
+    optimizer_ = std::chrono::nanoseconds(static_cast<std::int64_t>(optimizer));
+    for (std::size_t p = 0; p < run.elements.size(); ++p) {
+      const int u = run.unit_of[p];
+      if (first_of_.size() <= static_cast<std::size_t>(u))
+        first_of_.resize(static_cast<std::size_t>(u) + 1, p);
+      last_of_.resize(first_of_.size());
+      last_of_[static_cast<std::size_t>(u)] = p;
+    }
+  }
+
+  void run() {
+    const level_setting& s = run_.setting;
+    const ddp_options& cfg = run_.cfg;
+    const int pre = s.kind == level_kind::automatic ? 1 + cfg.learn_steps : 0;
+    if (s.kind == level_kind::single) {
+      std::size_t total = 0;
+      for (std::size_t n : run_.elements) total += n;
+      plain_ = dev_.alloc_device(total * sizeof(float));
+    } else {
+      comm::reducer_options o;
+      o.timing = true;
+      o.codec = s.codec;
+      if (s.kind == level_kind::automatic || s.first_bytes == 0) {
+        o.plan.first_bucket_bytes = o.plan.bucket_cap_bytes = std::numeric_limits<std::size_t>::max() / 16;
+      } else {
+        o.plan.first_bucket_bytes = scaled_bytes(s.first_bytes, cfg.scale);
+        o.plan.bucket_cap_bytes = scaled_bytes(s.cap_bytes, cfg.scale);
+      }
+      red_.emplace(comm_, run_.elements, o);
+    }
+    std::optional<comm::plan_inputs> inputs;
+    if (s.kind == level_kind::automatic) inputs = measure();
+    const int total = pre + cfg.warmup + cfg.steps;
+    for (int step = 0; step < total; ++step) {
+      const int widx = step - pre;
+      if (rank_ == 0 && widx == cfg.warmup) run_.window.begin();
+      const bool learning = inputs && step >= 1 && step < pre;
+      one_step(widx, learning);
+      if (learning) learn(*inputs, step == pre - 1);
+      if (inputs && step == pre - 1) decide(*inputs);
+    }
+    if (rank_ == 0) run_.window.end(last_row_);
+    compute_.synchronize();
+    if (red_) red_->comm_stream().synchronize();
+    report();
+  }
+
+  [[nodiscard]] ladder_row& row() { return last_row_; }
+
+ private:
+  mem_view grad(std::size_t p) const {
+    if (red_) return red_->grad(p);
+    return plain_.view(offset_of(p) * sizeof(float), run_.elements[p] * sizeof(float));
+  }
+  std::size_t offset_of(std::size_t p) const {
+    std::size_t o = 0;
+    for (std::size_t q = 0; q < p; ++q) o += run_.elements[q];
+    return o;
+  }
+
+  void one_step(int widx, bool learning) {
+    std::optional<trace::scoped_range> range;
+    if (rank_ == 0) range.emplace("step", trace::color::gray);
+    const bool timed = rank_ == 0 && widx >= 0;
+    if (red_) {
+      red_->begin_step();
+      t0_.record(red_->comm_stream());
+    }
+    if (timed) run_.window.compute_started(widx, compute_);
+    for (int u = 0; u < model_units; ++u)
+      if (forward_[static_cast<std::size_t>(u)].count() > 0)
+        dev_.spin_async(forward_[static_cast<std::size_t>(u)], compute_);
+    backward_start_.record(compute_);
+    for (int u = model_units - 1; u >= 0; --u) {
+      if (backward_[static_cast<std::size_t>(u)].count() > 0)
+        dev_.spin_async(backward_[static_cast<std::size_t>(u)], compute_);
+      const std::size_t first = first_of_[static_cast<std::size_t>(u)],
+                        last = last_of_[static_cast<std::size_t>(u)];
+      for (std::size_t p = last + 1; p-- > first;) {
+        comm::fill_f32_async(grad(p), run_.elements[p], fill_of(p, rank_), compute_);
+        if (red_) red_->mark_ready(p, compute_);
+        if (learning) ready_[p].record(compute_);
+      }
+    }
+    backward_end_.record(compute_);
+    if (red_) red_->finish(compute_);
+    dev_.spin_async(optimizer_, compute_);
+    if (timed) run_.window.compute_done(widx, compute_);
+  }
+
+  // The automatic plan's start-up measurements: the link over sizes, and the codecs' costs.
+  comm::plan_inputs measure() {
+    const ddp_options& cfg = run_.cfg;
+    std::uint64_t total = 0;
+    for (std::size_t n : run_.elements) total += n * sizeof(float);
+    buffer scratch = dev_.alloc_device(total);
+    buffer wire = dev_.alloc_device(total / 2 + sizeof(float));
+    comm::fill_f32_async(scratch.view(), total / sizeof(float), fill_of(0, rank_), compute_);
+    const std::vector<std::uint64_t> sizes = link_sizes(total);
+    const std::vector<double> seconds = time_all_reduce(comm_, scratch.view(), sizes, 3, compute_);
+    comm::plan_inputs in;
+    in.link = comm::link_table::from_times(comm_.size(), sizes, seconds);
+    in.policy = run_.setting.policy;
+    in.min_lossy_gain = cfg.min_lossy_gain;
+    in.codecs = {comm::codec_cost{}};
+    if (in.policy == comm::codec_policy::lossy_allowed) {
+      for (codec_kind c : {codec_kind::bf16, codec_kind::fp16})
+        in.codecs.push_back(measure_codec(c, scratch.view(), wire.view(), comm_.size(), compute_));
+    }
+    for (std::size_t c : comm::default_caps()) in.caps.push_back(scaled_bytes(c, cfg.scale));
+    for (std::size_t f : comm::default_first_buckets())
+      in.first_buckets.push_back(scaled_bytes(f, cfg.scale));
+    in.alignment_bytes = alignment;
+    in.timeline.elements = run_.elements;
+    in.timeline.ready.assign(run_.elements.size(), std::chrono::nanoseconds(0));
+    for (std::size_t p = 0; p < run_.elements.size(); ++p) ready_.push_back(dev_.make_timing_event());
+    ready_ms_.assign(run_.elements.size(), 0);
+    return in;
+  }
+
+  // After a learning step: adds each gradient's ready time (from backward's start) to the running mean;
+  // on the last, writes the mean into the plan's timeline.
+  void learn(comm::plan_inputs& in, bool last) {
+    compute_.synchronize();
+    ++learned_;
+    backward_ms_ += dev_.elapsed_ms(backward_start_, backward_end_);
+    for (std::size_t p = 0; p < ready_.size(); ++p)
+      ready_ms_[p] += dev_.elapsed_ms(backward_start_, ready_[p]);
+    if (!last) return;
+    auto ns = [this](double ms_sum) {
+      return std::chrono::nanoseconds(static_cast<std::int64_t>(ms_sum / learned_ * 1e6));
+    };
+    in.timeline.backward_end = ns(backward_ms_);
+    for (std::size_t p = 0; p < ready_.size(); ++p)
+      in.timeline.ready[p] = std::min(ns(ready_ms_[p]), in.timeline.backward_end);
+  }
+
+  // Rank 0 chooses the plan and broadcasts it; every rank sets it, to take effect at the next step.
+  void decide(const comm::plan_inputs& in) {
+    const std::size_t words = comm::plan_words(run_.elements.size());
+    buffer dev_words = dev_.alloc_device(words * sizeof(std::uint64_t));
+    buffer host_words = dev_.alloc_pageable(words * sizeof(std::uint64_t));
+    auto* w = reinterpret_cast<std::uint64_t*>(host_words.host_bytes());
+    if (rank_ == 0) {
+      const comm::comm_plan p = comm::choose_plan(in);
+      predicted_exposed_ms_ = p.exposed_s * 1e3;
+      const std::vector<std::uint64_t> v = comm::to_words(p);
+      std::copy(v.begin(), v.end(), w);
+      dev_.copy(dev_words, host_words, compute_);
+      if (run_.progress)
+        run_.progress(
+            fmt::format("{}: plan of {} buckets (first {}, cap {}), {} lossy; predicted exposed {:.2f} ms "
+                        "after a {:.2f} ms backward",
+                        run_.window_level, p.layout.buckets.size(),
+                        format_bytes(p.options.first_bucket_bytes), format_bytes(p.options.bucket_cap_bytes),
+                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3));
+    }
+    event e = comm_.broadcast(dev_words, dev_words, words * 2, comm::dtype::f32, 0, compute_);
+    e.synchronize();
+    dev_.copy(host_words, dev_words, compute_);
+    const comm::comm_plan p = comm::from_words({w, words}, run_.elements, alignment);
+    red_->set_plan(p.layout, p.codecs);
+  }
+
+  // After the timed steps: the check, and (rank 0) the last step's communication against its backward.
+  void report() {
+    rank_outcome& out = run_.outcome[static_cast<std::size_t>(rank_)];
+    const int n = comm_.size();
+    const std::size_t params = run_.elements.size();
+    buffer results = dev_.alloc_device(params * comm::f32_diff_bytes);
+    for (std::size_t p = 0; p < params; ++p) {
+      const mem_view r = results.view(p * comm::f32_diff_bytes, comm::f32_diff_bytes);
+      if (red_) {
+        const codec_kind c = red_->codecs()[red_->plan().places[p].bucket];
+        const auto tol = static_cast<float>(comm::error_bound(c, n, fill_of(p, rank_).max_abs()));
+        comm::compare_f32_async(grad(p), mean_of(p, n), run_.elements[p], tol, r, compute_);
+      } else {
+        comm::compare_f32_async(grad(p), fill_of(p, rank_), run_.elements[p], 0.0F, r, compute_);
+      }
+      out.checked += run_.elements[p];
+    }
+    buffer host = dev_.alloc_pageable(params * comm::f32_diff_bytes);
+    dev_.copy(host, results, compute_);
+    for (std::size_t p = 0; p < params; ++p)
+      out.wrong += comm::read_f32_diff(host.host_bytes() + p * comm::f32_diff_bytes).wrong;
+    if (!red_) return;
+    // Every bucket's bytes, for the comparison across ranks.
+    const comm::bucket_plan& plan = red_->plan();
+    buffer sums = dev_.alloc_device(plan.buckets.size() * 8);
+    for (std::size_t b = 0; b < plan.buckets.size(); ++b)
+      dev_.checksum_async(
+          red_->flat().subview(plan.buckets[b].offset * sizeof(float), plan.buckets[b].bytes()),
+          sums.view(b * 8, 8), compute_);
+    buffer sums_host = dev_.alloc_pageable(plan.buckets.size() * 8);
+    dev_.copy(sums_host, sums, compute_);
+    out.checksums.assign(plan.buckets.size(), 0);
+    std::memcpy(out.checksums.data(), sums_host.host_bytes(), plan.buckets.size() * 8);
+
+    const comm::reducer_stats st = red_->stats();
+    out.buckets = plan.buckets.size();
+    out.lossy = static_cast<std::size_t>(std::count_if(red_->codecs().begin(), red_->codecs().end(),
+                                                       [](codec_kind c) { return comm::lossy(c); }));
+    out.wire_mb = static_cast<double>(st.wire_bytes) / static_cast<double>(st.steps) / 1e6;
+    out.predicted_exposed_ms = predicted_exposed_ms_;
+    if (rank_ != 0) return;
+    // The last step: each bucket's span on the communication stream against the end of backward, both
+    // from the step's start on that stream.
+    const std::vector<comm::bucket_timing> t = red_->last_step_timing();
+    const double backward_end = dev_.elapsed_ms(t0_, backward_end_);
+    double busy = 0, before = 0, end = 0;
+    for (const comm::bucket_timing& b : t) {
+      busy += b.end_ms - b.start_ms;
+      before += std::max(0.0, std::min(b.end_ms, backward_end) - b.start_ms);
+      end = std::max(end, b.end_ms);
+    }
+    out.comm_ms = busy;
+    out.hidden = busy > 0 ? before / busy : 0;
+    out.exposed_ms = std::max(0.0, end - backward_end);
+    out.backward_ms = backward_end;
+  }
+
+  level_run& run_;
+  int rank_;
+  comm::communicator& comm_;
+  device& dev_;
+  stream compute_;
+  std::optional<comm::reducer> red_;
+  buffer plain_;
+  std::vector<std::chrono::nanoseconds> forward_, backward_;
+  std::chrono::nanoseconds optimizer_{};
+  std::vector<std::size_t> first_of_, last_of_;  // per unit: its first and last parameter
+  event t0_, backward_start_, backward_end_;
+  std::vector<event> ready_;
+  std::vector<double> ready_ms_;
+  double backward_ms_ = 0;
+  int learned_ = 0;
+  double predicted_exposed_ms_ = -1;
+  ladder_row last_row_;
+};
+
+}  // namespace
+
+const std::vector<model_param>& vit_l32_params() {
+  static const std::vector<model_param> params = make_vit_l32();
+  return params;
+}
+
+ddp_options::ddp_options()
+    : ladder_options(std::chrono::nanoseconds(static_cast<std::int64_t>(reference_step_ms * 1e6)),
+                     names_of(infos())) {
+  warmup = 3;
+  steps = 20;
+}
+
+std::vector<std::size_t> ddp_options::elements() const {
+  std::vector<std::size_t> out;
+  for (const model_param& p : vit_l32_params())
+    out.push_back(std::max<std::size_t>(
+        1, static_cast<std::size_t>(std::llround(static_cast<double>(p.elements) * scale))));
+  return out;
+}
+
+std::uint64_t ddp_options::gradient_bytes() const {
+  std::uint64_t total = 0;
+  for (std::size_t n : elements()) total += n * sizeof(float);
+  return total;
+}
+
+ddp_options default_ddp_options(backend b) {
+  ddp_options o;
+  if (b == backend::host) {
+    o.scale = 1e-3;
+    o.compute = std::chrono::milliseconds(40);
+    o.warmup = 2;
+    o.steps = 5;
+  }
+  return o;
+}
+
+comm::comm_link ddp_host_link(const comm::comm_link& preset, double scale, std::chrono::nanoseconds step) {
+  FERRY_EXPECTS(scale > 0 && std::isfinite(scale),
+                fmt::format("ddp scale {} must be a positive number", scale));
+  FERRY_EXPECTS(step.count() > 0, fmt::format("ddp step of {} ns must be positive", step.count()));
+  const double step_ratio = reference_step_ms * 1e6 / static_cast<double>(step.count());
+  comm::comm_link l = preset;
+  l.bus_gbps = preset.bus_gbps * scale * step_ratio;
+  l.latency = std::chrono::nanoseconds(
+      static_cast<std::int64_t>(static_cast<double>(preset.latency.count()) / step_ratio));
+  return l;
+}
+
+const ladder_spec& ddp_spec() {
+  static const ladder_spec spec = [] {
+    ladder_spec s{"ddp", copy_direction::device_to_device, "gradient", "elements", infos(), 10, columns(),
+                  {}};
+    s.ceiling = "single";
+    s.probed_name = "all-reduce busbw of the step's gradients";
+    return s;
+  }();
+  return spec;
+}
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ddp_options, scale, forward_fraction, optimizer_fraction, learn_steps,
+                                   min_lossy_gain)
+
+ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options& cfg, progress_fn progress) {
+  FERRY_EXPECTS(!ranks.empty(), "ddp bench needs at least one rank");
+  const int n = static_cast<int>(ranks.size());
+  FERRY_EXPECTS(static_cast<std::uint64_t>(n) <= max_ranks,
+                fmt::format("ddp bench of {} ranks: at most {}", n, max_ranks));
+  for (int r = 0; r < n; ++r) {
+    const comm::communicator* c = ranks[static_cast<std::size_t>(r)];
+    FERRY_EXPECTS(
+        c != nullptr && c->rank() == r && c->size() == n,
+        fmt::format("ddp ranks must be one group in rank order: entry {} is not rank {} of {}", r, r, n));
+  }
+  FERRY_EXPECTS(cfg.scale > 0 && cfg.scale <= 1, fmt::format("ddp scale {} is outside (0, 1]", cfg.scale));
+  FERRY_EXPECTS(cfg.compute.count() > 0, "ddp step time must be positive");
+  FERRY_EXPECTS(cfg.forward_fraction > 0 && cfg.forward_fraction < 1,
+                fmt::format("ddp forward fraction {} is outside (0, 1)", cfg.forward_fraction));
+  FERRY_EXPECTS(cfg.optimizer_fraction >= 0 && cfg.optimizer_fraction < 1,
+                fmt::format("ddp optimizer fraction {} is outside [0, 1)", cfg.optimizer_fraction));
+  FERRY_EXPECTS(cfg.learn_steps >= 1, fmt::format("ddp learn steps {} must be at least 1", cfg.learn_steps));
+  FERRY_EXPECTS(cfg.warmup >= 1,
+                fmt::format("ddp warmup {} must be at least 1 (the first step builds the plan)", cfg.warmup));
+
+  for (const std::string& level : cfg.levels) static_cast<void>(level_index(ddp_spec(), level));
+
+  std::vector<std::size_t> elements = cfg.elements();
+  std::vector<int> unit_of;
+  for (const model_param& p : vit_l32_params()) unit_of.push_back(p.unit);
+  const std::uint64_t step_bytes = cfg.gradient_bytes();
+  const std::vector<level_entry>& table = level_table();
+
+  // Runs fn(rank) on a thread per rank; a rank that throws aborts the group, the first error is rethrown.
+  auto on_every_rank = [&](const std::function<void(int)>& fn) {
+    std::mutex mu;
+    std::exception_ptr first;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          fn(r);
+        } catch (...) {
+          {
+            const std::lock_guard lock(mu);
+            if (!first) first = std::current_exception();
+          }
+          ranks[static_cast<std::size_t>(r)]->abort(fmt::format("rank {} of the ddp bench failed", r));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (first) std::rethrow_exception(first);
+  };
+
+  // The link the rows are compared with: the bus bandwidth of one all-reduce of the step's gradients.
+  ddp_options run_cfg = cfg;
+  if (run_cfg.probed_gbps <= 0 && n > 1) {
+    if (progress)
+      progress(
+          fmt::format("ddp: all-reduce of the {} of gradients over {} ranks", format_bytes(step_bytes), n));
+    std::vector<double> seconds(static_cast<std::size_t>(n));
+    on_every_rank([&](int r) {
+      comm::communicator& c = *ranks[static_cast<std::size_t>(r)];
+      stream s = c.dev().make_stream();
+      buffer b = c.dev().alloc_device(step_bytes);
+      comm::fill_f32_async(b.view(), step_bytes / sizeof(float), fill_of(0, r), s);
+      const std::vector<std::uint64_t> size{step_bytes / 4 * 4};
+      seconds[static_cast<std::size_t>(r)] = time_all_reduce(c, b.view(), size, 3, s).front();
+    });
+    run_cfg.probed_gbps = static_cast<double>(step_bytes) * 2 * (n - 1) / n / seconds[0] / 1e9;
+  }
+  if (run_cfg.probed_gbps <= 0) run_cfg.probed_gbps = 1;  // one rank: no link; rows show 0 % of nothing
+
+  auto run = [&](std::size_t index, level_window& window, ladder_row& row) {
+    level_run lr{run_cfg,
+                 table[index].setting,
+                 ranks,
+                 window,
+                 progress,
+                 elements,
+                 unit_of,
+                 std::vector<rank_outcome>(static_cast<std::size_t>(n)),
+                 table[index].info.name};
+    on_every_rank([&](int r) {
+      rank_model m(lr, r);
+      m.run();
+      if (r == 0) {
+        const ladder_row& timed = m.row();
+        row.steps = timed.steps;
+        row.seconds = timed.seconds;
+        row.steps_per_s = timed.steps_per_s;
+        row.gpu_idle = timed.gpu_idle;
+        row.extras = timed.extras;
+      }
+    });
+    const rank_outcome& o = lr.outcome[0];
+    for (const rank_outcome& x : lr.outcome) {
+      row.checked += x.checked;
+      row.wrong += x.wrong;
+      // Every bucket must hold rank 0's bytes on every rank.
+      for (std::size_t b = 0; b < x.checksums.size(); ++b)
+        row.wrong += b >= o.checksums.size() || x.checksums[b] != o.checksums[b] ? 1 : 0;
+    }
+    row.set_extra("comm_ms", o.comm_ms);
+    row.set_extra("hidden", o.hidden);
+    row.set_extra("exposed_ms", o.exposed_ms);
+    row.set_extra("backward_ms", o.backward_ms);
+    row.set_extra("buckets", static_cast<double>(o.buckets), true);
+    row.set_extra("lossy_buckets", static_cast<double>(o.lossy), true);
+    row.set_extra("wire_mb", o.wire_mb);
+    row.set_extra("link_gbps", run_cfg.probed_gbps);
+    if (o.predicted_exposed_ms >= 0) row.set_extra("predicted_exposed_ms", o.predicted_exposed_ms);
+  };
+  ddp_result result =
+      run_ladder_as<ddp_result>(ranks[0]->dev(), ddp_spec(), run_cfg, step_bytes, run, progress);
+  result.ranks = n;
+  result.comm_backend = std::string(ranks[0]->backend_name());
+  return result;
+}
+
+}  // namespace ferry::bench
