@@ -12,6 +12,10 @@
 # build/fuzz/<target>/corpus; crashing inputs to build/fuzz/<target>/crashes/ (copy them into
 # tests/fuzz/corpus/trace_import/ once fixed, so the GoogleTest replays keep them fixed). Exits nonzero on
 # any finding. FUZZ_JOBS=N runs N workers.
+#
+# Each source is compiled on its own into build/fuzz/obj/ (through ccache when it is installed; FUZZ_CCACHE
+# names another launcher, or none with FUZZ_CCACHE=), with the same flags for both targets, so the two
+# share the reader's objects and a rebuild compiles only what changed. FERRY_JOBS compilers run at once.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +27,10 @@ out=$root/build/fuzz/$target
 seeds=$root/tests/fuzz/corpus/trace_import
 cxx=${FUZZ_CXX:-clang++}
 jobs=${FUZZ_JOBS:-1}
+build_jobs=${FERRY_JOBS:-$(nproc)}
+launcher=${FUZZ_CCACHE-ccache}
+[ -n "$launcher" ] && ! command -v "$launcher" >/dev/null && launcher=
+objdir=$root/build/fuzz/obj
 
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 mkdir -p "$out/corpus" "$out/crashes"
@@ -38,11 +46,11 @@ sources=(
   "$root/src/core/text.cpp"
 )
 headers=("$root"/src/trace/io/*.hpp)
-includes=(-I"$root/include" -I"$root/tests")
+# The same include paths for both targets: their shared objects are then the same compilation.
+includes=(-I"$root/include" -I"$root/tests" -I"$root/src/analyze")
 if [ "$target" = analyze ]; then
   sources+=("$root"/src/analyze/*.cpp "$root"/src/analyze/rules/*.cpp "$root/src/trace/names.cpp")
   headers+=("$root"/src/analyze/*.hpp "$root"/include/ferry/analyze/*.hpp)
-  includes+=(-I"$root/src/analyze")
 fi
 binary=$out/trace_${target}_fuzz
 rebuild=0
@@ -53,11 +61,28 @@ for f in "${sources[@]}" "${headers[@]}" "$root"/include/ferry/trace/*.hpp \
   [ "$f" -nt "$binary" ] && rebuild=1
 done
 if [ $rebuild -eq 1 ]; then
-  echo "fuzz: building $binary"
-  "$cxx" -std=c++20 -g -O1 -fno-omit-frame-pointer \
-    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -DFMT_HEADER_ONLY "${includes[@]}" -include "$root/tests/fuzz/source_location_shim.hpp" \
-    "${sources[@]}" -lz -o "$binary.tmp"
+  echo "fuzz: building $binary (${launcher:-no compiler cache}, $build_jobs at once)"
+  flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+         -fno-sanitize-recover=undefined -DFMT_HEADER_ONLY "${includes[@]}"
+         -include "$root/tests/fuzz/source_location_shim.hpp")
+  objects=()
+  running=0
+  for src in "${sources[@]}"; do
+    obj=$objdir/${src#"$root"/}.o
+    objects+=("$obj")
+    mkdir -p "$(dirname "$obj")"
+    $launcher "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
+    running=$((running + 1))
+    if [ $running -ge "$build_jobs" ]; then
+      wait -n
+      running=$((running - 1))
+    fi
+  done
+  while [ $running -gt 0 ]; do
+    wait -n
+    running=$((running - 1))
+  done
+  "$cxx" -fsanitize=fuzzer,address,undefined "${objects[@]}" -lz -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
 fi
 

@@ -2,7 +2,8 @@
 # Every test that can run on this machine: installs dependencies, builds, runs the cpu-labelled tests
 # (the layering check, the compile-fail tests and the Python package's pytest suite among them), installs
 # the Python package with pip, lints (clang-format, clang-tidy), fuzzes
-# the trace importers for a minute, smoke-tests bench --trace and analyze, then runs the cpu tests again
+# the trace importers for a minute and the analyzer on what they accept for 30 s, smoke-tests bench --trace
+# and analyze, then runs the cpu tests again
 # under ThreadSanitizer and under AddressSanitizer+UBSan, checks a downstream find_package build,
 # and runs the gpu-labelled tests only when a GPU is visible (reporting them as not run otherwise).
 set -euo pipefail
@@ -41,7 +42,10 @@ cmake --build build/downstream -j "$jobs"
 build/downstream/ferry_downstream
 
 step "fuzz the trace importers (libFuzzer, ${FERRY_FUZZ_SECONDS:=60} s over tests/fuzz/corpus)"
-scripts/fuzz.sh "$FERRY_FUZZ_SECONDS"
+scripts/fuzz.sh import "$FERRY_FUZZ_SECONDS"
+
+step "fuzz the analyzer on what the importers accept (libFuzzer, ${FERRY_FUZZ_ANALYZE_SECONDS:=30} s)"
+scripts/fuzz.sh analyze "$FERRY_FUZZ_ANALYZE_SECONDS"
 
 step "ferry bench --trace and ferry analyze on the emulated device (smoke)"
 trace_dir=$(mktemp -d)

@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -15,6 +17,7 @@ namespace ferry::trace::detail {
 void model::breakdown() {
   std::vector<ns_t> copy_ns(steps_.size(), 0), overlap_ns(steps_.size(), 0);
   bool any_activity = false;
+  const std::vector<std::array<ns_t, cat_count>> level_cov = level_coverage();
   for (std::size_t k = 0; k < steps_.size(); ++k) {
     const step_span& s = steps_[k];
     step_breakdown b;
@@ -22,8 +25,7 @@ void model::breakdown() {
     b.start_ns = s.start;
     b.end_ns = s.end;
     b.wall_ms = ms(s.end - s.start);
-    std::array<ns_t, cat_count> cov{};
-    for (std::size_t c = 0; c < cat_count; ++c) cov[c] = levels_[c].covered(s.start, s.end);
+    const std::array<ns_t, cat_count>& cov = level_cov[k];
     b.compute_ms = ms(cov[cat_compute]);
     b.comm_ms = ms(cov[cat_comm] - cov[cat_compute]);
     b.d2d_ms = ms(cov[cat_d2d] - cov[cat_comm]);
@@ -45,23 +47,25 @@ void model::breakdown() {
                     gpu_.size(), steps_.size(), out_.step_prefix, ms(steps_.front().start),
                     ms(steps_.back().end), gpu_span));
   }
-  // Copies: overlap per step (clipped to each step they touch), bytes to the step they start in.
-  for (std::size_t i : gpu_) {
+  // Copies: overlap per step (clipped to each step they touch); bytes to the step that launched them, else
+  // to the step they start in. A copy the CPU ran ahead (the next batch's, on its own stream, while the
+  // step's kernels wait behind earlier steps') may run before its step, even before the first one.
+  for (const index_t i : gpu_) {
     const event& c = t_.events[i];
     if (c.kind != activity::memcpy) continue;
     auto it = std::partition_point(steps_.begin(), steps_.end(),
                                    [&](const step_span& s) { return s.end <= c.start_ns; });
-    bool first = true;
+    int bytes_step = launch_step(i);
     for (; it != steps_.end() && it->start < c.end_ns; ++it) {
       const auto k = static_cast<std::size_t>(it - steps_.begin());
       const ns_t a = std::max(c.start_ns, it->start), b = std::min(c.end_ns, it->end);
       copy_ns[k] += b - a;
       overlap_ns[k] += kernels_.covered(a, b);
-      if (first) {
-        if (c.copy == copy_kind::h2d) out_.steps[k].h2d_bytes += c.bytes;
-        if (c.copy == copy_kind::d2h) out_.steps[k].d2h_bytes += c.bytes;
-      }
-      first = false;
+      if (bytes_step < 0) bytes_step = static_cast<int>(k);
+    }
+    if (bytes_step >= 0) {
+      if (c.copy == copy_kind::h2d) out_.steps[static_cast<std::size_t>(bytes_step)].h2d_bytes += c.bytes;
+      if (c.copy == copy_kind::d2h) out_.steps[static_cast<std::size_t>(bytes_step)].d2h_bytes += c.bytes;
     }
   }
   ns_t all_copy = 0, all_overlap = 0;
@@ -100,47 +104,58 @@ void model::breakdown() {
 
 // Each idle gap of each step is charged to the innermost activity of every CPU thread that covered it.
 void model::attribute_idle() {
-  std::vector<span> idle_spans;
-  for (const step_span& s : steps_)
-    busy().for_each_gap(s.start, s.end, [&](span g) { idle_spans.push_back(g); });
   ns_t total_idle = 0;
-  for (const span& g : idle_spans) total_idle += g.end - g.start;
-  std::map<std::uint64_t, std::vector<std::size_t>> per_thread;  // cpu_ is sorted by start already
-  // A profiler's operators (PyTorch's cpu_op): only the outermost of each nest, and only where nothing
-  // else of the thread covers the idle (an annotation or a call says more than the operator around it).
-  std::map<std::uint64_t, std::vector<segment>> top_ops;
-  for (std::size_t i : cpu_) {
-    const event& e = t_.events[i];
-    if (e.end_ns <= e.start_ns) continue;
-    if (!excluded_activity(e)) {
-      per_thread[e.thread].push_back(i);
-    } else if (e.domain != 0 && t_.domain_of(e) == "pytorch.op" && !matcher_(name(e))) {
-      std::vector<segment>& ops = top_ops[e.thread];
-      if (ops.empty() || e.start_ns >= ops.back().end) ops.push_back({e.start_ns, e.end_ns, label_of(e)});
+  for (const step_span& s : steps_) total_idle += busy().gaps(s.start, s.end);
+  // The threads' activity, but for the spans that cover everything (steps, a bench's level) and a
+  // profiler's operators (PyTorch's cpu_op): of those, only the outermost of each nest counts, and only
+  // where nothing else of the thread covers the idle (an annotation or a call says more than the
+  // operator around it).
+  const thread_groups activity = group_by_thread(
+      cpu_, [this](const event& e) { return e.end_ns > e.start_ns && !excluded_activity(e); });
+  const thread_groups operators = group_by_thread(cpu_, [this](const event& e) {
+    return e.end_ns > e.start_ns && excluded_activity(e) && e.domain != 0 &&
+           t_.domain_of(e) == "pytorch.op" && !matcher_(name(e));
+  });
+  std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
+  // f(idle span) for each part of a step's idle time inside [a, b).
+  const auto gaps_in = [&](ns_t a, ns_t b, auto&& f) {
+    auto s =
+        std::partition_point(steps_.begin(), steps_.end(), [&](const step_span& x) { return x.end <= a; });
+    for (; s != steps_.end() && s->start < b; ++s)
+      busy().for_each_gap(std::max(a, s->start), std::min(b, s->end), f);
+  };
+  for (const auto& [th, run] : activity.runs) {
+    const std::uint64_t thread = th;  // a structured binding cannot be captured before C++20 in clang 14
+    segment_walker walk(*this, activity.of(run));
+    ns_t* sum = nullptr;
+    std::uint64_t sum_label = 0;
+    for (segment s{}; walk.next(s);) {
+      gaps_in(s.start, s.end, [&](span w) {
+        if (sum == nullptr || sum_label != s.label) sum = &covered[{thread, s.label}], sum_label = s.label;
+        *sum += w.end - w.start;
+      });
     }
   }
-  std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
-  const auto gaps_in = [&](ns_t a, ns_t b, auto&& f) {  // f(idle span) for each idle gap part inside [a, b)
-    auto g =
-        std::partition_point(idle_spans.begin(), idle_spans.end(), [&](const span& x) { return x.end <= a; });
-    for (; g != idle_spans.end() && g->start < b; ++g) f(span{std::max(a, g->start), std::min(b, g->end)});
-  };
-  for (const auto& [th, evs] : per_thread) {
-    const std::uint64_t thread = th;  // a structured binding cannot be captured before C++20 in clang 14
-    const std::vector<segment> segs = segment_thread(evs);
-    for (const segment& s : segs)
-      gaps_in(s.start, s.end, [&](span w) { covered[{thread, s.label}] += w.end - w.start; });
-  }
-  for (const auto& [th, ops] : top_ops) {
+  for (const auto& [th, run] : operators.runs) {
     const std::uint64_t thread = th;
-    std::vector<span> other;
-    if (auto it = per_thread.find(thread); it != per_thread.end())
-      for (const segment& s : segment_thread(it->second)) other.push_back({s.start, s.end});
-    const interval_union others(std::move(other));
-    for (const segment& o : ops)
-      gaps_in(o.start, o.end, [&](span w) {
-        if (const ns_t n = others.gaps(w.start, w.end); n > 0) covered[{thread, o.label}] += n;
+    // The thread's other activity covers exactly the union of its events.
+    interval_union others;
+    if (auto it = activity.runs.find(thread); it != activity.runs.end()) {
+      const std::span<const index_t> evs = activity.of(it->second);
+      interval_union::sorted_builder b(evs.size());
+      for (const index_t i : evs) b.add(t_.events[i].start_ns, t_.events[i].end_ns);
+      others = std::move(b).finish();
+    }
+    ns_t outer_end = std::numeric_limits<ns_t>::min();
+    for (const index_t i : operators.of(run)) {
+      const event& o = t_.events[i];
+      if (o.start_ns < outer_end) continue;  // inside the operator before it
+      outer_end = o.end_ns;
+      const std::uint64_t label = label_of(o);
+      gaps_in(o.start_ns, o.end_ns, [&](span w) {
+        if (const ns_t n = others.gaps(w.start, w.end); n > 0) covered[{thread, label}] += n;
       });
+    }
   }
   for (const auto& [key, idle] : covered) {
     idle_attribution a;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ferry::trace::detail {
@@ -21,22 +23,29 @@ struct span {
 class interval_union {
  public:
   interval_union() = default;
-  /// The union of `spans`; empty and reversed spans add nothing.
+  /// The union of `spans`; empty and reversed spans add nothing. The spans are merged in place.
   explicit interval_union(std::vector<span> spans) {
-    std::sort(spans.begin(), spans.end(), [](const span& a, const span& b) {
+    const auto by_start = [](const span& a, const span& b) {
       return a.start != b.start ? a.start < b.start : a.end < b.end;
-    });
+    };
+    if (!std::is_sorted(spans.begin(), spans.end(), by_start))
+      std::sort(spans.begin(), spans.end(), by_start);
+    std::size_t n = 0;
     for (const span& s : spans) {
       if (s.end <= s.start) continue;
-      if (!spans_.empty() && s.start <= spans_.back().end) {
-        spans_.back().end = std::max(spans_.back().end, s.end);
+      if (n > 0 && s.start <= spans[n - 1].end) {
+        spans[n - 1].end = std::max(spans[n - 1].end, s.end);
       } else {
-        spans_.push_back(s);
+        spans[n++] = s;
       }
     }
-    prefix_.reserve(spans_.size() + 1);
-    for (const span& s : spans_) prefix_.push_back(prefix_.back() + (s.end - s.start));
+    spans.resize(n);
+    spans_ = std::move(spans);
+    sum_prefix();
   }
+
+  /// Builds a union from spans added in order of start, without holding them first.
+  class sorted_builder;
 
   /// Covered length of [a, b).
   [[nodiscard]] ns_t covered(ns_t a, ns_t b) const { return b <= a ? 0 : before(b) - before(a); }
@@ -74,8 +83,41 @@ class interval_union {
     return total;
   }
 
+  void sum_prefix() {
+    prefix_.assign(1, 0);
+    prefix_.reserve(spans_.size() + 1);
+    for (const span& s : spans_) prefix_.push_back(prefix_.back() + (s.end - s.start));
+  }
+
   std::vector<span> spans_;
   std::vector<ns_t> prefix_{0};
+};
+
+/// Builds a union from spans added in order of start, without holding them first: for the GPU's
+/// activity, whose events the model already keeps sorted.
+class interval_union::sorted_builder {
+ public:
+  /// At most `max_spans` disjoint spans will result (the number added bounds it). Only the room the
+  /// union uses is touched, so a generous bound costs address space, not memory.
+  explicit sorted_builder(std::size_t max_spans) { u_.spans_.reserve(max_spans); }
+  /// Adds [start, end); `start` is not below that of the span added before. Empty spans add nothing.
+  void add(ns_t start, ns_t end) {
+    if (end <= start) return;
+    std::vector<span>& v = u_.spans_;
+    if (!v.empty() && start <= v.back().end) {
+      v.back().end = std::max(v.back().end, end);
+    } else {
+      v.push_back({start, end});
+    }
+  }
+  /// The union of every span added.
+  [[nodiscard]] interval_union finish() && {
+    u_.sum_prefix();
+    return std::move(u_);
+  }
+
+ private:
+  interval_union u_;
 };
 
 }  // namespace ferry::trace::detail

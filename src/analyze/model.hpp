@@ -1,8 +1,9 @@
 // The analyzer's model of one timeline. Everything is interval arithmetic on one clock: the GPU's activity
-// is merged into sorted, disjoint unions (one per cumulative category, with prefix sums, so the covered
+// is merged into sorted, disjoint unions (all of it, and kernels alone, with prefix sums, so the covered
 // length of any window costs O(log n)); each CPU thread's activity becomes a sorted segmentation labelled
-// with its innermost activity. Steps, idle gaps and the rules (rules.hpp) are then queries against those,
-// O(n log n) in all.
+// with its innermost activity, walked in order rather than held. Steps, idle gaps and the rules (rules.hpp)
+// are then queries against those, O(n log n) in all. What is kept per event is a 4-byte index: a trace of
+// 13 M events costs the analyzer a few hundred MB on top of the timeline itself.
 //
 // Building a model does everything but the findings: it checks the options, classifies the events,
 // detects the steps, and fills the per-step breakdown and the idle attribution (breakdown.cpp).
@@ -11,7 +12,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,11 +61,47 @@ struct step_span {
   std::uint64_t thread = 0;
 };
 
+/// An event's position in timeline::events. The analyzer refuses timelines with more events than it holds.
+using index_t = std::uint32_t;
+
 /// A piece of one CPU thread's time, labelled with the innermost activity that covered it.
 struct segment {
   ns_t start;
   ns_t end;
   std::uint64_t label;
+};
+
+class model;
+
+/// One thread's activity as segments, in order: a piece is labelled with the innermost activity covering
+/// it (the one that started last; on equal starts, the one that ends first), and adjacent pieces with the
+/// same label are one segment. Holds only the activities open at the time it has reached.
+class segment_walker {
+ public:
+  /// `evs`: the thread's event indices sorted by start; both must outlive the walker.
+  segment_walker(const model& m, std::span<const index_t> evs);
+  /// The next segment; false when there is none left.
+  [[nodiscard]] bool next(segment& out);
+
+ private:
+  [[nodiscard]] bool next_piece(segment& out);
+  const model& m_;
+  const std::vector<event>& events_;
+  std::span<const index_t> evs_;
+  std::size_t i_ = 0;
+  ns_t t_ = 0;
+  std::vector<index_t> active_;  // a heap: the innermost open activity on top
+  segment pending_{};
+  bool has_pending_ = false;
+};
+
+/// Event indices grouped by thread: each thread's indices form one run of `order`, in the order given.
+struct thread_groups {
+  std::vector<index_t> order;
+  std::map<std::uint64_t, std::pair<std::size_t, std::size_t>> runs;  // thread -> [begin, end) of order
+  [[nodiscard]] std::span<const index_t> of(const std::pair<std::size_t, std::size_t>& run) const {
+    return std::span<const index_t>(order).subspan(run.first, run.second - run.first);
+  }
 };
 
 /// The indexed timeline and its breakdown, which every rule queries. Holds references to the timeline
@@ -87,10 +126,10 @@ class model {
   /// Moves the summary out of a model that is not used after.
   [[nodiscard]] analysis take_summary() && { return std::move(out_); }
 
-  /// Indices of GPU events, by start.
-  [[nodiscard]] const std::vector<std::size_t>& gpu() const noexcept { return gpu_; }
-  /// Indices of CPU events, by start.
-  [[nodiscard]] const std::vector<std::size_t>& cpu() const noexcept { return cpu_; }
+  /// Indices of GPU events, by start (then end).
+  [[nodiscard]] const std::vector<index_t>& gpu() const noexcept { return gpu_; }
+  /// Indices of CPU events, by start (then end).
+  [[nodiscard]] const std::vector<index_t>& cpu() const noexcept { return cpu_; }
   [[nodiscard]] const std::vector<step_span>& step_spans() const noexcept { return steps_; }
   /// The number of steps, for per-step figures.
   [[nodiscard]] double step_count() const { return static_cast<double>(steps_.size()); }
@@ -102,18 +141,19 @@ class model {
   [[nodiscard]] double mean_wall_ns() const noexcept { return mean_wall_ns_; }
 
   /// Everything the GPU did (the union of every category).
-  [[nodiscard]] const interval_union& busy() const { return levels_[cat_count - 1]; }
+  [[nodiscard]] const interval_union& busy() const noexcept { return busy_; }
   /// Kernels alone.
-  [[nodiscard]] const interval_union& kernels() const noexcept { return kernels_; }
+  [[nodiscard]] const interval_union& kernels() const noexcept {
+    return kernels_are_busy_ ? busy_ : kernels_;
+  }
   /// Compute kernels alone (every kernel but the communication kernels).
-  [[nodiscard]] const interval_union& compute() const noexcept { return levels_[cat_compute]; }
+  [[nodiscard]] const interval_union& compute() const noexcept {
+    return comm_events_.empty() ? kernels() : compute_;
+  }
   /// Communication alone: communication kernels (trace::is_comm_kernel) and peer copies.
   [[nodiscard]] const interval_union& comm() const noexcept { return comm_; }
   /// Communication kernels and peer copies, by start.
-  [[nodiscard]] const std::vector<std::size_t>& comm_events() const noexcept { return comm_events_; }
-  /// Kernel starts and ends, each sorted.
-  [[nodiscard]] const std::vector<ns_t>& kernel_starts() const noexcept { return kernel_starts_; }
-  [[nodiscard]] const std::vector<ns_t>& kernel_ends() const noexcept { return kernel_ends_; }
+  [[nodiscard]] const std::vector<index_t>& comm_events() const noexcept { return comm_events_; }
 
   /// GPU idle inside the steps during any of `windows` (each instant counted once, however many windows
   /// hold it): what the CPU's blocking in those windows cost the GPU.
@@ -121,12 +161,14 @@ class model {
 
   /// The step holding time t (by start), or -1.
   [[nodiscard]] int step_of(ns_t t) const;
+  /// The step whose span launched copy `i` (known through correlation ids), or -1.
+  [[nodiscard]] int launch_step(index_t i) const;
 
   /// Copies for which pred(event) holds that start inside a step, by start.
   template <class Pred>
   [[nodiscard]] std::vector<std::size_t> copies_in_steps(Pred&& pred) const {
     std::vector<std::size_t> out;
-    for (std::size_t i : gpu_) {
+    for (const index_t i : gpu_) {
       const event& c = t_.events[i];
       if (c.kind == activity::memcpy && step_of(c.start_ns) >= 0 && pred(c)) out.push_back(i);
     }
@@ -142,9 +184,32 @@ class model {
   [[nodiscard]] std::string label_text(std::uint64_t label) const;
   /// Activity that says nothing about what the CPU did (steps, a bench's level span, profiler operators).
   [[nodiscard]] bool excluded_activity(const event& e) const;
-  /// Splits one thread's activity (event indices sorted by start) into segments labelled with the
-  /// innermost activity.
-  [[nodiscard]] std::vector<segment> segment_thread(const std::vector<std::size_t>& evs) const;
+  /// The label of an activity in segments: its name id, or for an unnamed sync event its kind with
+  /// synthetic_bit set; blocking_bit marks a call that waited for the GPU.
+  [[nodiscard]] std::uint64_t label_of(const event& e) const;
+  /// The events of `evs` (indices sorted by start) for which keep(event) holds, grouped by thread.
+  template <class Keep>
+  [[nodiscard]] thread_groups group_by_thread(const std::vector<index_t>& evs, Keep&& keep) const {
+    thread_groups g;
+    std::map<std::uint64_t, std::size_t> counts;
+    std::size_t kept = 0;
+    for (const index_t i : evs)
+      if (keep(t_.events[i])) ++counts[t_.events[i].thread], ++kept;
+    std::size_t at = 0;
+    for (const auto& [thread, n] : counts) {
+      g.runs[thread] = {at, at};
+      at += n;
+    }
+    g.order.resize(kept);
+    auto run = g.runs.end();
+    for (const index_t i : evs) {
+      const event& e = t_.events[i];
+      if (!keep(e)) continue;
+      if (run == g.runs.end() || run->first != e.thread) run = g.runs.find(e.thread);
+      g.order[run->second.second++] = i;
+    }
+    return g;
+  }
 
  private:
   void check_options() const;
@@ -157,23 +222,24 @@ class model {
   void breakdown();
   void attribute_idle();
   void find_uncovered_idle();
-  [[nodiscard]] std::uint64_t label_of(const event& e) const;
+  [[nodiscard]] std::vector<std::array<ns_t, cat_count>> level_coverage() const;
 
   const timeline& t_;
   const analyze_options& opts_;
   analysis out_;
-  std::vector<std::size_t> gpu_;
-  std::vector<std::size_t> cpu_;
+  std::vector<index_t> gpu_;
+  std::vector<index_t> cpu_;
   step_matcher matcher_;
   std::vector<step_span> steps_;
+  std::vector<std::pair<index_t, index_t>> copy_steps_;  // (copy, the step that launched it), by copy
   bool whole_trace_ = false;
   std::optional<std::uint64_t> main_thread_;
-  std::array<interval_union, cat_count> levels_;  // levels_[c]: union of categories 0..c
-  interval_union kernels_;
-  interval_union comm_;
-  std::vector<std::size_t> comm_events_;
-  std::vector<ns_t> kernel_starts_;
-  std::vector<ns_t> kernel_ends_;
+  interval_union busy_;
+  interval_union kernels_;            // when not every GPU event is a kernel
+  bool kernels_are_busy_ = false;     // every GPU event is a kernel: kernels() is busy_
+  interval_union compute_;            // kernels that are not communication, when there is communication
+  interval_union comm_;               // communication kernels and peer copies
+  std::vector<index_t> comm_events_;  // the same events, by start
   double mean_wall_ns_ = 0;
 };
 

@@ -34,8 +34,8 @@ void model::find_uncovered_idle() {
   if (!main_thread_) return;
   // Every recorded activity of the main thread counts, profiler operators included; only the spans that
   // cover everything (steps, a bench's level) do not.
-  std::vector<std::size_t> evs;
-  for (std::size_t i : cpu_) {
+  std::vector<index_t> evs;
+  for (const index_t i : cpu_) {
     const event& e = t_.events[i];
     if (e.thread != *main_thread_ || e.end_ns <= e.start_ns) continue;
     if ((e.kind == activity::range || e.kind == activity::stage) &&
@@ -43,7 +43,6 @@ void model::find_uncovered_idle() {
       continue;
     evs.push_back(i);
   }
-  const std::vector<segment> segs = segment_thread(evs);
   const ns_t from = steps_.front().start, to = steps_.back().end;
   ns_t total_idle = 0;
   for (const step_span& s : steps_) total_idle += busy().gaps(s.start, s.end);
@@ -69,13 +68,18 @@ void model::find_uncovered_idle() {
       n.idle_ms += ms(idle);
     }
   };
-  if (segs.empty()) {
+  segment_walker walk(*this, evs);
+  segment prev{}, cur{};
+  if (!walk.next(cur)) {
     hole(from, to, nullptr, nullptr);
   } else {
-    hole(from, segs.front().start, nullptr, &segs.front());
-    for (std::size_t k = 1; k < segs.size(); ++k)
-      if (segs[k - 1].end < segs[k].start) hole(segs[k - 1].end, segs[k].start, &segs[k - 1], &segs[k]);
-    hole(segs.back().end, to, &segs.back(), nullptr);
+    hole(from, cur.start, nullptr, &cur);
+    prev = cur;
+    while (walk.next(cur)) {
+      if (prev.end < cur.start) hole(prev.end, cur.start, &prev, &cur);
+      prev = cur;
+    }
+    hole(prev.end, to, &prev, nullptr);
   }
   out_.uncovered.idle_ms = ms(uncovered);
   out_.uncovered.fraction_of_idle =

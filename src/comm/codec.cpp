@@ -25,11 +25,20 @@ struct codec_row {
   double max_finite;  // largest finite value of the wire type
 };
 
-constexpr std::array<codec_row, 3> rows{{
+constexpr std::array<codec_row, 4> rows{{
     {"none", dtype::f32, 4, 0x1p-24, 0x1p-150, 3.4028234663852886e38},
     {"fp16", dtype::f16, 2, 0x1p-11, 0x1p-25, 65504.0},
     {"bf16", dtype::bf16, 2, 0x1p-8, 0x1p-134, 3.3895313892515355e38},
+    // PowerSGD's wire is fp32 (P, Q and the whole tensors); its bytes depend on the shapes and the rank.
+    {"powersgd", dtype::f32, 4, 0x1p-24, 0x1p-150, 3.4028234663852886e38},
 }};
+
+void expect_elementwise(codec_kind c, std::string_view call) {
+  FERRY_EXPECTS(c != codec_kind::powersgd,
+                fmt::format("{}(powersgd): PowerSGD is not an element-wise codec; the reducer runs it "
+                            "(powersgd.hpp)",
+                            call));
+}
 
 const codec_row& row(codec_kind c) noexcept { return rows[static_cast<std::size_t>(c)]; }
 
@@ -62,7 +71,8 @@ codec_kind parse_codec(std::string_view text) {
   if (text == "none" || text == "fp32" || text == "f32") return codec_kind::none;
   if (text == "fp16" || text == "f16" || text == "half") return codec_kind::fp16;
   if (text == "bf16") return codec_kind::bf16;
-  throw logic_error(fmt::format("codec \"{}\": expected none (fp32), fp16 or bf16", text));
+  if (text == "powersgd") return codec_kind::powersgd;
+  throw logic_error(fmt::format("codec \"{}\": expected none (fp32), fp16, bf16 or powersgd", text));
 }
 
 dtype wire_type(codec_kind c) noexcept { return row(c).wire; }
@@ -72,6 +82,7 @@ std::size_t wire_bytes(codec_kind c, std::size_t elements) noexcept { return ele
 double unit_roundoff(codec_kind c) noexcept { return row(c).u; }
 
 double error_bound(codec_kind c, int world_size, double max_abs) {
+  expect_elementwise(c, "error_bound");
   expect_world(world_size, "error_bound");
   FERRY_EXPECTS(std::isfinite(max_abs) && max_abs >= 0,
                 fmt::format("error_bound of max_abs = {}: it must be finite and >= 0", max_abs));
@@ -84,6 +95,7 @@ double error_bound(codec_kind c, int world_size, double max_abs) {
 }
 
 float saturation_limit(codec_kind c, int world_size) {
+  expect_elementwise(c, "saturation_limit");
   expect_world(world_size, "saturation_limit");
   const codec_row& r = row(c);
   return static_cast<float>(r.max_finite / (1 + 2 * world_size * r.u));
@@ -91,6 +103,7 @@ float saturation_limit(codec_kind c, int world_size) {
 
 void encode_async(codec_kind c, mem_view bucket, mem_view wire, std::size_t count, int world_size,
                   stream_view s) {
+  expect_elementwise(c, "encode_async");
   expect_world(world_size, "encode_async");
   expect_floats(bucket, count, sizeof(float), "bucket", "encode_async");
   expect_floats(wire, count, row(c).wire_bytes, "wire", "encode_async");
@@ -102,6 +115,7 @@ void encode_async(codec_kind c, mem_view bucket, mem_view wire, std::size_t coun
 }
 
 void decode_async(codec_kind c, mem_view wire, mem_view bucket, std::size_t count, stream_view s) {
+  expect_elementwise(c, "decode_async");
   expect_floats(wire, count, row(c).wire_bytes, "wire", "decode_async");
   expect_floats(bucket, count, sizeof(float), "bucket", "decode_async");
   if (count == 0) return;

@@ -22,6 +22,7 @@ struct reducer::bucket_state {
   event reduce_start;
   event reduce_end;
   event end;
+  std::unique_ptr<powersgd> psgd;  // the bucket's PowerSGD state, when its codec is powersgd
 };
 
 struct reducer::pending_plan {
@@ -43,7 +44,8 @@ constexpr std::size_t max_params = std::size_t{1} << 24;
 buffer make_wire(device& dev, const bucket_plan& plan, const std::vector<codec_kind>& codecs) {
   std::size_t bytes = 0;
   for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
-    if (lossy(codecs[b])) bytes = std::max(bytes, wire_bytes(codecs[b], plan.buckets[b].elements));
+    if (lossy(codecs[b]) && codecs[b] != codec_kind::powersgd)
+      bytes = std::max(bytes, wire_bytes(codecs[b], plan.buckets[b].elements));
   }
   return bytes > 0 ? dev.alloc_device(bytes) : buffer{};
 }
@@ -59,16 +61,40 @@ std::string list_params(const std::vector<std::size_t>& params, std::size_t tota
   return fmt::format("{} ({} of {})", out, params.size(), total);
 }
 
+std::vector<matrix_shape> column_shapes(std::span<const std::size_t> elements) {
+  std::vector<matrix_shape> out;
+  out.reserve(elements.size());
+  for (const std::size_t n : elements) out.push_back({n, 1});
+  return out;
+}
+
+std::vector<std::size_t> elements_of(std::span<const matrix_shape> shapes) {
+  std::vector<std::size_t> out;
+  out.reserve(shapes.size());
+  for (const matrix_shape& m : shapes) out.push_back(m.elements());
+  return out;
+}
+
+bool is_codec(codec_kind c) {
+  return static_cast<std::uint8_t>(c) <= static_cast<std::uint8_t>(codec_kind::powersgd);
+}
+
 }  // namespace
 
 reducer::reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options)
+    : reducer(comm, column_shapes(param_elements), options) {}
+
+reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes, reducer_options options)
     : comm_(&comm),
-      sizes_(param_elements.begin(), param_elements.end()),
+      sizes_(elements_of(param_shapes)),
+      shapes_(param_shapes.begin(), param_shapes.end()),
       options_(options),
       comm_stream_(comm.dev().make_stream()) {
   check(options_.plan);
-  FERRY_EXPECTS(static_cast<std::uint8_t>(options_.codec) <= static_cast<std::uint8_t>(codec_kind::bf16),
+  FERRY_EXPECTS(is_codec(options_.codec),
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
+  FERRY_EXPECTS(options_.powersgd.rank >= 1,
+                fmt::format("reducer_options::powersgd.rank = {}: must be >= 1", options_.powersgd.rank));
   FERRY_EXPECTS(sizes_.size() < max_params,
                 fmt::format("reducer of {} parameters: at most {} (indices travel as exact fp32 values)",
                             sizes_.size(), max_params - 1));
@@ -124,6 +150,7 @@ void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
       states[b].reduce_end = dev.make_timing_event();
       states[b].end = dev.make_timing_event();
     }
+    if (codecs[b] == codec_kind::powersgd) states[b].psgd = make_powersgd(plan, b);
   }
   std::vector<std::size_t> bucket_of(sizes_.size());
   for (std::size_t p = 0; p < sizes_.size(); ++p) bucket_of[p] = plan.places[p].bucket;
@@ -137,6 +164,20 @@ void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
   stats_.bucket_launches.assign(plan_.buckets.size(), 0);
 }
 
+// Bucket b's PowerSGD: its parameters as matrices at their offsets within the bucket.
+std::unique_ptr<powersgd> reducer::make_powersgd(const bucket_plan& plan, std::size_t b) {
+  const bucket& k = plan.buckets[b];
+  std::vector<matrix_shape> shapes;
+  std::vector<std::size_t> offsets;
+  shapes.reserve(k.params.size());
+  offsets.reserve(k.params.size());
+  for (const std::size_t p : k.params) {
+    shapes.push_back(shapes_[p]);
+    offsets.push_back(plan.places[p].offset - k.offset);
+  }
+  return std::make_unique<powersgd>(*comm_, shapes, offsets, k.elements, options_.powersgd);
+}
+
 void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
   FERRY_EXPECTS(!open_, fmt::format("set_plan during step {}: plans change only between steps; call it after "
                                     "finish()",
@@ -146,8 +187,7 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
                 fmt::format("set_plan of {} codecs for {} buckets: give one per bucket, or one for all",
                             codecs.size(), plan.buckets.size()));
   for (const codec_kind c : codecs) {
-    FERRY_EXPECTS(static_cast<std::uint8_t>(c) <= static_cast<std::uint8_t>(codec_kind::bf16),
-                  fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
+    FERRY_EXPECTS(is_codec(c), fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
   }
   if (codecs.size() == 1) codecs.assign(plan.buckets.size(), codecs.front());
   rebuild_due_ = false;
@@ -195,7 +235,21 @@ void reducer::apply_pending() {
   const stream_view cs = comm_stream_.view();
   if (pending_->plan == plan_) {
     cs.synchronize();  // the last step's buckets may still use the wire buffer
-    wire_ = make_wire(dev, plan_, pending_->codecs);
+    buffer wire_buffer = make_wire(dev, plan_, pending_->codecs);
+    // PowerSGD state: kept where a bucket stays powersgd, made where it becomes so, dropped elsewhere.
+    std::vector<std::unique_ptr<powersgd>> states(buckets_.size());
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (pending_->codecs[b] == codec_kind::powersgd && codecs_[b] != codec_kind::powersgd)
+        states[b] = make_powersgd(plan_, b);
+    }
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (pending_->codecs[b] != codec_kind::powersgd) {
+        buckets_[b].psgd.reset();
+      } else if (states[b]) {
+        buckets_[b].psgd = std::move(states[b]);
+      }
+    }
+    wire_ = std::move(wire_buffer);
     codecs_ = std::move(pending_->codecs);
     pending_.reset();
     ++stats_.plan_changes;
@@ -284,10 +338,16 @@ void reducer::launch(std::size_t b) {
   const codec_kind c = codecs_[b];
   const mem_view data = flat_.view(k.offset * sizeof(float), k.bytes());
   if (options_.timing) st.start.record(cs);
+  std::uint64_t sent = wire_bytes(c, k.elements);
   if (c == codec_kind::none) {
     if (options_.timing) st.reduce_start.record(cs);
     static_cast<void>(comm_->all_reduce(data, data, k.elements, dtype::f32, reduce_op::avg, cs));
     if (options_.timing) st.reduce_end.record(cs);
+  } else if (c == codec_kind::powersgd) {
+    if (options_.timing) st.reduce_start.record(cs);
+    st.psgd->reduce_async(data, cs);
+    if (options_.timing) st.reduce_end.record(cs);
+    sent = st.psgd->wire_elements() * sizeof(float);
   } else {
     const std::size_t wb = wire_bytes(c, k.elements);
     const mem_view wire = wire_.view(0, wb);
@@ -300,7 +360,7 @@ void reducer::launch(std::size_t b) {
   if (options_.timing) st.end.record(cs);
   ++stats_.buckets_launched;
   ++stats_.bucket_launches[b];
-  stats_.wire_bytes += wire_bytes(c, k.elements);
+  stats_.wire_bytes += sent;
   stats_.gradient_bytes += k.bytes();
 }
 
@@ -326,6 +386,12 @@ void reducer::finish(stream_view s) {
   open_ = false;
   finished_once_ = true;
   ++stats_.steps;
+}
+
+const powersgd* reducer::bucket_powersgd(std::size_t b) const {
+  FERRY_EXPECTS(b < buckets_.size(),
+                fmt::format("bucket_powersgd({}): the plan has {} buckets", b, buckets_.size()));
+  return buckets_[b].psgd.get();
 }
 
 std::vector<bucket_timing> reducer::last_step_timing() const {

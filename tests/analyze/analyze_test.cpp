@@ -75,6 +75,75 @@ TEST(analyze_steps, without_steps_the_gpu_span_is_one_step) {
   EXPECT_EQ(a.main_thread, "main");  // the thread issuing the API calls
 }
 
+// The CPU runs ahead of the GPU (ingest L3 with a deep launch queue): each 100 us step span launches the
+// next batch's copy on its own stream, which runs at once, and three 100 us kernels that queue behind the
+// kernels of earlier steps, so they run 800 us after their launch. The trace holds the last of those
+// earlier kernels (500..800 us), linked to no call of a step: launched before the first span (`how`
+// "before"), or with no call in the trace at all (launched before recording began, `how` "unrecorded").
+builder cpu_runs_ahead(std::string_view how) {
+  builder b;
+  b.steps(3, 100);
+  std::uint64_t correlation = 1;
+  const auto launch = [&](std::string_view call, double at) {
+    b.api(call, at, at + 2).correlation = correlation;
+    return correlation++;
+  };
+  for (int j = 0; j < 3; ++j) {
+    const std::uint64_t c = how == "before" ? launch("cudaLaunchKernel", -60 + 10 * j) : 0;
+    b.kernel(500 + 100 * j, 600 + 100 * j).correlation = c;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = 100.0 * i;
+    const std::uint64_t c = launch("cudaMemcpyAsync", t0 + 10);
+    b.copy(copy_kind::h2d, t0 + 12, t0 + 22, 1 << 20, mem_kind::pinned, true, 13).correlation = c;
+    for (int j = 0; j < 3; ++j) {
+      const std::uint64_t k = launch("cudaLaunchKernel", t0 + 20 + 10 * j);
+      b.kernel(800 + 300 * i + 100 * j, 900 + 300 * i + 100 * j).correlation = k;
+    }
+  }
+  b.api("cudaDeviceSynchronize", 300, 1700, sync_kind::device);
+  return b;
+}
+
+TEST(analyze_steps, when_the_cpu_runs_ahead_each_step_starts_with_its_first_work_that_does_not_run_ahead) {
+  for (const std::string_view how : {"before", "unrecorded"}) {
+    SCOPED_TRACE(how);
+    const analysis a = cpu_runs_ahead(how).run();
+    ASSERT_EQ(a.steps.size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k) {
+      // The step's kernels, not its copy of the next batch (which ran 800 us earlier).
+      EXPECT_EQ(a.steps[k].start_ns, static_cast<std::int64_t>(800 + 300 * k) * us) << "step " << k;
+      EXPECT_EQ(a.steps[k].end_ns, static_cast<std::int64_t>(1100 + 300 * k) * us) << "step " << k;
+      EXPECT_DOUBLE_EQ(a.steps[k].compute_ms, 0.3);
+      EXPECT_DOUBLE_EQ(a.steps[k].idle_ms, 0);
+      EXPECT_EQ(a.steps[k].h2d_bytes, 1u << 20) << "the copy counts in the step that launched it";
+    }
+    EXPECT_EQ(a.bottleneck(), "compute_bound") << format_text(a);
+    EXPECT_EQ(find_rule(a, "gpu_idle"), nullptr);
+  }
+}
+
+TEST(analyze_steps, without_run_ahead_each_step_starts_with_the_first_gpu_work_its_span_launched) {
+  // Each step: a blocking copy, then a kernel; the copy of step k + 1 starts after the kernel of step k.
+  builder b;
+  b.steps(3, 100);
+  std::uint64_t correlation = 1;
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = 100.0 * i;
+    b.api("cudaMemcpy", t0 + 30, t0 + 45, sync_kind::copy).correlation = correlation;
+    b.copy(copy_kind::h2d, t0 + 32, t0 + 44, 4096, mem_kind::pageable, false).correlation = correlation++;
+    b.api("cudaLaunchKernel", t0 + 46, t0 + 48).correlation = correlation;
+    b.kernel(t0 + 50, t0 + 120).correlation = correlation++;
+  }
+  const analysis a = b.run();
+  ASSERT_EQ(a.steps.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(a.steps[k].start_ns, static_cast<std::int64_t>(32 + 100 * k) * us) << "step " << k;
+    EXPECT_EQ(a.steps[k].h2d_bytes, 4096u);
+  }
+  EXPECT_EQ(a.steps[2].end_ns, 320 * us) << "the last step ends with the work it launched";
+}
+
 TEST(analyze_steps, a_timeline_without_gpu_activity_is_refused_naming_what_it_holds) {
   builder b;
   b.range("step", 0, 100);

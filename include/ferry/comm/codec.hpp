@@ -11,6 +11,12 @@
 //   fp16   fp16   2          2^-11              2^-25
 //   bf16   bf16   2          2^-8               2^-134
 //
+// codec_kind::powersgd is of another kind: a rank-r approximation of each gradient matrix with error
+// feedback (powersgd.hpp), which needs the parameters' shapes and keeps state between steps, so only the
+// reducer runs it (reducer_options::powersgd). Its wire is fp32; wire_bytes(powersgd, n) counts the n
+// elements as if nothing were compressed (an upper bound; the reducer's stats count what travels). It has
+// no element-wise bound: error_bound, saturation_limit, encode_async and decode_async refuse it.
+//
 // Error bound (error_bound below), per element i, against the exact mean m_i = (1/n) sum_r x_{r,i} of the
 // n ranks' fp32 values, with M_i = max_r |x_{r,i}| and gamma = (n-1) u / (1 - (n-1) u):
 //   |result_i - m_i| <= (u + gamma (1 + u) + 2^-21) M_i + 2 n s          (about n u M_i)
@@ -41,11 +47,11 @@
 
 namespace ferry::comm {
 
-/// The codecs, in the order of the table above.
-enum class codec_kind : std::uint8_t { none, fp16, bf16 };
+/// The codecs, in the order of the table above, then PowerSGD.
+enum class codec_kind : std::uint8_t { none, fp16, bf16, powersgd };
 
 [[nodiscard]] std::string_view to_string(codec_kind c) noexcept;
-/// Parses "none"/"fp32", "fp16", "bf16"; throws logic_error naming the text and the choices.
+/// Parses "none"/"fp32", "fp16", "bf16", "powersgd"; throws logic_error naming the text and the choices.
 [[nodiscard]] codec_kind parse_codec(std::string_view text);
 /// True for codecs that lose precision (all but none): a caller must allow them explicitly.
 [[nodiscard]] constexpr bool lossy(codec_kind c) noexcept { return c != codec_kind::none; }

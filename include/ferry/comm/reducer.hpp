@@ -32,6 +32,17 @@
 // generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
 // after begin_step(). Views taken earlier are invalid from then on.
 //
+// PowerSGD (codec_kind::powersgd, options.powersgd): each such bucket gets its own powersgd object
+// (powersgd.hpp) when its plan takes effect, holding the bucket's error feedback and warm-start Q between
+// steps; the bucket's matrices are its parameters of 2-D shapes (the reducer of param_shapes), compressed
+// where PowerSGD's rule says so, the others averaged whole in the same bucket. Its two all-reduces run
+// on the communication stream where the bucket's one would, in plan order; nothing waits on the host.
+// A new layout, or a bucket's codec changing to powersgd, starts that state afresh (zero feedback, the
+// seeded Q); set_plan with the same buckets and codecs keeps it.
+//
+// Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
+// (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
+//
 // Threads: one reducer belongs to one rank; its calls come from one thread at a time (the autograd
 // thread that calls mark_ready may differ from the thread that calls begin_step/finish, if the caller
 // orders them). Errors: misuse throws logic_error before any work is queued (the messages name the
@@ -47,6 +58,7 @@
 #include "ferry/comm/bucket_plan.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
+#include "ferry/comm/powersgd.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
@@ -57,6 +69,8 @@ struct reducer_options {
   bucket_plan_options plan{};
   /// The codec of every bucket of the plans the reducer makes itself (set_plan gives one per bucket).
   codec_kind codec = codec_kind::none;
+  /// Rank, compression rule, warm start and seed of every bucket whose codec is powersgd.
+  powersgd_options powersgd{};
   /// Rebuild the plan once, from the order gradients became ready in the first step (rank 0's).
   bool rebuild = true;
   /// Record timing events around each bucket's work on the communication stream (last_step_timing).
@@ -69,7 +83,7 @@ struct reducer_stats {
   std::uint64_t buckets_launched = 0;  // all-reduces issued
   /// Bytes this rank handed to its all-reduces (count * wire element size): the payload. A ring
   /// all-reduce moves 2(n-1)/n of it in and out of each rank.
-  std::uint64_t wire_bytes = 0;
+  std::uint64_t wire_bytes = 0;      // for powersgd: its two all-reduces' floats (powersgd::wire_elements)
   std::uint64_t gradient_bytes = 0;  // fp32 bytes those all-reduces averaged (padding included)
   std::uint64_t plan_changes = 0;    // plans (new layouts or new codecs) that took effect after the first
   std::vector<std::uint64_t> bucket_launches;  // per bucket of the current plan
@@ -77,6 +91,7 @@ struct reducer_stats {
 
 /// One bucket of the last finished step on the communication stream, in milliseconds since the step's
 /// begin_step() (as that stream saw it; modelled time on the host backend).
+/// For a powersgd bucket, its all-reduce is all of PowerSGD's work (both all-reduces and the stages).
 struct bucket_timing {
   double start_ms = 0;         // the bucket's first operation (encode, or the all-reduce) started
   double reduce_start_ms = 0;  // its all-reduce started
@@ -92,6 +107,11 @@ class reducer {
   /// communication stream on comm.dev(). Throws logic_error for bad options or sizes (as
   /// make_bucket_plan).
   reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options = {});
+  /// The same for parameters of known 2-D shapes (a gradient is a row-major rows x cols matrix; a 1-D
+  /// tensor of n elements is {n, 1}; a higher-dimensional one is {first dimension, the product of the
+  /// others}, as PyTorch's PowerSGD views it). Only codec_kind::powersgd uses the shapes; the reducer of
+  /// param_elements gives every parameter the shape {n, 1}, so PowerSGD sends it whole.
+  reducer(communicator& comm, std::span<const matrix_shape> param_shapes, reducer_options options = {});
   reducer(const reducer&) = delete;
   reducer& operator=(const reducer&) = delete;
   /// Waits for the communication stream (never throws: an error of the group is reported, not raised).
@@ -140,6 +160,10 @@ class reducer {
   /// The parameters in the order they were marked ready in the current (or else the last) step.
   [[nodiscard]] std::span<const std::size_t> observed_order() const noexcept { return observed_; }
   [[nodiscard]] reducer_stats stats() const { return stats_; }
+  /// Bucket b's PowerSGD state (its error feedback in the bucket's layout: element i of the bucket is
+  /// flat element plan().buckets[b].offset + i), or nullptr when b's codec is not powersgd. Valid until
+  /// the next plan change. Throws logic_error for b out of range.
+  [[nodiscard]] const powersgd* bucket_powersgd(std::size_t b) const;
   /// Each bucket's times in the last finished step. Waits for the step's timing events (a host sync).
   /// Throws logic_error without options.timing, before any step finished, or while a step is open.
   [[nodiscard]] std::vector<bucket_timing> last_step_timing() const;
@@ -148,6 +172,7 @@ class reducer {
   struct bucket_state;
 
   void install(const bucket_plan& plan, std::vector<codec_kind> codecs);
+  [[nodiscard]] std::unique_ptr<powersgd> make_powersgd(const bucket_plan& plan, std::size_t b);
   void exchange_order();
   void apply_pending();
   void launch(std::size_t b);
@@ -155,6 +180,7 @@ class reducer {
 
   communicator* comm_;
   std::vector<std::size_t> sizes_;
+  std::vector<matrix_shape> shapes_;
   reducer_options options_;
   stream comm_stream_;
 

@@ -12,8 +12,7 @@ namespace ferry {
 
 /// True when ferry was built with the cuda backend and the CUDA runtime sees at least one GPU.
 [[nodiscard]] bool cuda_available() noexcept;
-/// How many GPUs the CUDA runtime sees (0 without the cuda backend or when the runtime fails): the
-/// ordinals make_cuda_device takes are 0 to cuda_device_count() - 1.
+/// How many GPUs the CUDA runtime sees: 0 when ferry was built without CUDA or no driver or GPU is there.
 [[nodiscard]] int cuda_device_count() noexcept;
 /// Why cuda_available() is false (or an empty string when it is true).
 [[nodiscard]] std::string cuda_unavailable_reason();

@@ -51,6 +51,16 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
     const event& e = t.events[i];
     if (e.kind == activity::api && e.correlation != 0) api_by_correlation.emplace(e.correlation, i);
   }
+  // Kernel starts and ends, each sorted (m.gpu() is by start), when there are copies to place among them.
+  std::vector<ns_t> kernel_starts, kernel_ends;
+  if (!copies.empty()) {
+    for (const index_t i : m.gpu())
+      if (t.events[i].kind == activity::kernel) {
+        kernel_starts.push_back(t.events[i].start_ns);
+        kernel_ends.push_back(t.events[i].end_ns);
+      }
+    std::sort(kernel_ends.begin(), kernel_ends.end());
+  }
   std::size_t count = 0;
   std::map<copy_kind, std::pair<std::size_t, std::uint64_t>> dirs;  // count, bytes
   double blocked_ns = 0, lone_ns = 0, held_ns = 0, copy_ns = 0;
@@ -82,25 +92,24 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
       wait = *it;
       break;
     }
-    auto next_kernel = std::lower_bound(m.kernel_starts().begin(), m.kernel_starts().end(), c.end_ns);
+    auto next_kernel = std::lower_bound(kernel_starts.begin(), kernel_starts.end(), c.end_ns);
     if (c.async) {
       if (!wait) continue;
       const event& w = t.events[*wait];
       // The launch was not held when a kernel started before the wait ended. With no kernel after it in
       // the trace (the window's last step) the wait counts: nothing shows it was harmless.
-      if (next_kernel != m.kernel_starts().end() && *next_kernel < w.end_ns) continue;
+      if (next_kernel != kernel_starts.end() && *next_kernel < w.end_ns) continue;
       // A wait that a kernel's end fell into waited for that kernel too (a device synchronize at the end
       // of a run, say): not a wait for the copy.
-      if (std::upper_bound(m.kernel_ends().begin(), m.kernel_ends().end(), c.end_ns) !=
-          std::upper_bound(m.kernel_ends().begin(), m.kernel_ends().end(), w.end_ns))
+      if (std::upper_bound(kernel_ends.begin(), kernel_ends.end(), c.end_ns) !=
+          std::upper_bound(kernel_ends.begin(), kernel_ends.end(), w.end_ns))
         continue;
     } else if (!wait && c.correlation != 0) {
       if (auto a = api_by_correlation.find(c.correlation); a != api_by_correlation.end()) wait = a->second;
     }
     const ns_t wait_end = wait ? std::max(c.end_ns, t.events[*wait].end_ns) : c.end_ns;
-    const ns_t held_until = next_kernel == m.kernel_starts().end()
-                                ? wait_end
-                                : std::min(wait_end, std::max(c.end_ns, *next_kernel));
+    const ns_t held_until =
+        next_kernel == kernel_starts.end() ? wait_end : std::min(wait_end, std::max(c.end_ns, *next_kernel));
     // Cost: the copy time no kernel overlapped, plus the GPU idle while the CPU still waited after the copy.
     const ns_t lone = c.duration_ns() - m.kernels().covered(c.start_ns, c.end_ns);
     const ns_t held = m.busy().gaps(c.end_ns, held_until);

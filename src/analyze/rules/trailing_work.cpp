@@ -16,18 +16,21 @@ trailing_work find_trailing_work(const model& m) {
   w.start = m.step_spans().back().end;
   if (!m.busy().empty()) w.start = std::max(w.start, m.busy().last());
   w.end = w.start;
-  std::map<std::uint64_t, std::vector<std::size_t>> per_thread;
-  for (std::size_t i : m.cpu()) {
+  for (const index_t i : m.cpu()) {
     const event& e = t.events[i];
-    if (e.end_ns <= e.start_ns || m.excluded_activity(e)) continue;
-    per_thread[e.thread].push_back(i);
-    if ((e.kind == activity::range || e.kind == activity::stage) && e.end_ns > w.start)
+    if ((e.kind == activity::range || e.kind == activity::stage) && e.end_ns > w.start &&
+        e.end_ns > e.start_ns && !m.excluded_activity(e))
       w.end = std::max(w.end, e.end_ns);
   }
   if (w.end <= w.start) return w;
+  // Only activity still open after w.start decides what covered the time after it.
+  const thread_groups groups = m.group_by_thread(m.cpu(), [&](const event& e) {
+    return e.end_ns > e.start_ns && e.end_ns > w.start && !m.excluded_activity(e);
+  });
   std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
-  for (const auto& [thread, evs] : per_thread) {
-    for (const segment& g : m.segment_thread(evs)) {
+  for (const auto& [thread, run] : groups.runs) {
+    segment_walker walk(m, groups.of(run));
+    for (segment g{}; walk.next(g);) {
       if ((g.label & (model::blocking_bit | model::synthetic_bit)) != 0 || g.end <= w.start) continue;
       covered[{thread, g.label}] += std::min(g.end, w.end) - std::max(g.start, w.start);
     }

@@ -103,6 +103,9 @@ kcat category(std::string_view cat) {
       {"cpu_op", kcat::op},           {"operator", kcat::op},
       {"python_function", kcat::op},  {"python", kcat::op},
   };
+  // Every event asks: the spellings as Kineto writes them first, then any case.
+  for (const entry& e : table)
+    if (cat == e.name) return e.c;
   for (const entry& e : table)
     if (iequals(cat, e.name)) return e.c;
   return kcat::other;
