@@ -36,32 +36,36 @@ constexpr std::size_t alignment = 256;     // the reducer's (bucket_plan_options
 
 std::vector<model_param> make_vit_l32() {
   std::vector<model_param> p;
+  // A parameter of `rows` x `cols` (PowerSGD's view of it); a 1-D one of n elements is n x 1.
+  auto add = [&p](std::string name, std::size_t rows, std::size_t cols, int unit) {
+    p.push_back({std::move(name), rows * cols, unit, {rows, cols}});
+  };
   // VisionTransformer's own parameter, then conv_proj, then the encoder's own (pos_embedding): the patch
   // embedding unit.
-  p.push_back({"class_token", 1024, 0});
-  p.push_back({"conv_proj.weight", 1024 * 3 * 32 * 32, 0});
-  p.push_back({"conv_proj.bias", 1024, 0});
-  p.push_back({"encoder.pos_embedding", 50 * 1024, 0});
+  add("class_token", 1, 1024, 0);  // 1 x 1 x 1024
+  add("conv_proj.weight", 1024, 3 * 32 * 32, 0);
+  add("conv_proj.bias", 1024, 1, 0);
+  add("encoder.pos_embedding", 1, 50 * 1024, 0);  // 1 x 50 x 1024
   for (int l = 0; l < 24; ++l) {
     const std::string pre = fmt::format("encoder.layers.encoder_layer_{}.", l);
     const int u = l + 1;
-    p.push_back({pre + "ln_1.weight", 1024, u});
-    p.push_back({pre + "ln_1.bias", 1024, u});
-    p.push_back({pre + "self_attention.in_proj_weight", 3072 * 1024, u});
-    p.push_back({pre + "self_attention.in_proj_bias", 3072, u});
-    p.push_back({pre + "self_attention.out_proj.weight", 1024 * 1024, u});
-    p.push_back({pre + "self_attention.out_proj.bias", 1024, u});
-    p.push_back({pre + "ln_2.weight", 1024, u});
-    p.push_back({pre + "ln_2.bias", 1024, u});
-    p.push_back({pre + "mlp.0.weight", 4096 * 1024, u});
-    p.push_back({pre + "mlp.0.bias", 4096, u});
-    p.push_back({pre + "mlp.3.weight", 1024 * 4096, u});
-    p.push_back({pre + "mlp.3.bias", 1024, u});
+    add(pre + "ln_1.weight", 1024, 1, u);
+    add(pre + "ln_1.bias", 1024, 1, u);
+    add(pre + "self_attention.in_proj_weight", 3072, 1024, u);
+    add(pre + "self_attention.in_proj_bias", 3072, 1, u);
+    add(pre + "self_attention.out_proj.weight", 1024, 1024, u);
+    add(pre + "self_attention.out_proj.bias", 1024, 1, u);
+    add(pre + "ln_2.weight", 1024, 1, u);
+    add(pre + "ln_2.bias", 1024, 1, u);
+    add(pre + "mlp.0.weight", 4096, 1024, u);
+    add(pre + "mlp.0.bias", 4096, 1, u);
+    add(pre + "mlp.3.weight", 1024, 4096, u);
+    add(pre + "mlp.3.bias", 1024, 1, u);
   }
-  p.push_back({"encoder.ln.weight", 1024, 25});
-  p.push_back({"encoder.ln.bias", 1024, 25});
-  p.push_back({"heads.head.weight", 1000 * 1024, 25});
-  p.push_back({"heads.head.bias", 1000, 25});
+  add("encoder.ln.weight", 1024, 1, 25);
+  add("encoder.ln.bias", 1024, 1, 25);
+  add("heads.head.weight", 1000, 1024, 25);
+  add("heads.head.bias", 1000, 1, 25);
   return p;
 }
 
@@ -104,6 +108,10 @@ const std::vector<level_entry>& level_table() {
       {{"bf16", "bf16 codec over DDP's 25 MiB buckets: half the bytes on the wire",
         "the casts' local cost, and the last buckets", "exposed_comm"},
        {level_kind::fixed, 1 * MiB, 25 * MiB, codec_kind::bf16}},
+      {{"powersgd",
+        "PowerSGD rank 1 (error feedback, warm start) over DDP's 25 MiB buckets: two all-reduces a bucket",
+        "its products and orthogonalization beside backward, and the last buckets", "exposed_comm"},
+       {level_kind::fixed, 1 * MiB, 25 * MiB, codec_kind::powersgd}},
       {{"auto",
         "ferry's automatic plan, lossless: buckets chosen from the measured link and the learned backward",
         "the last bucket's all-reduce after backward, and the model's error", "compute_bound"},
@@ -157,6 +165,7 @@ comm::f32_fill mean_of(std::size_t p, int ranks) {
 // What a rank found; the timing figures only on rank 0.
 struct rank_outcome {
   std::uint64_t checked = 0;
+  std::uint64_t approximated = 0;  // PowerSGD's compressed matrices: no element-wise bound
   std::uint64_t wrong = 0;
   std::vector<std::uint64_t> checksums;  // per bucket
   double comm_ms = 0, hidden = 0;        // the last step, on the communication stream
@@ -241,6 +250,7 @@ struct level_run {
   level_window& window;
   progress_fn progress;
   std::vector<std::size_t> elements;
+  std::vector<comm::matrix_shape> shapes;
   std::vector<int> unit_of;
   std::vector<rank_outcome> outcome;
   std::string window_level;  // the level's name, for progress lines
@@ -318,7 +328,8 @@ class rank_model {
         plan_first_ = o.plan.first_bucket_bytes;
         plan_cap_ = o.plan.bucket_cap_bytes;
       }
-      red_.emplace(comm_, run_.elements, o);
+      o.powersgd.rank = 1;
+      red_.emplace(comm_, run_.shapes, o);
     }
     std::optional<comm::plan_inputs> inputs;
     if (s.kind == level_kind::automatic) inputs = measure();
@@ -533,10 +544,23 @@ class rank_model {
     const int n = comm_.size();
     const std::size_t params = run_.elements.size();
     buffer results = dev_.alloc_device(params * comm::f32_diff_bytes);
+    dev_.memset_async(results, 0, compute_);  // the slots of matrices left unchecked read as no difference
     for (std::size_t p = 0; p < params; ++p) {
       const mem_view r = results.view(p * comm::f32_diff_bytes, comm::f32_diff_bytes);
       if (red_) {
-        const codec_kind c = red_->codecs()[red_->plan().places[p].bucket];
+        const std::size_t b = red_->plan().places[p].bucket;
+        codec_kind c = red_->codecs()[b];
+        if (c == codec_kind::powersgd) {
+          // A compressed matrix is a rank-1 approximation (checked across ranks only, by the checksums);
+          // what PowerSGD sends whole comes back as the exact fp32 mean.
+          const std::vector<std::size_t>& in = red_->plan().buckets[b].params;
+          const auto k = static_cast<std::size_t>(std::find(in.begin(), in.end(), p) - in.begin());
+          if (red_->bucket_powersgd(b)->compressed(k)) {
+            out.approximated += run_.elements[p];
+            continue;
+          }
+          c = codec_kind::none;
+        }
         const auto tol = static_cast<float>(comm::error_bound(c, n, fill_of(p, rank_).max_abs()));
         comm::compare_f32_async(grad(p), mean_of(p, n), run_.elements[p], tol, r, compute_);
       } else {
@@ -638,11 +662,24 @@ ddp_options::ddp_options()
   steps = 20;
 }
 
+std::vector<comm::matrix_shape> ddp_options::shapes() const {
+  auto times = [](std::size_t n, double f) {
+    return std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(static_cast<double>(n) * f)));
+  };
+  std::vector<comm::matrix_shape> out;
+  for (const model_param& p : vit_l32_params()) {
+    if (p.shape.cols == 1) {
+      out.push_back({times(p.shape.rows, scale), 1});
+    } else {
+      out.push_back({times(p.shape.rows, std::sqrt(scale)), times(p.shape.cols, std::sqrt(scale))});
+    }
+  }
+  return out;
+}
+
 std::vector<std::size_t> ddp_options::elements() const {
   std::vector<std::size_t> out;
-  for (const model_param& p : vit_l32_params())
-    out.push_back(std::max<std::size_t>(
-        1, static_cast<std::size_t>(std::llround(static_cast<double>(p.elements) * scale))));
+  for (const comm::matrix_shape& s : shapes()) out.push_back(s.elements());
   return out;
 }
 
@@ -712,7 +749,8 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
 
   for (const std::string& level : cfg.levels) static_cast<void>(level_index(ddp_spec(), level));
 
-  std::vector<std::size_t> elements = cfg.elements();
+  const std::vector<comm::matrix_shape> shapes = cfg.shapes();
+  const std::vector<std::size_t> elements = cfg.elements();
   std::vector<int> unit_of;
   for (const model_param& p : vit_l32_params()) unit_of.push_back(p.unit);
   const std::uint64_t step_bytes = cfg.gradient_bytes();
@@ -766,6 +804,7 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
                  window,
                  progress,
                  elements,
+                 shapes,
                  unit_of,
                  std::vector<rank_outcome>(static_cast<std::size_t>(n)),
                  table[index].info.name};
@@ -799,6 +838,9 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
     row.set_extra("buckets", static_cast<double>(o.buckets), true);
     row.set_extra("lossy_buckets", static_cast<double>(o.lossy), true);
     row.set_extra("wire_mb", o.wire_mb);
+    std::uint64_t approximated = 0;
+    for (const rank_outcome& x : lr.outcome) approximated += x.approximated;
+    row.set_extra("approximated", static_cast<double>(approximated), true);
     row.set_extra("first_mib", o.first_mib);
     row.set_extra("cap_mib", o.cap_mib);
     row.set_extra("link_gbps", run_cfg.probed_gbps);

@@ -228,6 +228,7 @@ class comm_benches(unittest.TestCase):
 
     def test_allreduce_refuses_a_bad_codec_or_contradicting_flags_before_the_work(self):
         for extra, needle in ((["--codec", "fp8"], "--codec"), (["--codec", "fp32,,bf16"], "--codec"),
+                              (["--codec", "fp32,powersgd"], "--codec"),
                               (["--check", "--no-check"], "--no-check"),
                               (["-b", "64M", "-e", "1M"], "--min-bytes")):
             with self.subTest(extra=extra):
@@ -247,7 +248,8 @@ class comm_benches(unittest.TestCase):
         self.assertEqual((j["ladder"], j["ranks"], j["comm_backend"]), ("ddp", 2, "host"))
         self.assertIn("host_memory", j["link"])
         levels = [row["level"] for row in j["rows"]]
-        self.assertEqual(levels, ["single", "one-bucket", "25MB", "100MB", "fp16", "bf16", "auto", "auto-lossy"])
+        self.assertEqual(levels, ["single", "one-bucket", "25MB", "100MB", "fp16", "bf16", "powersgd", "auto",
+                                  "auto-lossy"])
         for row in j["rows"]:
             self.assertEqual(row["wrong"], 0, row["level"])
             self.assertGreater(row["checked"], 0)

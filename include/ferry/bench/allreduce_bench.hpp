@@ -47,7 +47,7 @@ struct allreduce_options {
 
 /// The sizes a run measures: min_bytes, times step_factor, up to max_bytes, each rounded down to whole
 /// fp32 elements. Throws logic_error for a size under 4 bytes, min above max, a factor under 2, iters
-/// under 1, warmup under 0, or no codec.
+/// under 1, warmup under 0, no codec, or PowerSGD (the reducer's alone).
 [[nodiscard]] std::vector<std::uint64_t> allreduce_sizes(const allreduce_options& o);
 
 /// One timed batch of operations: nccl-tests' columns and the fp32 bandwidth.

@@ -11,21 +11,22 @@
 // the reducer, which all-reduces bucket after bucket on its communication stream while backward goes on;
 // the optimizer's spin waits for the reducer (finish). Every rank's compute runs on one stream.
 //
-// Levels: single (no reducer); one bucket after backward; DDP's 25 MB and 100 MB buckets; fp16 and bf16
-// over 25 MB buckets; ferry auto, lossless and with lossy codecs allowed: at start-up the level measures
-// the all-reduce over sizes and the codecs' cost, learns the backward's gradient-ready timeline over
-// `learn_steps` steps with one bucket (timing events on the producer stream) and then, over the last
-// `learn_steps` of 2 x `learn_steps` steps with DDP's 25 MB buckets (the host queueing ahead of the GPU by
-// then, as in the timed steps), how much longer backward runs beside many all-reduces (what each bucket
-// takes from compute); rank 0 chooses the plan (comm::choose_plan) and broadcasts it; every rank sets it
-// on its reducer, between steps.
+// Levels: single (no reducer); one bucket after backward; DDP's 25 MB and 100 MB buckets; fp16, bf16 and
+// PowerSGD rank 1 (error feedback, warm start: comm::powersgd in the reducer) over 25 MB buckets; ferry auto,
+// lossless and with lossy codecs allowed: at start-up the level measures the all-reduce over sizes and the
+// codecs' cost, learns the backward's gradient-ready timeline over `learn_steps` steps with one bucket
+// (timing events on the producer stream) and then, over the last `learn_steps` of 2 x `learn_steps` steps
+// with DDP's 25 MB buckets (the host queueing ahead of the GPU by then, as in the timed steps), how much
+// longer backward runs beside many all-reduces (what each bucket takes from compute); rank 0 chooses the plan
+// (comm::choose_plan) and broadcasts it; every rank sets it on its reducer, between steps.
 //
 // Each row: steps/s, the ratio to single, and from the last timed step's timing events (the reducer's on
 // its communication stream, the bench's on the compute stream) the communication time, the share of it
 // that ran before backward ended ("hidden") and how long it outlasted backward ("exposed"). Each run is
 // checked after its timed steps: every gradient must equal the exact mean of the ranks' values within its
-// bucket's codec bound (comm::error_bound), and every bucket must hold the same bytes on every rank
-// (checksums); a row counts what failed in `wrong`.
+// bucket's codec bound (comm::error_bound; PowerSGD's compressed matrices have no element-wise bound and
+// are checked across ranks only), and every bucket must hold the same bytes on every rank (checksums); a
+// row counts what failed in `wrong`.
 //
 // On the host backend a scaled model runs over a modelled link scaled with it (ddp_host_link), so the
 // reference's proportions of communication to compute hold at a small size.
@@ -39,6 +40,7 @@
 
 #include "ferry/bench/ladder.hpp"
 #include "ferry/comm/communicator.hpp"
+#include "ferry/comm/powersgd.hpp"
 
 namespace ferry::bench {
 
@@ -47,6 +49,8 @@ struct model_param {
   std::string name;
   std::size_t elements = 0;
   int unit = 0;  // its compute unit: 0 the patch embedding, 1..24 the encoder layers, 25 the head
+  /// Its gradient as PowerSGD views it: {first dimension, the product of the others}; {n, 1} for 1-D.
+  comm::matrix_shape shape{};
 };
 
 /// torchvision's vit_l_32 parameters in registration order (named_parameters), 306,535,400 in all.
@@ -62,7 +66,10 @@ struct ddp_options : ladder_options {
 
   /// The reference step (83 ms), 3 warm-up and 20 timed steps, every level.
   ddp_options();
-  /// The model's parameter element counts at this scale.
+  /// The model's parameter shapes at this scale: a 1-D gradient's elements times scale, a matrix's rows
+  /// and columns each times sqrt(scale) (at least 1 each).
+  [[nodiscard]] std::vector<comm::matrix_shape> shapes() const;
+  /// The model's parameter element counts at this scale (of shapes()).
   [[nodiscard]] std::vector<std::size_t> elements() const;
   /// fp32 gradient bytes per step.
   [[nodiscard]] std::uint64_t gradient_bytes() const;
