@@ -7,7 +7,8 @@
 #   - the references at the same sizes: nccl-tests' all_reduce_perf (when carried) and PyTorch's
 #     all_reduce (scripts/torch_allreduce.py);
 #   - `ferry bench ddp`, every level, on the reference model and step (83 ms).
-# NCCL comes from the nvidia-nccl Python package (LD_LIBRARY_PATH is set from it). Raw outputs go to $OUT;
+# NCCL and cuBLAS come from the nvidia-nccl and nvidia-cublas Python packages (LD_LIBRARY_PATH is set from
+# them). Raw outputs go to $OUT;
 # a short table is printed last. Usage: scripts/gpu_comm.sh [all|allreduce|ddp] (default all); FERRY_GPUS
 # (default 2) GPUs; FERRY_CARRY the folder of the carried binaries (default .carry).
 set -uo pipefail
@@ -21,7 +22,9 @@ c=${FERRY_CARRY:-.carry}
 here=$(dirname "$0")
 gpus=${FERRY_GPUS:-2}
 nccl_dir=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
-export LD_LIBRARY_PATH="$nccl_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuBLAS for PowerSGD's products (bench ddp's powersgd level), from the nvidia-cublas package when there.
+cublas_dir=$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__)[0])' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$nccl_dir/lib${cublas_dir:+:$cublas_dir/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/nvidia-smi.csv"
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
 echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat $c/commit 2>/dev/null)  nccl: $nccl_dir"
