@@ -88,12 +88,24 @@ rank_group open_group(const group_flags& f, const host_device_options& host,
   rank_group g;
   std::vector<device*> raw;
   if (cuda) {
-    for (int r = 0; r < f.gpus; ++r) {
+    // auto runs on the GPUs there are (one GPU measures the reducer's local cost); --backend cuda asks for
+    // exactly --gpus and is refused before any work when fewer are visible.
+    const int visible = cuda_device_count();
+    int gpus = f.gpus;
+    if (gpus > visible) {
+      FERRY_EXPECTS(visible > 0, fmt::format("--backend cuda: no GPU ({})", cuda_unavailable_reason()));
+      FERRY_EXPECTS(f.backend == "auto", fmt::format("--gpus {}: the CUDA runtime sees {} GPU{}, at most {}",
+                                                     gpus, visible, visible == 1 ? "" : "s", visible));
+      fmt::print(stderr, "ferry: --gpus {}, but the CUDA runtime sees {}: running on {}\n", gpus, visible,
+                 visible);
+      gpus = visible;
+    }
+    for (int r = 0; r < gpus; ++r) {
       g.devices.push_back(make_cuda_device(r));
       raw.push_back(g.devices.back().get());
     }
     g.comms = comm::make_nccl_group(raw);
-    fmt::print(stderr, "ferry: backend cuda ({} GPUs, NCCL: {})\n", f.gpus, g.devices.front()->info().name);
+    fmt::print(stderr, "ferry: backend cuda ({} GPUs, NCCL: {})\n", gpus, g.devices.front()->info().name);
   } else {
     comm::comm_options o;
     o.link = f.link == "host-memory" ? comm::comm_link::host_memory() : comm::comm_link::nvlink();
