@@ -265,12 +265,9 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
   const device_guard on(rs.ordinal);
   rec.start.record(s);
   shim::nccl_result r = issue(rs, c, s.native());
-  // A nonblocking communicator may answer ncclInProgress (it enqueues from a thread of its own, and waits
-  // there while it connects to its peers): the collective is enqueued once ncclCommGetAsyncError says
-  // ncclSuccess. Polled with the lock released, so abort() can end the wait. The usual wait is a few
-  // microseconds, so the first polls only yield (a sleep costs tens of microseconds a collective, which a
-  // reducer issuing dozens of buckets a step would pay on its issuing thread); then sleeps back off.
-  const auto spin_until = clock::now() + spin_before_sleeping;
+  // A nonblocking communicator may answer ncclInProgress (while it connects to its peers, say): the
+  // collective is enqueued once ncclCommGetAsyncError says ncclSuccess. Polled with the lock released, so
+  // abort() can end the wait.
   std::chrono::microseconds backoff(10);
   while (r == shim::nccl_in_progress) {
     call_lock.unlock();
@@ -285,12 +282,8 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
       }
       fail(rank, c.op, why);
     }
-    if (clock::now() < spin_until) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
-    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
     call_lock.lock();
     if (rs.comm == nullptr) {
       call_lock.unlock();

@@ -47,8 +47,6 @@ class nccl_group {
   /// Collectives a rank may have in flight on its GPU before the next one waits for one to finish.
   static constexpr std::size_t records_per_rank = 64;
   static constexpr std::chrono::milliseconds poll_interval{1};
-  // How long an issuing thread polls an enqueue NCCL has not finished by yielding, before it sleeps.
-  static constexpr std::chrono::microseconds spin_before_sleeping{500};
 
   /// Creates one nonblocking communicator per device (ordinals[i] is devices[i]'s GPU) from this thread.
   /// Throws comm_error naming the NCCL error, or the timeout, when NCCL cannot create them.
