@@ -12,7 +12,7 @@ void dl_traits::close(void* h) noexcept { static_cast<void>(::dlclose(h)); }
 dynamic_library dynamic_library::open(const std::vector<std::string>& names) {
   dynamic_library lib;
   for (const std::string& name : names) {
-    void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (h != nullptr) {
       lib.handle_.reset(h);
       lib.name_ = name;

@@ -18,14 +18,16 @@ struct dl_traits {
   static void close(void* h) noexcept;
 };
 
-/// An open shared library. Move-only; closing it (dlclose) happens when the owner is destroyed.
+/// An open shared library. Move-only; closing it (dlclose) happens when the owner is destroyed, but the
+/// library stays mapped (RTLD_NODELETE): NCCL, cuBLAS and CUPTI keep threads and static state (their
+/// own C++ runtime's exception pool among them) that must outlive the handle, so they are never unloaded.
 class dynamic_library {
  public:
   dynamic_library() noexcept = default;
 
-  /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_LOCAL). When none opens, the
-  /// library is empty and error() says what each attempt answered, one `dlopen("name") failed: why`
-  /// per name tried, in order. Never throws for a missing library.
+  /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). When none opens,
+  /// the library is empty and error() says what each attempt answered, one `dlopen("name") failed: why` per
+  /// name tried, in order. Never throws for a missing library.
   [[nodiscard]] static dynamic_library open(const std::vector<std::string>& names);
 
   [[nodiscard]] bool loaded() const noexcept { return !handle_.empty(); }
