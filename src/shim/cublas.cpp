@@ -47,27 +47,7 @@ static_assert(std::is_same_v<decltype(&cublasGetStatusString), const char* (*)(c
 static_assert(std::is_pointer_v<cudaStream_t> && sizeof(cudaStream_t) == sizeof(void*));
 #endif
 
-namespace {
-
-std::vector<std::string> split(std::string_view list) {
-  std::vector<std::string> out;
-  while (!list.empty()) {
-    const std::size_t colon = list.find(':');
-    const std::string_view item = list.substr(0, colon);
-    if (!item.empty()) out.emplace_back(item);
-    if (colon == std::string_view::npos) break;
-    list.remove_prefix(colon + 1);
-  }
-  return out;
-}
-
-template <typename F>
-void look_up(const dynamic_library& lib, const char* symbol, F& fn, std::string& missing) {
-  fn = lib.optional_function<F>(symbol);
-  if (fn == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", symbol);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string cublas_api::error_string(cublas_status s) const {
   const char* text = status_string != nullptr ? status_string(s) : nullptr;
@@ -75,16 +55,8 @@ std::string cublas_api::error_string(cublas_status s) const {
 }
 
 const std::vector<std::string>& cublas_library_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out{cublas_library_name};
-    for (const std::string& dir : split(FERRY_CUBLAS_DIRS)) {
-      std::string path = dir + "/" + cublas_library_name;
-      bool seen = false;
-      for (const std::string& n : out) seen = seen || n == path;
-      if (!seen) out.push_back(std::move(path));
-    }
-    return out;
-  }();
+  static const std::vector<std::string> names =
+      dynamic_library::candidates(cublas_library_name, FERRY_CUBLAS_DIRS);
   return names;
 }
 
@@ -97,12 +69,12 @@ cublas_api load_cublas(const std::vector<std::string>& names) {
   }
   const dynamic_library& lib = api.library;
   std::string missing;
-  look_up(lib, "cublasCreate_v2", api.create, missing);
-  look_up(lib, "cublasDestroy_v2", api.destroy, missing);
-  look_up(lib, "cublasSetStream_v2", api.set_stream, missing);
-  look_up(lib, "cublasSetWorkspace_v2", api.set_workspace, missing);
-  look_up(lib, "cublasSetMathMode", api.set_math_mode, missing);
-  look_up(lib, "cublasSgemmBatched", api.sgemm_batched, missing);
+  lib.look_up("cublasCreate_v2", api.create, missing);
+  lib.look_up("cublasDestroy_v2", api.destroy, missing);
+  lib.look_up("cublasSetStream_v2", api.set_stream, missing);
+  lib.look_up("cublasSetWorkspace_v2", api.set_workspace, missing);
+  lib.look_up("cublasSetMathMode", api.set_math_mode, missing);
+  lib.look_up("cublasSgemmBatched", api.sgemm_batched, missing);
   api.status_string = lib.optional_function<decltype(api.status_string)>("cublasGetStatusString");
   if (!missing.empty()) {
     api.error = fmt::format("cuBLAS not available: {} ({}) lacks {}", lib.name(), lib.path(), missing);

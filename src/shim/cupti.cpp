@@ -22,18 +22,6 @@
 namespace ferry::shim {
 namespace {
 
-std::vector<std::string> split(std::string_view list) {
-  std::vector<std::string> out;
-  while (!list.empty()) {
-    const std::size_t colon = list.find(':');
-    const std::string_view item = list.substr(0, colon);
-    if (!item.empty()) out.emplace_back(item);
-    if (colon == std::string_view::npos) break;
-    list.remove_prefix(colon + 1);
-  }
-  return out;
-}
-
 void add_once(std::vector<std::string>& names, std::string name) {
   for (const std::string& n : names)
     if (n == name) return;
@@ -69,10 +57,10 @@ struct cupti_state {
 
 const std::vector<std::string>& cupti_library_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> sonames = split(FERRY_CUPTI_SONAMES);
+    std::vector<std::string> sonames = dynamic_library::split_list(FERRY_CUPTI_SONAMES);
     add_once(sonames, "libcupti.so");
     std::vector<std::string> out = sonames;
-    for (const std::string& dir : split(FERRY_CUPTI_DIRS))
+    for (const std::string& dir : dynamic_library::split_list(FERRY_CUPTI_DIRS))
       for (const std::string& soname : sonames) add_once(out, dir + "/" + soname);
     return out;
   }();

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
+
 #include "ferry/core/error.hpp"
 
 namespace ferry::shim {
@@ -47,6 +49,27 @@ void* dynamic_library::require(const char* symbol) const {
   FERRY_EXPECTS(p != nullptr, std::string("library ") + name_ + " has no symbol " + symbol +
                                   "; it may be older than ferry needs");
   return p;
+}
+
+std::vector<std::string> dynamic_library::split_list(std::string_view list) {
+  std::vector<std::string> out;
+  while (!list.empty()) {
+    const std::size_t colon = list.find(':');
+    const std::string_view item = list.substr(0, colon);
+    if (!item.empty()) out.emplace_back(item);
+    if (colon == std::string_view::npos) break;
+    list.remove_prefix(colon + 1);
+  }
+  return out;
+}
+
+std::vector<std::string> dynamic_library::candidates(std::string_view soname, std::string_view dirs) {
+  std::vector<std::string> out{std::string(soname)};
+  for (const std::string& dir : split_list(dirs)) {
+    std::string path = dir + "/" + std::string(soname);
+    if (std::find(out.begin(), out.end(), path) == out.end()) out.push_back(std::move(path));
+  }
+  return out;
 }
 
 }  // namespace ferry::shim

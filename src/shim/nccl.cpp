@@ -52,28 +52,10 @@ constexpr unsigned config_version = 22809;  // NCCL_VERSION(2, 28, 9): the layou
 // ferry needs nonblocking communicators (2.14) and ncclAvg (2.10).
 constexpr int minimum_version = 21400;
 
-std::vector<std::string> split(std::string_view list) {
-  std::vector<std::string> out;
-  while (!list.empty()) {
-    const std::size_t colon = list.find(':');
-    const std::string_view item = list.substr(0, colon);
-    if (!item.empty()) out.emplace_back(item);
-    if (colon == std::string_view::npos) break;
-    list.remove_prefix(colon + 1);
-  }
-  return out;
-}
-
 // The version code in words: NCCL_VERSION(X, Y, Z) is X*1000+Y*100+Z before 2.9, X*10000+Y*100+Z since.
 std::string version_text(int code) {
   if (code >= 10000) return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
   return fmt::format("{}.{}.{}", code / 1000, code / 100 % 10, code % 100);
-}
-
-template <typename F>
-void look_up(const dynamic_library& lib, const char* symbol, F& fn, std::string& missing) {
-  fn = lib.optional_function<F>(symbol);
-  if (fn == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", symbol);
 }
 
 }  // namespace
@@ -100,16 +82,8 @@ std::string nccl_api::error_string(nccl_result r) const {
 std::string nccl_api::version_string() const { return version == 0 ? "unknown" : version_text(version); }
 
 const std::vector<std::string>& nccl_library_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out{nccl_library_name};
-    for (const std::string& dir : split(FERRY_NCCL_DIRS)) {
-      std::string path = dir + "/" + nccl_library_name;
-      bool seen = false;
-      for (const std::string& n : out) seen = seen || n == path;
-      if (!seen) out.push_back(std::move(path));
-    }
-    return out;
-  }();
+  static const std::vector<std::string> names =
+      dynamic_library::candidates(nccl_library_name, FERRY_NCCL_DIRS);
   return names;
 }
 
@@ -122,23 +96,23 @@ nccl_api load_nccl(const std::vector<std::string>& names) {
   }
   const dynamic_library& lib = api.library;
   std::string missing;
-  look_up(lib, "ncclGetVersion", api.get_version, missing);
-  look_up(lib, "ncclGetErrorString", api.get_error_string, missing);
-  look_up(lib, "ncclGetUniqueId", api.get_unique_id, missing);
-  look_up(lib, "ncclCommInitRankConfig", api.comm_init_rank_config, missing);
-  look_up(lib, "ncclCommInitRank", api.comm_init_rank, missing);
-  look_up(lib, "ncclCommInitAll", api.comm_init_all, missing);
-  look_up(lib, "ncclCommFinalize", api.comm_finalize, missing);
-  look_up(lib, "ncclCommAbort", api.comm_abort, missing);
-  look_up(lib, "ncclCommDestroy", api.comm_destroy, missing);
-  look_up(lib, "ncclCommGetAsyncError", api.comm_get_async_error, missing);
-  look_up(lib, "ncclCommCount", api.comm_count, missing);
-  look_up(lib, "ncclCommUserRank", api.comm_user_rank, missing);
-  look_up(lib, "ncclAllReduce", api.all_reduce, missing);
-  look_up(lib, "ncclAllGather", api.all_gather, missing);
-  look_up(lib, "ncclBroadcast", api.broadcast, missing);
-  look_up(lib, "ncclGroupStart", api.group_start, missing);
-  look_up(lib, "ncclGroupEnd", api.group_end, missing);
+  lib.look_up("ncclGetVersion", api.get_version, missing);
+  lib.look_up("ncclGetErrorString", api.get_error_string, missing);
+  lib.look_up("ncclGetUniqueId", api.get_unique_id, missing);
+  lib.look_up("ncclCommInitRankConfig", api.comm_init_rank_config, missing);
+  lib.look_up("ncclCommInitRank", api.comm_init_rank, missing);
+  lib.look_up("ncclCommInitAll", api.comm_init_all, missing);
+  lib.look_up("ncclCommFinalize", api.comm_finalize, missing);
+  lib.look_up("ncclCommAbort", api.comm_abort, missing);
+  lib.look_up("ncclCommDestroy", api.comm_destroy, missing);
+  lib.look_up("ncclCommGetAsyncError", api.comm_get_async_error, missing);
+  lib.look_up("ncclCommCount", api.comm_count, missing);
+  lib.look_up("ncclCommUserRank", api.comm_user_rank, missing);
+  lib.look_up("ncclAllReduce", api.all_reduce, missing);
+  lib.look_up("ncclAllGather", api.all_gather, missing);
+  lib.look_up("ncclBroadcast", api.broadcast, missing);
+  lib.look_up("ncclGroupStart", api.group_start, missing);
+  lib.look_up("ncclGroupEnd", api.group_end, missing);
   api.get_last_error = lib.optional_function<decltype(api.get_last_error)>("ncclGetLastError");
   if (!missing.empty()) {
     api.error = fmt::format("NCCL not available: {} ({}) lacks {}; ferry needs NCCL 2.14 or later",

@@ -52,6 +52,21 @@ class dynamic_library {
   [[nodiscard]] F optional_function(const char* symbol) const noexcept {
     return reinterpret_cast<F>(find(symbol));  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
   }
+  /// Sets `fn` to the function `symbol`, or to nullptr and appends the symbol to `missing` (", "
+  /// between names): a shim looks up every entry point, then names all that are missing at once.
+  template <typename F>
+  void look_up(const char* symbol, F& fn, std::string& missing) const {
+    fn = optional_function<F>(symbol);
+    if (fn != nullptr) return;
+    if (!missing.empty()) missing += ", ";
+    missing += symbol;
+  }
+
+  /// The items of a colon-separated list (a build's folders or sonames), empty items dropped.
+  [[nodiscard]] static std::vector<std::string> split_list(std::string_view list);
+  /// What open() should try for `soname`: the bare soname (the loader's search), then `soname` in each
+  /// folder of the colon-separated `dirs` by absolute path, each name once.
+  [[nodiscard]] static std::vector<std::string> candidates(std::string_view soname, std::string_view dirs);
 
  private:
   [[nodiscard]] void* require(const char* symbol) const;
