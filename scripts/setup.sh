@@ -15,6 +15,7 @@ packages=(
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
   clang-format clang-tidy     # scripts/lint.sh
+  openmpi-bin libopenmpi-dev  # the MPI bootstrap: mpirun for its tests (ctest comm_mpi), <mpi.h> for the shim's checks
 )
 
 missing=()

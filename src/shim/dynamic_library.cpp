@@ -11,10 +11,11 @@ namespace ferry::shim {
 
 void dl_traits::close(void* h) noexcept { static_cast<void>(::dlclose(h)); }
 
-dynamic_library dynamic_library::open(const std::vector<std::string>& names) {
+dynamic_library dynamic_library::open(const std::vector<std::string>& names, symbols scope) {
   dynamic_library lib;
+  const int visibility = scope == symbols::global ? RTLD_GLOBAL : RTLD_LOCAL;
   for (const std::string& name : names) {
-    void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    void* h = ::dlopen(name.c_str(), RTLD_NOW | visibility | RTLD_NODELETE);
     if (h != nullptr) {
       lib.handle_.reset(h);
       lib.name_ = name;

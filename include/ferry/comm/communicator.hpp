@@ -10,8 +10,8 @@
 //   runs on host memory and the time it takes follows a modelled link (comm_link), so every pipeline on
 //   top runs and is tested in CI without a GPU.
 // - nccl: NCCL, loaded at run time (libnccl.so.2); one process driving several GPUs, their communicators
-//   made together (nonblocking, so no NCCL call can hang a thread). Several processes (an MPI or
-//   torch.distributed bootstrap, so the same code runs across nodes) are not built yet.
+//   made together (nonblocking, so no NCCL call can hang a thread), or several processes of a job that
+//   find one another through a bootstrap (bootstrap.hpp: MPI), so the same code runs across nodes.
 //
 // Faults: a collective that does not complete within comm_options::timeout (a rank that threw, died or
 // never arrived) aborts the whole group: every rank's pending and later operations fail with comm_error,
@@ -31,6 +31,8 @@
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
+
+class bootstrap;
 
 /// Element types of a collective.
 enum class dtype : std::uint8_t { f32, f16, bf16 };
@@ -169,6 +171,16 @@ class communicator {
 /// collective runs longer than options.timeout or NCCL reports an asynchronous error. Throws logic_error for
 /// a device not on the cuda backend or ordinals that repeat, comm_error when NCCL is missing or fails.
 [[nodiscard]] std::vector<std::unique_ptr<communicator>> make_nccl_group(std::span<device* const> devices,
+                                                                         const comm_options& options = {});
+/// NCCL ranks over the processes of `job` (collective: every process calls it): this process's GPUs
+/// (`devices`, in order, none to repeat) take consecutive ranks after every earlier process's, so with one
+/// GPU per process rank equals the process's rank. Process 0 makes the group's unique id and the bootstrap
+/// passes it on. Before anything waits on another process, every process says whether it is ready (its
+/// devices valid, NCCL loaded); if any is not, every process throws comm_error naming each process that
+/// failed and why, and the same after connecting, so a process that gives up never leaves the others
+/// waiting on it. With a single-process bootstrap it is make_nccl_group(devices, options).
+[[nodiscard]] std::vector<std::unique_ptr<communicator>> make_nccl_group(bootstrap& job,
+                                                                         std::span<device* const> devices,
                                                                          const comm_options& options = {});
 
 }  // namespace ferry::comm

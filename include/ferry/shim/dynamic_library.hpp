@@ -23,12 +23,17 @@ struct dl_traits {
 /// own C++ runtime's exception pool among them) that must outlive the handle, so they are never unloaded.
 class dynamic_library {
  public:
+  /// Whether the library's symbols serve libraries loaded after it (RTLD_GLOBAL: Open MPI's components
+  /// need libmpi's) or only lookups through this handle (RTLD_LOCAL, the default).
+  enum class symbols : bool { local, global };
+
   dynamic_library() noexcept = default;
 
-  /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE). When none opens,
-  /// the library is empty and error() says what each attempt answered, one `dlopen("name") failed: why` per
-  /// name tried, in order. Never throws for a missing library.
-  [[nodiscard]] static dynamic_library open(const std::vector<std::string>& names);
+  /// Opens the first of `names` that dlopen finds (RTLD_NOW | RTLD_NODELETE, and RTLD_LOCAL or RTLD_GLOBAL
+  /// as `scope` says). When none opens, the library is empty and error() says what each attempt answered,
+  /// one `dlopen("name") failed: why` per name tried, in order. Never throws for a missing library.
+  [[nodiscard]] static dynamic_library open(const std::vector<std::string>& names,
+                                            symbols scope = symbols::local);
 
   [[nodiscard]] bool loaded() const noexcept { return !handle_.empty(); }
   /// Why open() failed (empty when loaded).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string_view>
 #include <utility>
 
 #include "ferry/core/error.hpp"
@@ -53,9 +54,13 @@ shim::nccl_red_op to_nccl(reduce_op op) noexcept {
 }  // namespace
 
 nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& devices,
-                       const std::vector<int>& ordinals, const comm_options& options)
-    : api_(api), options_(options) {
+                       const std::vector<int>& ordinals, const comm_options& options,
+                       const shim::nccl_unique_id& id, int first_rank, int world)
+    : api_(api), options_(options), first_rank_(first_rank), world_(world) {
   const int n = static_cast<int>(devices.size());
+  FERRY_EXPECTS(n > 0 && first_rank >= 0 && first_rank + n <= world,
+                fmt::format("nccl_group: ranks {} to {} of this process do not fit in a group of {}", first_rank,
+                            first_rank + n - 1, world));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto rs = std::make_unique<rank_state>();
     rs->dev = devices[i];
@@ -69,26 +74,21 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
     ranks_.push_back(std::move(rs));
   }
 
-  shim::nccl_unique_id id{};
-  shim::nccl_result r = api_.get_unique_id(&id);
-  if (r != shim::nccl_success)
-    throw comm_error(fmt::format("ncclGetUniqueId failed: {}", api_.error_string(r)), collective::barrier,
-                     -1);
-  // One thread creates every rank's communicator, so the calls form one NCCL group (they wait for one
-  // another); nonblocking, so none of them can hang this thread.
+  // One thread creates every local rank's communicator, so the calls form one NCCL group (they wait for
+  // one another, and for the other processes' ranks); nonblocking, so none of them can hang this thread.
   std::string failure;
   {
     const device_guard restore(ordinals.front());
-    r = api_.group_start();
+    shim::nccl_result r = api_.group_start();
     for (int k = 0; k < n && r == shim::nccl_success; ++k) {
       rank_state& rs = *ranks_[static_cast<std::size_t>(k)];
       if (cudaSetDevice(rs.ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
       shim::nccl_config config = shim::nccl_config_initializer();
       config.blocking = 0;
-      r = api_.comm_init_rank_config(&rs.comm, n, id, k, &config);
+      r = api_.comm_init_rank_config(&rs.comm, world_, id, global(k), &config);
       if (r == shim::nccl_in_progress) r = shim::nccl_success;
       if (r != shim::nccl_success)
-        failure = fmt::format("ncclCommInitRankConfig of rank {} (GPU {}) failed: {}", k, rs.ordinal,
+        failure = fmt::format("ncclCommInitRankConfig of rank {} (GPU {}) failed: {}", global(k), rs.ordinal,
                               api_.error_string(r));
     }
     const shim::nccl_result end = api_.group_end();
@@ -99,9 +99,10 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
   if (failure.empty()) failure = settle_all("creating the communicators", clock::now() + options_.timeout);
   if (!failure.empty()) {
     abort_communicators();
-    throw comm_error(
-        fmt::format("NCCL {} could not make a group of {} GPUs: {}", api_.version_string(), n, failure),
-        collective::barrier, -1);
+    throw comm_error(fmt::format("NCCL {} could not make a group of {} ranks ({} of them on GPUs of this "
+                                 "process): {}",
+                                 api_.version_string(), world_, n, failure),
+                     collective::barrier, -1);
   }
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -187,23 +188,25 @@ std::string nccl_group::not_issued(std::uint64_t seq) const {
   int count = 0;
   for (std::size_t k = 0; k < ranks_.size(); ++k) {
     if (ranks_[k]->issued > seq) continue;
-    ranks += fmt::format("{}{}", count == 0 ? "" : ", ", k);
+    ranks += fmt::format("{}{}", count == 0 ? "" : ", ", global(static_cast<int>(k)));
     ++count;
   }
-  if (count == 0) return "every rank had issued it";
-  return fmt::format("{} {} had not issued it", count == 1 ? "rank" : "ranks", ranks);
+  const std::string_view others =
+      world_ > size_here() ? " (ranks of other processes are not seen from this one)" : "";
+  if (count == 0) return fmt::format("every rank of this process had issued it{}", others);
+  return fmt::format("{} {} had not issued it{}", count == 1 ? "rank" : "ranks", ranks, others);
 }
 
 void nccl_group::fail_aborted(int rank, collective op, std::uint64_t seq) const {
   const std::string why = reason();
   throw comm_error(fmt::format("{} #{} on rank {} of {} failed: the group was aborted ({})", to_string(op),
-                               seq, rank, size(), why.empty() ? "no reason given" : why),
-                   op, rank);
+                               seq, global(rank), size(), why.empty() ? "no reason given" : why),
+                   op, global(rank));
 }
 
 void nccl_group::fail(int rank, collective op, const std::string& why) {
   abort(why);
-  throw comm_error(why + "; the group is aborted", op, rank);
+  throw comm_error(why + "; the group is aborted", op, global(rank));
 }
 
 nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t seq,
@@ -221,7 +224,7 @@ nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t s
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_one() == records.end()) {
       const std::string why = fmt::format(
           "{} #{} on rank {} of {}: the rank's {} collectives in flight did not finish within {} ms",
-          to_string(op), seq, rank, size(), records.size(), options_.timeout.count());
+          to_string(op), seq, global(rank), size(), records.size(), options_.timeout.count());
       lock.unlock();
       fail(rank, op, why);
     }
@@ -277,7 +280,7 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
       {
         const std::lock_guard g(mu_);
         why = fmt::format("{} #{} on rank {} of {} (GPU {}) was not enqueued by NCCL within {} ms; {}",
-                          to_string(c.op), seq, rank, size(), rs.ordinal, options_.timeout.count(),
+                          to_string(c.op), seq, global(rank), size(), rs.ordinal, options_.timeout.count(),
                           not_issued(seq));
       }
       fail(rank, c.op, why);
@@ -297,8 +300,8 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
     const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
     call_lock.unlock();
     fail(rank, c.op,
-         fmt::format("{} #{} on rank {} of {} (GPU {}): NCCL failed: {}{}{}", to_string(c.op), seq, rank,
-                     size(), rs.ordinal, api_.error_string(r),
+         fmt::format("{} #{} on rank {} of {} (GPU {}): NCCL failed: {}{}{}", to_string(c.op), seq,
+                     global(rank), size(), rs.ordinal, api_.error_string(r),
                      detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : ""));
   }
   rec.end.record(s);
@@ -342,7 +345,7 @@ void nccl_group::abort_communicators() noexcept {
     const device_guard on(rs.ordinal);
     const shim::nccl_result r = api_.comm_abort(rs.comm);
     FERRY_ASSERT_NOTHROW(r == shim::nccl_success,
-                         fmt::format("ncclCommAbort of rank {} failed: {}", k, api_.error_string(r)));
+                         fmt::format("ncclCommAbort of rank {} failed: {}", global(static_cast<int>(k)), api_.error_string(r)));
     rs.comm = nullptr;
   }
 }
@@ -354,7 +357,7 @@ void nccl_group::close(int rank) noexcept {
     try {
       static_cast<void>(check_records(clock::now()));
       if (!aborted_.load(std::memory_order_relaxed))
-        reason_ = fmt::format("the communicator of rank {} was destroyed", rank);
+        reason_ = fmt::format("the communicator of rank {} was destroyed", global(rank));
     } catch (...) {
       // Formatting failed (no memory): the group still refuses later collectives.
     }
@@ -384,12 +387,12 @@ std::string nccl_group::check_records(clock::time_point now) {
       } catch (const std::exception& e) {
         if (problem.empty())
           problem = fmt::format("{} #{} on rank {} of {} (GPU {}): asking whether it completed failed: {}",
-                                to_string(rec.op), rec.seq, k, size(), ranks_[k]->ordinal, e.what());
+                                to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(), ranks_[k]->ordinal, e.what());
         continue;
       }
       if (rec.started && now - rec.started_at > options_.timeout && problem.empty())
         problem = fmt::format("{} #{} on rank {} of {} (GPU {}) had not completed {} ms after it started; {}",
-                              to_string(rec.op), rec.seq, k, size(), ranks_[k]->ordinal,
+                              to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(), ranks_[k]->ordinal,
                               options_.timeout.count(), not_issued(rec.seq));
     }
   }
@@ -409,7 +412,7 @@ std::string nccl_group::check_async_errors() noexcept {
       if (r != shim::nccl_success) state = r;
       if (state == shim::nccl_success || state == shim::nccl_in_progress) continue;
       const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
-      return fmt::format("NCCL reported an asynchronous error on rank {} of {} (GPU {}): {}{}{}", k, size(),
+      return fmt::format("NCCL reported an asynchronous error on rank {} of {} (GPU {}): {}{}{}", global(static_cast<int>(k)), size(),
                          rs.ordinal, api_.error_string(state),
                          detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : "");
     }

@@ -48,17 +48,26 @@ class nccl_group {
   static constexpr std::size_t records_per_rank = 64;
   static constexpr std::chrono::milliseconds poll_interval{1};
 
-  /// Creates one nonblocking communicator per device (ordinals[i] is devices[i]'s GPU) from this thread.
-  /// Throws comm_error naming the NCCL error, or the timeout, when NCCL cannot create them.
+  /// Creates one nonblocking communicator per device (ordinals[i] is devices[i]'s GPU) from this thread:
+  /// ranks first_rank .. first_rank + devices.size() - 1 of a group of `world` ranks named by `id`, whose
+  /// other ranks belong to other processes (every process passes the same id and world). Throws comm_error
+  /// naming the NCCL error, or the timeout, when NCCL cannot create them.
   nccl_group(const shim::nccl_api& api, const std::vector<device*>& devices, const std::vector<int>& ordinals,
-             const comm_options& options);
+             const comm_options& options, const shim::nccl_unique_id& id, int first_rank, int world);
   nccl_group(const nccl_group&) = delete;
   nccl_group& operator=(const nccl_group&) = delete;
   /// Stops the watchdog, then finalizes and destroys the communicators (aborts them when the group was
   /// aborted or a collective is still in flight, so this never waits on another rank).
   ~nccl_group();
 
-  [[nodiscard]] int size() const noexcept { return static_cast<int>(ranks_.size()); }
+  /// The group's ranks, over every process.
+  [[nodiscard]] int size() const noexcept { return world_; }
+  /// The ranks of this process: first_rank() .. first_rank() + size_here() - 1.
+  [[nodiscard]] int size_here() const noexcept { return static_cast<int>(ranks_.size()); }
+  [[nodiscard]] int first_rank() const noexcept { return first_rank_; }
+
+  // Below, `rank` is the index of one of this process's ranks (0 .. size_here() - 1); messages and
+  // comm_error name its rank in the group, first_rank() + rank.
 
   /// Issues rank `rank`'s collective on `s` (its native handle is the cudaStream_t). Throws comm_error when
   /// the group is or gets aborted, NCCL refuses the call, or enqueueing it outlasts the timeout.
@@ -118,8 +127,12 @@ class nccl_group {
   // Under mu_: retires the completed records; returns a problem that aborts the group, or "".
   std::string check_records(clock::time_point now);
 
+  [[nodiscard]] int global(int rank) const noexcept { return first_rank_ + rank; }
+
   const shim::nccl_api& api_;
   const comm_options options_;
+  const int first_rank_;
+  const int world_;
   std::vector<std::unique_ptr<rank_state>> ranks_;
 
   mutable std::mutex mu_;

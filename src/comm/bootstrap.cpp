@@ -1,0 +1,194 @@
+// The bootstraps of ferry::comm: a single process, and MPI (Open MPI through ferry::shim) on
+// MPI_COMM_WORLD.
+#include "ferry/comm/bootstrap.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ferry/comm/communicator.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/shim/mpi.hpp"
+
+namespace ferry::comm {
+namespace {
+
+class single_process final : public bootstrap {
+ public:
+  [[nodiscard]] int rank() const noexcept override { return 0; }
+  [[nodiscard]] int size() const noexcept override { return 1; }
+  [[nodiscard]] std::string_view name() const noexcept override { return "single"; }
+  [[nodiscard]] std::string transport() const override { return "this process"; }
+  void broadcast(std::span<std::byte> /*bytes*/, int root) override {
+    FERRY_EXPECTS(root == 0, fmt::format("bootstrap broadcast from root {}: a job of 1 process has root 0 only",
+                                         root));
+  }
+  [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> mine) override {
+    return {mine.begin(), mine.end()};
+  }
+};
+
+// MPI is initialized once per process and cannot start again once finalized: when ferry initialized it,
+// it finalizes it when the process exits (as mpi4py does), so a program may make and drop bootstraps freely.
+std::mutex& mpi_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void finalize_mpi_at_exit() noexcept {
+  const shim::mpi_api& api = shim::mpi();
+  int finalized = 0;
+  if (api.finalized(&finalized) != shim::mpi_success || finalized != 0) return;
+  const int r = api.finalize();
+  FERRY_ASSERT_NOTHROW(r == shim::mpi_success, "MPI_Finalize at exit failed: " + api.error_text(r));
+}
+
+class mpi_job final : public bootstrap {
+ public:
+  mpi_job() : api_(shim::mpi()) {
+    if (!api_.ok()) throw comm_error("make_mpi_bootstrap: " + api_.error, collective::barrier, -1);
+    {
+      const std::lock_guard lock(mpi_mutex());
+      int finalized = 0;
+      check(api_.finalized(&finalized), "MPI_Finalized");
+      if (finalized != 0)
+        throw comm_error("make_mpi_bootstrap: MPI was already finalized in this process; it cannot start again",
+                         collective::barrier, -1);
+      int initialized = 0;
+      check(api_.initialized(&initialized), "MPI_Initialized");
+      if (initialized == 0) {
+        int provided = 0;
+        check(api_.init_thread(nullptr, nullptr, shim::mpi_thread_serialized, &provided), "MPI_Init_thread");
+        FERRY_EXPECTS(std::atexit(finalize_mpi_at_exit) == 0, "make_mpi_bootstrap: atexit refused the finalizer");
+      }
+    }
+    // Errors come back to ferry as codes (the default would end the job inside the failing call).
+    check(api_.comm_set_errhandler(api_.comm_world, api_.errors_return), "MPI_Comm_set_errhandler");
+    check(api_.comm_rank(api_.comm_world, &rank_), "MPI_Comm_rank");
+    check(api_.comm_size(api_.comm_world, &size_), "MPI_Comm_size");
+  }
+
+  [[nodiscard]] int rank() const noexcept override { return rank_; }
+  [[nodiscard]] int size() const noexcept override { return size_; }
+  [[nodiscard]] std::string_view name() const noexcept override { return "mpi"; }
+  [[nodiscard]] std::string transport() const override { return api_.version_string(); }
+
+  void broadcast(std::span<std::byte> bytes, int root) override {
+    FERRY_EXPECTS(root >= 0 && root < size_,
+                  fmt::format("bootstrap broadcast from root {}: the job's processes are 0 to {}", root, size_ - 1));
+    check(api_.bcast(bytes.data(), count(bytes.size()), api_.byte, root, api_.comm_world), "MPI_Bcast");
+  }
+  [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> mine) override {
+    std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(size_));
+    const int n = count(mine.size());
+    check(api_.allgather(mine.data(), n, api_.byte, all.data(), n, api_.byte, api_.comm_world), "MPI_Allgather");
+    return all;
+  }
+
+ private:
+  void check(int code, const char* call) const {
+    if (code == shim::mpi_success) return;
+    throw comm_error(fmt::format("{} on process {} of {} failed: {}", call, rank_, size_, api_.error_text(code)),
+                     collective::barrier, rank_);
+  }
+  static int count(std::size_t bytes) {
+    FERRY_EXPECTS(bytes <= static_cast<std::size_t>(INT_MAX),
+                  fmt::format("bootstrap message of {} bytes: MPI counts are limited to {} bytes", bytes, INT_MAX));
+    return static_cast<int>(bytes);
+  }
+
+  const shim::mpi_api& api_;
+  int rank_ = -1;
+  int size_ = 0;
+};
+
+bool env_set(const char* name) {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ferry changes the environment
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "unknown-host";
+  return {name.data()};
+}
+
+}  // namespace
+
+std::unique_ptr<bootstrap> make_single_process_bootstrap() { return std::make_unique<single_process>(); }
+
+bool mpi_available(std::string* reason) {
+  const shim::mpi_api& api = shim::mpi();
+  if (reason != nullptr) *reason = api.ok() ? std::string() : api.error;
+  return api.ok();
+}
+
+bool launched_by_mpi() {
+  return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK");
+}
+
+std::unique_ptr<bootstrap> make_mpi_bootstrap() { return std::make_unique<mpi_job>(); }
+
+std::unique_ptr<bootstrap> make_bootstrap(std::string_view name) {
+  if (name == "single") return make_single_process_bootstrap();
+  if (name == "mpi") return make_mpi_bootstrap();
+  if (name == "auto") return launched_by_mpi() ? make_mpi_bootstrap() : make_single_process_bootstrap();
+  FERRY_EXPECTS(false, fmt::format("bootstrap '{}': expected single, mpi or auto", name));
+  return {};
+}
+
+std::vector<std::string> all_gather_text(bootstrap& job, std::string_view mine) {
+  const auto length = static_cast<std::uint64_t>(mine.size());
+  std::array<std::byte, sizeof length> mine_length{};
+  std::memcpy(mine_length.data(), &length, sizeof length);
+  const std::vector<std::byte> lengths_raw = job.all_gather(mine_length);
+  const auto n = static_cast<std::size_t>(job.size());
+  std::vector<std::uint64_t> lengths(n);
+  std::memcpy(lengths.data(), lengths_raw.data(), n * sizeof length);
+  const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<std::byte> padded(static_cast<std::size_t>(longest));
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  const std::vector<std::byte> all = job.all_gather(padded);
+  std::vector<std::string> texts(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    const auto* begin = reinterpret_cast<const char*>(all.data() + p * longest);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+    texts[p].assign(begin, static_cast<std::size_t>(lengths[p]));
+  }
+  return texts;
+}
+
+host_place place_on_host(bootstrap& job) {
+  host_place place;
+  place.host = host_name();
+  const std::vector<std::string> hosts = all_gather_text(job, place.host);
+  const auto me = static_cast<std::size_t>(job.rank());
+  place.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(me),
+                                                 place.host));
+  place.local_size = static_cast<int>(std::count(hosts.begin(), hosts.end(), place.host));
+  return place;
+}
+
+void agree_ready(bootstrap& job, std::string_view what, const std::string& problem) {
+  const std::vector<std::string> all = all_gather_text(job, problem);
+  std::string failures;
+  int failed = 0;
+  for (std::size_t p = 0; p < all.size(); ++p) {
+    if (all[p].empty()) continue;
+    failures += fmt::format("{}process {} of {}: {}", failed == 0 ? "" : "; ", p, all.size(), all[p]);
+    ++failed;
+  }
+  if (failed == 0) return;
+  throw comm_error(fmt::format("{} over {} {} failed on {} of them: {}", what, all.size(),
+                               all.size() == 1 ? "process" : "processes", failed, failures),
+                   collective::barrier, -1);
+}
+
+}  // namespace ferry::comm
