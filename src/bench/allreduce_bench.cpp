@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
+#include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/f32_ops.hpp"
 #include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
@@ -170,37 +174,51 @@ std::uint64_t allreduce_result::wrong() const noexcept {
   return n;
 }
 
-allreduce_result run_allreduce(std::span<comm::communicator* const> ranks, const allreduce_options& o,
-                               progress_fn progress) {
-  const std::vector<std::uint64_t> sizes = allreduce_sizes(o);
+namespace {
+
+// Sums over the ranks of this process of what each measured for every row (times in seconds, counts).
+struct row_sums {
+  double out_of_place_s = 0;
+  double in_place_s = 0;
+  double codec_s = 0;
+  double wrong_out_of_place = 0;  // counts, exact in a double up to 2^53
+  double wrong_in_place = 0;
+  double checked = 0;
+};
+
+allreduce_result measure_here(std::span<comm::communicator* const> ranks, const allreduce_options& o,
+                              const progress_fn& progress, const std::vector<std::uint64_t>& sizes,
+                              std::vector<row_sums>& sums) {
   FERRY_EXPECTS(!ranks.empty(), "allreduce needs at least one rank");
-  const int n = static_cast<int>(ranks.size());
-  for (int r = 0; r < n; ++r) {
-    FERRY_EXPECTS(
-        ranks[static_cast<std::size_t>(r)] != nullptr && ranks[static_cast<std::size_t>(r)]->rank() == r &&
-            ranks[static_cast<std::size_t>(r)]->size() == n,
-        fmt::format("allreduce ranks must be one group in rank order: entry {} is not rank {} of {}", r, r,
-                    n));
+  const int here = static_cast<int>(ranks.size());
+  const int first = ranks[0] != nullptr ? ranks[0]->rank() : 0;
+  const int n = ranks[0] != nullptr ? ranks[0]->size() : 0;
+  for (int r = 0; r < here; ++r) {
+    const comm::communicator* c = ranks[static_cast<std::size_t>(r)];
+    FERRY_EXPECTS(c != nullptr && c->rank() == first + r && c->size() == n,
+                  fmt::format("allreduce ranks must be consecutive ranks of one group: entry {} is not rank {} "
+                              "of {}",
+                              r, first + r, n));
   }
   allreduce_result result;
   result.device = ranks[0]->dev().info();
   result.backend = std::string(ranks[0]->backend_name());
   result.ranks = n;
 
-  // rows[i] for size i / codec j at i * codecs + j; per rank.
+  // measured[r][i * codecs + j]: rank r's row for size i and codec j.
   const std::size_t row_count = sizes.size() * o.codecs.size();
-  std::vector<std::vector<rank_row>> measured(static_cast<std::size_t>(n), std::vector<rank_row>(row_count));
+  std::vector<std::vector<rank_row>> measured(static_cast<std::size_t>(here), std::vector<rank_row>(row_count));
   std::mutex mu;
-  std::exception_ptr first;
+  std::exception_ptr failure;
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < here; ++r) {
     threads.emplace_back([&, r] {
       comm::communicator& c = *ranks[static_cast<std::size_t>(r)];
       try {
         rank_runner runner(c, o, sizes.back());
         for (std::size_t i = 0; i < sizes.size(); ++i) {
           for (std::size_t j = 0; j < o.codecs.size(); ++j) {
-            if (r == 0 && progress)
+            if (c.rank() == 0 && progress)
               progress(fmt::format("allreduce: {} {} over {} ranks", format_bytes(sizes[i]),
                                    codec_name(o.codecs[j]), n));
             measured[static_cast<std::size_t>(r)][i * o.codecs.size() + j] =
@@ -210,42 +228,91 @@ allreduce_result run_allreduce(std::span<comm::communicator* const> ranks, const
       } catch (...) {
         {
           const std::lock_guard lock(mu);
-          if (!first) first = std::current_exception();
+          if (!failure) failure = std::current_exception();
         }
         // The other ranks wait in collectives for this one: abort the group so they fail instead.
-        c.abort(fmt::format("rank {} of the allreduce bench failed", r));
+        c.abort(fmt::format("rank {} of the allreduce bench failed", c.rank()));
       }
     });
   }
   for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  if (failure) std::rethrow_exception(failure);
 
+  sums.assign(row_count, row_sums{});
+  for (std::size_t k = 0; k < row_count; ++k) {
+    for (int r = 0; r < here; ++r) {
+      const rank_row& m = measured[static_cast<std::size_t>(r)][k];
+      sums[k].out_of_place_s += m.out_of_place_s;
+      sums[k].in_place_s += m.in_place_s;
+      sums[k].codec_s += m.codec_s;
+      sums[k].wrong_out_of_place += static_cast<double>(m.wrong_out_of_place);
+      sums[k].wrong_in_place += static_cast<double>(m.wrong_in_place);
+      sums[k].checked += static_cast<double>(m.checked);
+    }
+  }
+  return result;
+}
+
+// The rows from the sums over every rank of the group.
+void fill_rows(allreduce_result& result, const allreduce_options& o, const std::vector<std::uint64_t>& sizes,
+               const std::vector<row_sums>& sums) {
+  const int n = result.ranks;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     for (std::size_t j = 0; j < o.codecs.size(); ++j) {
+      const row_sums& m = sums[i * o.codecs.size() + j];
       allreduce_row row;
       row.bytes = sizes[i];
       row.count = sizes[i] / sizeof(float);
       row.codec = o.codecs[j];
       row.wire_bytes = comm::wire_bytes(row.codec, row.count);
-      double oop = 0, ip = 0, codec = 0;
-      for (int r = 0; r < n; ++r) {
-        const rank_row& m = measured[static_cast<std::size_t>(r)][i * o.codecs.size() + j];
-        oop += m.out_of_place_s / n;
-        ip += m.in_place_s / n;
-        codec += m.codec_s / n;
-        row.out_of_place.wrong += m.wrong_out_of_place;
-        row.in_place.wrong += m.wrong_in_place;
-        row.checked += m.checked;
-      }
-      const std::uint64_t wrong_oop = row.out_of_place.wrong, wrong_ip = row.in_place.wrong;
-      row.out_of_place = timing_of(oop, row.bytes, row.wire_bytes, n);
-      row.in_place = timing_of(ip, row.bytes, row.wire_bytes, n);
-      row.out_of_place.wrong = wrong_oop;
-      row.in_place.wrong = wrong_ip;
-      row.codec_us = codec * 1e6;
+      row.out_of_place = timing_of(m.out_of_place_s / n, row.bytes, row.wire_bytes, n);
+      row.in_place = timing_of(m.in_place_s / n, row.bytes, row.wire_bytes, n);
+      row.out_of_place.wrong = static_cast<std::uint64_t>(m.wrong_out_of_place);
+      row.in_place.wrong = static_cast<std::uint64_t>(m.wrong_in_place);
+      row.checked = static_cast<std::uint64_t>(m.checked);
+      row.codec_us = m.codec_s / n * 1e6;
       result.rows.push_back(row);
     }
   }
+}
+
+}  // namespace
+
+allreduce_result run_allreduce(std::span<comm::communicator* const> ranks, const allreduce_options& o,
+                               progress_fn progress) {
+  const std::vector<std::uint64_t> sizes = allreduce_sizes(o);
+  FERRY_EXPECTS(!ranks.empty() && ranks[0] != nullptr && ranks[0]->rank() == 0 &&
+                    ranks[0]->size() == static_cast<int>(ranks.size()),
+                fmt::format("allreduce ranks must be one whole group in rank order ({} given)", ranks.size()));
+  std::vector<row_sums> sums;
+  allreduce_result result = measure_here(ranks, o, progress, sizes, sums);
+  fill_rows(result, o, sizes, sums);
+  return result;
+}
+
+allreduce_result run_allreduce(comm::bootstrap& job, std::span<comm::communicator* const> ranks,
+                               const allreduce_options& o, progress_fn progress) {
+  const std::vector<std::uint64_t> sizes = allreduce_sizes(o);
+  std::vector<row_sums> sums;
+  allreduce_result result = measure_here(ranks, o, progress, sizes, sums);
+  // Every process's sums, added up: the group's.
+  static_assert(std::is_trivially_copyable_v<row_sums>);
+  const std::vector<std::byte> all = job.all_gather(std::as_bytes(std::span(sums)));
+  std::vector<row_sums> theirs(sums.size());
+  const std::size_t each = sums.size() * sizeof(row_sums);
+  std::vector<row_sums> total(sums.size());
+  for (int p = 0; p < job.size(); ++p) {
+    std::memcpy(theirs.data(), all.data() + static_cast<std::size_t>(p) * each, each);
+    for (std::size_t k = 0; k < total.size(); ++k) {
+      total[k].out_of_place_s += theirs[k].out_of_place_s;
+      total[k].in_place_s += theirs[k].in_place_s;
+      total[k].codec_s += theirs[k].codec_s;
+      total[k].wrong_out_of_place += theirs[k].wrong_out_of_place;
+      total[k].wrong_in_place += theirs[k].wrong_in_place;
+      total[k].checked += theirs[k].checked;
+    }
+  }
+  fill_rows(result, o, sizes, total);
   return result;
 }
 

@@ -3,6 +3,7 @@
 #include "ferry/comm/bootstrap.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
@@ -178,14 +180,26 @@ host_place place_on_host(bootstrap& job) {
 
 void agree_ready(bootstrap& job, std::string_view what, const std::string& problem) {
   const std::vector<std::string> all = all_gather_text(job, problem);
-  std::string failures;
-  int failed = 0;
+  // Each reason once, with the processes that gave it, in order of the first to give it.
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> reasons;
+  std::size_t failed = 0;
   for (std::size_t p = 0; p < all.size(); ++p) {
     if (all[p].empty()) continue;
-    failures += fmt::format("{}process {} of {}: {}", failed == 0 ? "" : "; ", p, all.size(), all[p]);
     ++failed;
+    const auto same = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == all[p]; });
+    if (same != reasons.end()) {
+      same->second.push_back(p);
+    } else {
+      reasons.emplace_back(all[p], std::vector<std::size_t>{p});
+    }
   }
   if (failed == 0) return;
+  std::string failures;
+  for (const auto& [why, processes] : reasons) {
+    failures += fmt::format("{}{} {} of {}: {}", failures.empty() ? "" : "; ",
+                            processes.size() == 1 ? "process" : "processes", fmt::join(processes, ", "), all.size(),
+                            why);
+  }
   throw comm_error(fmt::format("{} over {} {} failed on {} of them: {}", what, all.size(),
                                all.size() == 1 ? "process" : "processes", failed, failures),
                    collective::barrier, -1);

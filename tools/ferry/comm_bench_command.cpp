@@ -1,10 +1,12 @@
 // `ferry bench allreduce` and `ferry bench ddp`: the device-to-device benches, over a group of ranks
 // (ferry::comm). The benches live in ferry_bench; this file maps flags onto their options and makes the
 // group: one emulated device per rank on the host backend (the in-process host communicator over a modelled
-// link), or one GPU per rank on cuda (NCCL, ncclCommInitAll, one thread per rank).
+// link), or one GPU per rank on cuda (NCCL, one thread per rank): every GPU of this process, or under
+// mpirun (--bootstrap mpi) one GPU per process, the process's local rank on its host.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "commands.hpp"
 #include "ferry/bench/allreduce_bench.hpp"
 #include "ferry/bench/ddp_bench.hpp"
+#include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
@@ -29,6 +32,7 @@ constexpr std::int64_t max_ranks = 64;
 // Flags every device-to-device bench takes: where its ranks run.
 struct group_flags {
   std::string backend = "auto";
+  std::string bootstrap = "auto";
   int ranks = 2;  // host backend
   int gpus = 2;   // cuda
   std::string link = "nvlink";
@@ -43,11 +47,18 @@ void add_group_flags(CLI::App& app, group_flags& f) {
          "auto (cuda when GPUs and NCCL are there)")
       ->check(CLI::IsMember({"auto", "host", "cuda"}))
       ->capture_default_str();
+  app.add_option("--bootstrap", f.bootstrap,
+                 "How the processes of the job find one another: single (this process drives every rank), "
+                 "mpi (a job started by mpirun, Open MPI: one GPU per process, its local rank on the host; "
+                 "rank 0's process prints), or auto (mpi when started by mpirun)")
+      ->check(CLI::IsMember({"auto", "single", "mpi"}))
+      ->capture_default_str();
   add_int_flag(
       app, "--ranks", f.ranks, 1, max_ranks,
       fmt::format("Ranks on the host backend, one emulated device each (default {})", group_flags{}.ranks));
   add_int_flag(app, "--gpus", f.gpus, 1, max_ranks,
-               fmt::format("GPUs on cuda, ordinals 0..N-1, one rank each (default {})", group_flags{}.gpus));
+               fmt::format("GPUs on cuda in one process, ordinals 0..N-1, one rank each (default {})",
+                           group_flags{}.gpus));
   app.add_option(
          "--link", f.link,
          "The host backend's modelled link: nvlink (about 330 GB/s bus) or host-memory (about 27 GB/s, "
@@ -73,9 +84,48 @@ struct rank_group {
   ~rank_group() { comms.clear(); }
 };
 
+// This process's GPU in a job of several processes: its local rank on its host. Every process says whether
+// it has one before any of them opens a device, so none is left waiting for one that gave up.
+int gpu_of_process(comm::bootstrap& job, const group_flags& f) {
+  std::string problem;
+  int ordinal = -1;
+  try {
+    const comm::host_place place = comm::place_on_host(job);
+    if (f.backend == "host") {
+      problem = fmt::format("--backend host with --bootstrap {} over {} processes: the host backend's ranks live "
+                            "in one process; give --backend cuda (or run one process)",
+                            job.name(), job.size());
+    } else if (!cuda_available()) {
+      problem = fmt::format("no GPU on host {} ({})", place.host, cuda_unavailable_reason());
+    } else if (place.local_rank >= cuda_device_count()) {
+      problem = fmt::format("local rank {} of {} on host {}, which has {} GPU{}: one GPU per process", place.local_rank,
+                            place.local_size, place.host, cuda_device_count(), cuda_device_count() == 1 ? "" : "s");
+    } else {
+      ordinal = place.local_rank;
+    }
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  comm::agree_ready(job, "ferry bench (choosing each process's GPU)", problem);
+  return ordinal;
+}
+
 // `host_link`: the host backend's link, from the preset --link names.
-rank_group open_group(const group_flags& f, const host_device_options& host,
+rank_group open_group(const group_flags& f, comm::bootstrap& job, const host_device_options& host,
                       const std::function<comm::comm_link(const comm::comm_link&)>& host_link = {}) {
+  rank_group g;
+  std::vector<device*> raw;
+  if (job.size() > 1) {
+    const int ordinal = gpu_of_process(job, f);
+    g.devices.push_back(make_cuda_device(ordinal));
+    raw.push_back(g.devices.back().get());
+    g.comms = comm::make_nccl_group(job, raw);
+    if (job.rank() == 0)
+      fmt::print(stderr, "ferry: backend cuda ({} processes over {}, one GPU each: {})\n", job.size(),
+                 job.transport(), g.devices.front()->info().name);
+    for (auto& c : g.comms) g.ranks.push_back(c.get());
+    return g;
+  }
   std::string nccl_reason;
   bool cuda = f.backend == "cuda";
   if (f.backend == "auto") {
@@ -85,8 +135,6 @@ rank_group open_group(const group_flags& f, const host_device_options& host,
                  cuda_available() ? nccl_reason : cuda_unavailable_reason());
     }
   }
-  rank_group g;
-  std::vector<device*> raw;
   if (cuda) {
     // auto runs on the GPUs there are (one GPU measures the reducer's local cost); --backend cuda asks for
     // exactly --gpus and is refused before any work when fewer are visible.
@@ -174,18 +222,24 @@ int run_allreduce(const allreduce_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   host_device_options host;
   host.model_link = false;  // the communicator models the link between ranks
-  rank_group g = open_group(f, host);
+  const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
+  rank_group g = open_group(f, *job, host);
   status_line status;
   const bench::allreduce_result r = [&] {
-    bench::allreduce_result x = bench::run_allreduce(g.ranks, o, [&status](const std::string& line) {
+    const auto progress = [&status](const std::string& line) {
       status.line("bench: " + line);
       status.set("bench: " + line);
-    });
+    };
+    bench::allreduce_result x = job->size() > 1 ? bench::run_allreduce(*job, g.ranks, o, progress)
+                                                : bench::run_allreduce(g.ranks, o, progress);
     x.link = g.link;
     return x;
   }();
-  emit(f.output,
-       f.json ? bench::to_json(r, o, stamp).dump(2) + "\n" : escape_control(bench::format_text(r), true));
+  // Every process holds the group's result; rank 0's prints it.
+  if (job->rank() == 0) {
+    emit(f.output,
+         f.json ? bench::to_json(r, o, stamp).dump(2) + "\n" : escape_control(bench::format_text(r), true));
+  }
   return r.wrong() == 0 ? 0 : 2;
 }
 
@@ -227,7 +281,12 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   host_device_options host;
   host.model_link = false;
-  rank_group g = open_group(f, host, [&cfg](const comm::comm_link& preset) {
+  const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
+  if (job->size() > 1)
+    throw flag_error(fmt::format("bench ddp over {} processes (--bootstrap {}): the ddp ladder runs its ranks in one "
+                                 "process; run it without mpirun (--bootstrap single)",
+                                 job->size(), job->name()));
+  rank_group g = open_group(f, *job, host, [&cfg](const comm::comm_link& preset) {
     return bench::ddp_host_link(preset, cfg.scale, cfg.compute);
   });
   status_line status;

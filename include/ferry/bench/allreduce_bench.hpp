@@ -90,6 +90,12 @@ struct allreduce_result {
 /// be had, comm_error when a collective fails (the group is aborted, so no rank waits forever).
 [[nodiscard]] allreduce_result run_allreduce(std::span<comm::communicator* const> ranks,
                                              const allreduce_options& o, progress_fn progress = {});
+/// The same over the processes of `job` (collective: every process calls it with the same options):
+/// `ranks` are this process's ranks of the group, consecutive, the group spanning every process's. The
+/// figures are the means over every rank of the group and #wrong their sum, the same result on every
+/// process (gathered through the bootstrap); progress is reported by the process holding rank 0.
+[[nodiscard]] allreduce_result run_allreduce(comm::bootstrap& job, std::span<comm::communicator* const> ranks,
+                                             const allreduce_options& o, progress_fn progress = {});
 
 /// The nccl-tests-style table with the codec columns and the footer.
 [[nodiscard]] std::string format_text(const allreduce_result& r);

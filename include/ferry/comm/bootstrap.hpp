@@ -76,8 +76,8 @@ struct host_place {
 [[nodiscard]] host_place place_on_host(bootstrap& job);
 
 /// Collective: every process says whether it is ready (`problem` empty) or why not; throws comm_error on
-/// every process when any is not, naming each process that failed and its reason ("process 1 of 2: NCCL
-/// not available: ..."), so no process goes on to wait for one that gave up. `what` names the step
+/// every process when any is not, naming each reason once with the processes that gave it ("process 1 of
+/// 3: NCCL not available: ...", "processes 0, 2 of 3: no GPU"), so no process goes on to wait for one that gave up. `what` names the step
 /// ("making an NCCL group").
 void agree_ready(bootstrap& job, std::string_view what, const std::string& problem);
 
