@@ -6,6 +6,8 @@
 #   - `ferry bench allreduce` from 1 MiB to 2 GiB, fp32 and bf16, every element checked;
 #   - the references at the same sizes: nccl-tests' all_reduce_perf (when carried) and PyTorch's
 #     all_reduce (scripts/torch_allreduce.py);
+#   - `ferry bench allreduce` again over two processes of an mpirun job (--bootstrap mpi, one GPU each),
+#     from 8 B: what the one-process group's per-call cost owes to its threads;
 #   - `ferry bench ddp`, every level, on the reference model and step (83 ms).
 # NCCL and cuBLAS come from the nvidia-nccl and nvidia-cublas Python packages (LD_LIBRARY_PATH is set from
 # them). Raw outputs go to $OUT;
@@ -46,6 +48,12 @@ for link in nvlink p2p_off; do
     env $p2p python3 "$here/torch_allreduce.py" --gpus "$gpus" -b 1M -e 2G -f 2 -n 20 -w 5 \
       > "$out/torch_$link.json" 2> "$out/torch_$link.err"
     rc[torch_$link]=$?
+    if command -v mpirun >/dev/null; then
+      env $p2p OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n "$gpus" -x LD_LIBRARY_PATH \
+        ${p2p:+-x NCCL_P2P_DISABLE} "$c/ferry" bench allreduce --bootstrap mpi -b 8 -e 2G -f 4 -n 20 -w 5 \
+        --json > "$out/allreduce_mpi_$link.json" 2> "$out/allreduce_mpi_$link.err"
+      rc[allreduce_mpi_$link]=$?
+    fi
   fi
   if [ "$what" = all ] || [ "$what" = ddp ]; then
     echo "=== ddp, $link"
@@ -111,7 +119,8 @@ for link in ("nvlink", "p2p_off"):
                   f"{r.get('cap_mib', 0):6.1f} {r['wrong']}  {r.get('forward_ms', 0):6.2f} {r.get('backward_ms', 0):6.2f} "
                   f"{r.get('between_ms', 0):5.2f}{per}")
 PY
-for f in allreduce_nvlink.json allreduce_p2p_off.json ddp_nvlink.json ddp_p2p_off.json summary.txt; do
+for f in allreduce_nvlink.json allreduce_p2p_off.json allreduce_mpi_nvlink.json allreduce_mpi_p2p_off.json \
+  ddp_nvlink.json ddp_p2p_off.json summary.txt; do
   [ -f "$out/$f" ] && cp "$out/$f" "$final/$f"
 done
 tar -czf "$final/raw.tgz" -C "$final" raw && rm -rf "$out"

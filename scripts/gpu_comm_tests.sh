@@ -4,7 +4,8 @@
 # kernels against the host code, the NCCL communicator with its fault tests, the reducer over NCCL with
 # NVLink and with NCCL_P2P_DISABLE=1, PowerSGD on cuda against the host implementation), then the local
 # cost of the reducer and its codecs at world size 1 (`ferry bench ddp --gpus 1`: every level against the
-# same steps with no reducer). Raw outputs go to $OUT; a short table is printed last.
+# same steps with no reducer), and NCCL over two processes of an mpirun job (the MPI bootstrap: collectives
+# and the reducer, one GPU per process). Raw outputs go to $OUT; a short table is printed last.
 set -uo pipefail
 out=${OUT:-/tmp/ferry-out}
 mkdir -p "$out"
@@ -25,7 +26,10 @@ run comm_cuda env FERRY_TEST_BACKENDS=cuda "$c/ferry_comm_tests" --gtest_filter=
 run comm_nccl "$c/ferry_comm_tests" --gtest_filter='nccl*:reducer_nccl.*'
 run reducer_nccl_p2p_off env NCCL_P2P_DISABLE=1 "$c/ferry_comm_tests" --gtest_filter='reducer_nccl.*'
 run powersgd_gpu env FERRY_TEST_GPUS=2 "$c/ferry_comm_tests" --gtest_filter='powersgd_gpu.*'
-run shim "$c/ferry_shim_tests" --gtest_filter='nccl*:cublas*'
+run shim "$c/ferry_shim_tests" --gtest_filter='nccl*:cublas*:mpi*'
+# mpirun as root (the lent machine's user), the library path passed on to both processes.
+run comm_nccl_mpi env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  mpirun -n 2 -x LD_LIBRARY_PATH "$c/ferry_comm_tests" --gtest_filter='nccl_mpi.*:mpi_job.*'
 "$c/ferry" bench ddp --backend cuda --gpus 1 --levels single,25MB,100MB,bf16,fp16,powersgd,auto \
   --json > "$out/ddp_world1.json" 2> "$out/ddp_world1.err"; rc[ddp_world1]=$?
 echo "=== summary"

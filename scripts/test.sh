@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 jobs=${FERRY_JOBS:-$(nproc)}
 export CTEST_PARALLEL_LEVEL=$jobs
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says when it started and how long the run has taken so far (CI's time is budgeted).
+step() { printf '\n=== [%s, +%dm%02ds] %s\n' "$(date -u +%T)" $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "build (default preset)"
 scripts/build.sh default

@@ -195,10 +195,11 @@ allreduce_result measure_here(std::span<comm::communicator* const> ranks, const 
   const int n = ranks[0] != nullptr ? ranks[0]->size() : 0;
   for (int r = 0; r < here; ++r) {
     const comm::communicator* c = ranks[static_cast<std::size_t>(r)];
-    FERRY_EXPECTS(c != nullptr && c->rank() == first + r && c->size() == n,
-                  fmt::format("allreduce ranks must be consecutive ranks of one group: entry {} is not rank {} "
-                              "of {}",
-                              r, first + r, n));
+    FERRY_EXPECTS(
+        c != nullptr && c->rank() == first + r && c->size() == n,
+        fmt::format("allreduce ranks must be consecutive ranks of one group: entry {} is not rank {} "
+                    "of {}",
+                    r, first + r, n));
   }
   allreduce_result result;
   result.device = ranks[0]->dev().info();
@@ -207,7 +208,8 @@ allreduce_result measure_here(std::span<comm::communicator* const> ranks, const 
 
   // measured[r][i * codecs + j]: rank r's row for size i and codec j.
   const std::size_t row_count = sizes.size() * o.codecs.size();
-  std::vector<std::vector<rank_row>> measured(static_cast<std::size_t>(here), std::vector<rank_row>(row_count));
+  std::vector<std::vector<rank_row>> measured(static_cast<std::size_t>(here),
+                                              std::vector<rank_row>(row_count));
   std::mutex mu;
   std::exception_ptr failure;
   std::vector<std::thread> threads;
@@ -281,9 +283,10 @@ void fill_rows(allreduce_result& result, const allreduce_options& o, const std::
 allreduce_result run_allreduce(std::span<comm::communicator* const> ranks, const allreduce_options& o,
                                progress_fn progress) {
   const std::vector<std::uint64_t> sizes = allreduce_sizes(o);
-  FERRY_EXPECTS(!ranks.empty() && ranks[0] != nullptr && ranks[0]->rank() == 0 &&
-                    ranks[0]->size() == static_cast<int>(ranks.size()),
-                fmt::format("allreduce ranks must be one whole group in rank order ({} given)", ranks.size()));
+  FERRY_EXPECTS(
+      !ranks.empty() && ranks[0] != nullptr && ranks[0]->rank() == 0 &&
+          ranks[0]->size() == static_cast<int>(ranks.size()),
+      fmt::format("allreduce ranks must be one whole group in rank order ({} given)", ranks.size()));
   std::vector<row_sums> sums;
   allreduce_result result = measure_here(ranks, o, progress, sizes, sums);
   fill_rows(result, o, sizes, sums);

@@ -29,8 +29,8 @@ class single_process final : public bootstrap {
   [[nodiscard]] std::string_view name() const noexcept override { return "single"; }
   [[nodiscard]] std::string transport() const override { return "this process"; }
   void broadcast(std::span<std::byte> /*bytes*/, int root) override {
-    FERRY_EXPECTS(root == 0, fmt::format("bootstrap broadcast from root {}: a job of 1 process has root 0 only",
-                                         root));
+    FERRY_EXPECTS(root == 0,
+                  fmt::format("bootstrap broadcast from root {}: a job of 1 process has root 0 only", root));
   }
   [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> mine) override {
     return {mine.begin(), mine.end()};
@@ -61,14 +61,16 @@ class mpi_job final : public bootstrap {
       int finalized = 0;
       check(api_.finalized(&finalized), "MPI_Finalized");
       if (finalized != 0)
-        throw comm_error("make_mpi_bootstrap: MPI was already finalized in this process; it cannot start again",
-                         collective::barrier, -1);
+        throw comm_error(
+            "make_mpi_bootstrap: MPI was already finalized in this process; it cannot start again",
+            collective::barrier, -1);
       int initialized = 0;
       check(api_.initialized(&initialized), "MPI_Initialized");
       if (initialized == 0) {
         int provided = 0;
         check(api_.init_thread(nullptr, nullptr, shim::mpi_thread_serialized, &provided), "MPI_Init_thread");
-        FERRY_EXPECTS(std::atexit(finalize_mpi_at_exit) == 0, "make_mpi_bootstrap: atexit refused the finalizer");
+        FERRY_EXPECTS(std::atexit(finalize_mpi_at_exit) == 0,
+                      "make_mpi_bootstrap: atexit refused the finalizer");
       }
     }
     // Errors come back to ferry as codes (the default would end the job inside the failing call).
@@ -83,26 +85,30 @@ class mpi_job final : public bootstrap {
   [[nodiscard]] std::string transport() const override { return api_.version_string(); }
 
   void broadcast(std::span<std::byte> bytes, int root) override {
-    FERRY_EXPECTS(root >= 0 && root < size_,
-                  fmt::format("bootstrap broadcast from root {}: the job's processes are 0 to {}", root, size_ - 1));
+    FERRY_EXPECTS(
+        root >= 0 && root < size_,
+        fmt::format("bootstrap broadcast from root {}: the job's processes are 0 to {}", root, size_ - 1));
     check(api_.bcast(bytes.data(), count(bytes.size()), api_.byte, root, api_.comm_world), "MPI_Bcast");
   }
   [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> mine) override {
     std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(size_));
     const int n = count(mine.size());
-    check(api_.allgather(mine.data(), n, api_.byte, all.data(), n, api_.byte, api_.comm_world), "MPI_Allgather");
+    check(api_.allgather(mine.data(), n, api_.byte, all.data(), n, api_.byte, api_.comm_world),
+          "MPI_Allgather");
     return all;
   }
 
  private:
   void check(int code, const char* call) const {
     if (code == shim::mpi_success) return;
-    throw comm_error(fmt::format("{} on process {} of {} failed: {}", call, rank_, size_, api_.error_text(code)),
-                     collective::barrier, rank_);
+    throw comm_error(
+        fmt::format("{} on process {} of {} failed: {}", call, rank_, size_, api_.error_text(code)),
+        collective::barrier, rank_);
   }
   static int count(std::size_t bytes) {
-    FERRY_EXPECTS(bytes <= static_cast<std::size_t>(INT_MAX),
-                  fmt::format("bootstrap message of {} bytes: MPI counts are limited to {} bytes", bytes, INT_MAX));
+    FERRY_EXPECTS(
+        bytes <= static_cast<std::size_t>(INT_MAX),
+        fmt::format("bootstrap message of {} bytes: MPI counts are limited to {} bytes", bytes, INT_MAX));
     return static_cast<int>(bytes);
   }
 
@@ -161,7 +167,8 @@ std::vector<std::string> all_gather_text(bootstrap& job, std::string_view mine) 
   const std::vector<std::byte> all = job.all_gather(padded);
   std::vector<std::string> texts(n);
   for (std::size_t p = 0; p < n; ++p) {
-    const auto* begin = reinterpret_cast<const char*>(all.data() + p * longest);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+    const auto* begin = reinterpret_cast<const char*>(
+        all.data() + p * longest);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
     texts[p].assign(begin, static_cast<std::size_t>(lengths[p]));
   }
   return texts;
@@ -172,8 +179,8 @@ host_place place_on_host(bootstrap& job) {
   place.host = host_name();
   const std::vector<std::string> hosts = all_gather_text(job, place.host);
   const auto me = static_cast<std::size_t>(job.rank());
-  place.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(me),
-                                                 place.host));
+  place.local_rank = static_cast<int>(
+      std::count(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(me), place.host));
   place.local_size = static_cast<int>(std::count(hosts.begin(), hosts.end(), place.host));
   return place;
 }
@@ -186,7 +193,8 @@ void agree_ready(bootstrap& job, std::string_view what, const std::string& probl
   for (std::size_t p = 0; p < all.size(); ++p) {
     if (all[p].empty()) continue;
     ++failed;
-    const auto same = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == all[p]; });
+    const auto same =
+        std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == all[p]; });
     if (same != reasons.end()) {
       same->second.push_back(p);
     } else {
@@ -197,8 +205,8 @@ void agree_ready(bootstrap& job, std::string_view what, const std::string& probl
   std::string failures;
   for (const auto& [why, processes] : reasons) {
     failures += fmt::format("{}{} {} of {}: {}", failures.empty() ? "" : "; ",
-                            processes.size() == 1 ? "process" : "processes", fmt::join(processes, ", "), all.size(),
-                            why);
+                            processes.size() == 1 ? "process" : "processes", fmt::join(processes, ", "),
+                            all.size(), why);
   }
   throw comm_error(fmt::format("{} over {} {} failed on {} of them: {}", what, all.size(),
                                all.size() == 1 ? "process" : "processes", failed, failures),

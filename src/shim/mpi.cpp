@@ -26,26 +26,31 @@
 namespace ferry::shim {
 
 #ifdef FERRY_SHIM_HAVE_OPEN_MPI_H
-static_assert(mpi_success == MPI_SUCCESS && mpi_thread_serialized == MPI_THREAD_SERIALIZED);
-static_assert(mpi_max_error_string == MPI_MAX_ERROR_STRING &&
-              mpi_max_library_version_string == MPI_MAX_LIBRARY_VERSION_STRING);
-static_assert(std::is_pointer_v<MPI_Comm> && std::is_pointer_v<MPI_Datatype> &&
-              std::is_pointer_v<MPI_Errhandler>);
-static_assert(std::is_same_v<decltype(mpi_api::initialized), decltype(&MPI_Initialized)> &&
-              std::is_same_v<decltype(mpi_api::finalized), decltype(&MPI_Finalized)> &&
-              std::is_same_v<decltype(mpi_api::init_thread), decltype(&MPI_Init_thread)> &&
-              std::is_same_v<decltype(mpi_api::finalize), decltype(&MPI_Finalize)> &&
-              std::is_same_v<decltype(mpi_api::error_string), decltype(&MPI_Error_string)> &&
-              std::is_same_v<decltype(mpi_api::get_library_version), decltype(&MPI_Get_library_version)>);
-// The functions taking handles: the same parameters with each handle type as the shim's void*.
-static_assert(std::is_same_v<decltype(&MPI_Comm_rank), int (*)(MPI_Comm, int*)> &&
-              std::is_same_v<decltype(&MPI_Comm_size), int (*)(MPI_Comm, int*)> &&
-              std::is_same_v<decltype(&MPI_Comm_set_errhandler), int (*)(MPI_Comm, MPI_Errhandler)> &&
-              std::is_same_v<decltype(&MPI_Bcast), int (*)(void*, int, MPI_Datatype, int, MPI_Comm)> &&
-              std::is_same_v<decltype(&MPI_Allgather),
-                             int (*)(const void*, int, MPI_Datatype, void*, int, MPI_Datatype, MPI_Comm)> &&
-              std::is_same_v<decltype(&MPI_Barrier), int (*)(MPI_Comm)> &&
-              std::is_same_v<decltype(&MPI_Abort), int (*)(MPI_Comm, int)>);
+static_assert(mpi_success == MPI_SUCCESS);
+static_assert(mpi_thread_serialized == MPI_THREAD_SERIALIZED);
+static_assert(mpi_max_error_string == MPI_MAX_ERROR_STRING);
+static_assert(mpi_max_library_version_string == MPI_MAX_LIBRARY_VERSION_STRING);
+static_assert(std::is_pointer_v<MPI_Comm>);
+static_assert(std::is_pointer_v<MPI_Datatype>);
+static_assert(std::is_pointer_v<MPI_Errhandler>);
+// One check per entry point: the shim's signature is mpi.h's. (The functions taking handles are checked
+// with mpi.h's handle types, which the shim declares as void*.)
+template <typename Shim, typename Header>
+constexpr bool same_signature = std::is_same_v<Shim, Header>;
+static_assert(same_signature<decltype(mpi_api::initialized), decltype(&MPI_Initialized)>);
+static_assert(same_signature<decltype(mpi_api::finalized), decltype(&MPI_Finalized)>);
+static_assert(same_signature<decltype(mpi_api::init_thread), decltype(&MPI_Init_thread)>);
+static_assert(same_signature<decltype(mpi_api::finalize), decltype(&MPI_Finalize)>);
+static_assert(same_signature<decltype(mpi_api::error_string), decltype(&MPI_Error_string)>);
+static_assert(same_signature<decltype(mpi_api::get_library_version), decltype(&MPI_Get_library_version)>);
+static_assert(same_signature<int (*)(MPI_Comm, int*), decltype(&MPI_Comm_rank)>);
+static_assert(same_signature<int (*)(MPI_Comm, int*), decltype(&MPI_Comm_size)>);
+static_assert(same_signature<int (*)(MPI_Comm, MPI_Errhandler), decltype(&MPI_Comm_set_errhandler)>);
+static_assert(same_signature<int (*)(void*, int, MPI_Datatype, int, MPI_Comm), decltype(&MPI_Bcast)>);
+static_assert(same_signature<int (*)(const void*, int, MPI_Datatype, void*, int, MPI_Datatype, MPI_Comm),
+                             decltype(&MPI_Allgather)>);
+static_assert(same_signature<int (*)(MPI_Comm), decltype(&MPI_Barrier)>);
+static_assert(same_signature<int (*)(MPI_Comm, int), decltype(&MPI_Abort)>);
 #endif
 
 std::string mpi_api::error_text(int code) const {

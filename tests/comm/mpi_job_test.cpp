@@ -21,7 +21,7 @@ namespace {
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 int env_int(const char* name) {
-  const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): tests change no environment
+  const char* v = std::getenv(name);        // NOLINT(concurrency-mt-unsafe): tests change no environment
   return v != nullptr ? std::atoi(v) : -1;  // NOLINT(cert-err34-c): a launcher's own number
 }
 

@@ -13,7 +13,8 @@ namespace ferry::shim {
 namespace {
 
 bool expect_mpi() {
-  const char* v = std::getenv("FERRY_TEST_EXPECT_MPI");  // NOLINT(concurrency-mt-unsafe): tests change no environment
+  const char* v =
+      std::getenv("FERRY_TEST_EXPECT_MPI");  // NOLINT(concurrency-mt-unsafe): tests change no environment
   return v != nullptr && std::string(v) == "1";
 }
 

@@ -92,14 +92,16 @@ int gpu_of_process(comm::bootstrap& job, const group_flags& f) {
   try {
     const comm::host_place place = comm::place_on_host(job);
     if (f.backend == "host") {
-      problem = fmt::format("--backend host with --bootstrap {} over {} processes: the host backend's ranks live "
-                            "in one process; give --backend cuda (or run one process)",
-                            job.name(), job.size());
+      problem = fmt::format(
+          "--backend host with --bootstrap {} over {} processes: the host backend's ranks live "
+          "in one process; give --backend cuda (or run one process)",
+          job.name(), job.size());
     } else if (!cuda_available()) {
       problem = fmt::format("no GPU on host {} ({})", place.host, cuda_unavailable_reason());
     } else if (place.local_rank >= cuda_device_count()) {
-      problem = fmt::format("local rank {} of {} on host {}, which has {} GPU{}: one GPU per process", place.local_rank,
-                            place.local_size, place.host, cuda_device_count(), cuda_device_count() == 1 ? "" : "s");
+      problem = fmt::format("local rank {} of {} on host {}, which has {} GPU{}: one GPU per process",
+                            place.local_rank, place.local_size, place.host, cuda_device_count(),
+                            cuda_device_count() == 1 ? "" : "s");
     } else {
       ordinal = place.local_rank;
     }
@@ -283,9 +285,10 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   host.model_link = false;
   const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
   if (job->size() > 1)
-    throw flag_error(fmt::format("bench ddp over {} processes (--bootstrap {}): the ddp ladder runs its ranks in one "
-                                 "process; run it without mpirun (--bootstrap single)",
-                                 job->size(), job->name()));
+    throw flag_error(
+        fmt::format("bench ddp over {} processes (--bootstrap {}): the ddp ladder runs its ranks in one "
+                    "process; run it without mpirun (--bootstrap single)",
+                    job->size(), job->name()));
   rank_group g = open_group(f, *job, host, [&cfg](const comm::comm_link& preset) {
     return bench::ddp_host_link(preset, cfg.scale, cfg.compute);
   });

@@ -77,7 +77,8 @@ struct host_place {
 
 /// Collective: every process says whether it is ready (`problem` empty) or why not; throws comm_error on
 /// every process when any is not, naming each reason once with the processes that gave it ("process 1 of
-/// 3: NCCL not available: ...", "processes 0, 2 of 3: no GPU"), so no process goes on to wait for one that gave up. `what` names the step
+/// 3: NCCL not available: ...", "processes 0, 2 of 3: no GPU"), so no process goes on to wait for one that
+/// gave up. `what` names the step
 /// ("making an NCCL group").
 void agree_ready(bootstrap& job, std::string_view what, const std::string& problem);
 

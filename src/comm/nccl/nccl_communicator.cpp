@@ -30,7 +30,9 @@ class nccl_communicator final : public communicator {
  public:
   // This process's rank `local` of `group` (rank group->first_rank() + local of the group).
   nccl_communicator(device& dev, int local, std::shared_ptr<nccl_group> group) noexcept
-      : communicator(dev, group->first_rank() + local, group->size()), local_(local), group_(std::move(group)) {}
+      : communicator(dev, group->first_rank() + local, group->size()),
+        local_(local),
+        group_(std::move(group)) {}
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
   ~nccl_communicator() override { group_->close(local_); }

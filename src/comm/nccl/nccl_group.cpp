@@ -59,8 +59,8 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
     : api_(api), options_(options), first_rank_(first_rank), world_(world) {
   const int n = static_cast<int>(devices.size());
   FERRY_EXPECTS(n > 0 && first_rank >= 0 && first_rank + n <= world,
-                fmt::format("nccl_group: ranks {} to {} of this process do not fit in a group of {}", first_rank,
-                            first_rank + n - 1, world));
+                fmt::format("nccl_group: ranks {} to {} of this process do not fit in a group of {}",
+                            first_rank, first_rank + n - 1, world));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto rs = std::make_unique<rank_state>();
     rs->dev = devices[i];
@@ -345,7 +345,8 @@ void nccl_group::abort_communicators() noexcept {
     const device_guard on(rs.ordinal);
     const shim::nccl_result r = api_.comm_abort(rs.comm);
     FERRY_ASSERT_NOTHROW(r == shim::nccl_success,
-                         fmt::format("ncclCommAbort of rank {} failed: {}", global(static_cast<int>(k)), api_.error_string(r)));
+                         fmt::format("ncclCommAbort of rank {} failed: {}", global(static_cast<int>(k)),
+                                     api_.error_string(r)));
     rs.comm = nullptr;
   }
 }
@@ -387,13 +388,14 @@ std::string nccl_group::check_records(clock::time_point now) {
       } catch (const std::exception& e) {
         if (problem.empty())
           problem = fmt::format("{} #{} on rank {} of {} (GPU {}): asking whether it completed failed: {}",
-                                to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(), ranks_[k]->ordinal, e.what());
+                                to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(),
+                                ranks_[k]->ordinal, e.what());
         continue;
       }
       if (rec.started && now - rec.started_at > options_.timeout && problem.empty())
         problem = fmt::format("{} #{} on rank {} of {} (GPU {}) had not completed {} ms after it started; {}",
-                              to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(), ranks_[k]->ordinal,
-                              options_.timeout.count(), not_issued(rec.seq));
+                              to_string(rec.op), rec.seq, global(static_cast<int>(k)), size(),
+                              ranks_[k]->ordinal, options_.timeout.count(), not_issued(rec.seq));
     }
   }
   if (freed) cv_.notify_all();
@@ -412,8 +414,8 @@ std::string nccl_group::check_async_errors() noexcept {
       if (r != shim::nccl_success) state = r;
       if (state == shim::nccl_success || state == shim::nccl_in_progress) continue;
       const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
-      return fmt::format("NCCL reported an asynchronous error on rank {} of {} (GPU {}): {}{}{}", global(static_cast<int>(k)), size(),
-                         rs.ordinal, api_.error_string(state),
+      return fmt::format("NCCL reported an asynchronous error on rank {} of {} (GPU {}): {}{}{}",
+                         global(static_cast<int>(k)), size(), rs.ordinal, api_.error_string(state),
                          detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : "");
     }
   } catch (...) {

@@ -21,12 +21,14 @@ std::vector<std::unique_ptr<communicator>> make_nccl_group(std::span<device* con
   return {};
 }
 
-std::vector<std::unique_ptr<communicator>> make_nccl_group(bootstrap& job, std::span<device* const> /*devices*/,
+std::vector<std::unique_ptr<communicator>> make_nccl_group(bootstrap& job,
+                                                           std::span<device* const> /*devices*/,
                                                            const comm_options& /*options*/) {
   // Every process fails the same way; agreeing first keeps a job that mixes builds from waiting.
-  agree_ready(job, "make_nccl_group",
-              "ferry was built without the CUDA toolkit, so without its NCCL backend; use make_host_group, or "
-              "rebuild ferry with the toolkit");
+  agree_ready(
+      job, "make_nccl_group",
+      "ferry was built without the CUDA toolkit, so without its NCCL backend; use make_host_group, or "
+      "rebuild ferry with the toolkit");
   return {};
 }
 
