@@ -92,7 +92,7 @@ SUBCOMMANDS = {
 }
 # Flags whose value is text, checked by their own code (tested below or in the library's tests).
 TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o", "--codec",
-              "--link"}
+              "--link", "--bootstrap"}
 
 
 def load_json(path):
@@ -230,7 +230,8 @@ class comm_benches(unittest.TestCase):
         for extra, needle in ((["--codec", "fp8"], "--codec"), (["--codec", "fp32,,bf16"], "--codec"),
                               (["--codec", "fp32,powersgd"], "--codec"),
                               (["--check", "--no-check"], "--no-check"),
-                              (["-b", "64M", "-e", "1M"], "--min-bytes")):
+                              (["-b", "64M", "-e", "1M"], "--min-bytes"),
+                              (["--bootstrap", "tcp"], "--bootstrap")):
             with self.subTest(extra=extra):
                 r = run(["bench", "allreduce", "--backend", "host", *extra], timeout=30)
                 self.assertEqual(r.returncode, 2, r.stderr)
