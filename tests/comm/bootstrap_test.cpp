@@ -13,22 +13,12 @@
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device/device.hpp"
+#include "support/test_support.hpp"
 
 namespace ferry::comm {
 namespace {
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-template <typename E, typename F>
-std::string message_of(F&& body) {
-  try {
-    body();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return {};
-}
+using testing::message_of;
 
 TEST(single_process_bootstrap, is_rank_0_of_1_and_its_collectives_copy) {
   const auto job = make_single_process_bootstrap();
@@ -39,7 +29,7 @@ TEST(single_process_bootstrap, is_rank_0_of_1_and_its_collectives_copy) {
   job->broadcast(bytes, 0);
   EXPECT_EQ(bytes[2], std::byte{3});
   EXPECT_EQ(job->all_gather(bytes), bytes);
-  EXPECT_TRUE(has(message_of<logic_error>([&] { job->broadcast(bytes, 1); }), "root 1"));
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { job->broadcast(bytes, 1); }), "root 1");
 }
 
 TEST(single_process_bootstrap, texts_gather_and_the_host_place_is_0_of_1) {
@@ -56,13 +46,13 @@ TEST(single_process_bootstrap, agree_ready_passes_when_ready_and_names_the_proce
   const auto job = make_single_process_bootstrap();
   agree_ready(*job, "a step", "");
   const std::string why = message_of<comm_error>([&] { agree_ready(*job, "a step", "disk full"); });
-  EXPECT_TRUE(has(why, "a step over 1 process failed on 1 of them: process 0 of 1: disk full")) << why;
+  EXPECT_MESSAGE_HAS(why, "a step over 1 process failed on 1 of them: process 0 of 1: disk full");
 }
 
 TEST(bootstrap_choice, names_are_single_mpi_or_auto_and_another_is_refused_by_name) {
   EXPECT_EQ(make_bootstrap("single")->name(), "single");
   const std::string why = message_of<logic_error>([] { static_cast<void>(make_bootstrap("tcp")); });
-  EXPECT_TRUE(has(why, "'tcp'") && has(why, "single, mpi or auto")) << why;
+  EXPECT_MESSAGE_HAS(why, "bootstrap 'tcp': expected single, mpi or auto");
   if (!launched_by_mpi()) {
     EXPECT_EQ(make_bootstrap("auto")->name(), "single");
   }
@@ -73,10 +63,10 @@ TEST(nccl_over_a_bootstrap, refuses_devices_that_are_not_gpus_on_every_process_w
   auto dev = make_host_device();
   device* devices[] = {dev.get()};
   const std::string why = message_of<comm_error>([&] { static_cast<void>(make_nccl_group(*job, devices)); });
-  EXPECT_TRUE(has(why, "make_nccl_group over 1 process failed on 1 of them: process 0 of 1: ")) << why;
-  EXPECT_TRUE(has(why, "device 0 is on the host backend")) << why;
+  EXPECT_MESSAGE_HAS(why, "make_nccl_group over 1 process failed on 1 of them: process 0 of 1: ");
+  EXPECT_MESSAGE_HAS(why, "device 0 is on the host backend");
   const std::string none = message_of<comm_error>([&] { static_cast<void>(make_nccl_group(*job, {})); });
-  EXPECT_TRUE(has(none, "no devices")) << none;
+  EXPECT_MESSAGE_HAS(none, "no devices");
 }
 
 }  // namespace

@@ -8,8 +8,6 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,9 +21,6 @@
 namespace ferry::comm {
 namespace {
 
-using testing::expect_reduced;
-using testing::fill_of;
-using testing::read_floats;
 using testing::sizes;
 using testing::small_buckets;
 
@@ -85,32 +80,9 @@ TEST_F(nccl_mpi, ranks_follow_the_processes_and_collectives_reduce_real_values) 
 }
 
 TEST_F(nccl_mpi, ten_reducer_steps_stay_within_each_codecs_bound_and_every_process_holds_the_same_bytes) {
-  const int n = comm().size();
   reducer r(comm(), sizes, small_buckets(codec_kind::bf16));
-  const stream a = dev().make_stream();
-  const stream b = dev().make_stream();
-  const stream optimizer = dev().make_stream();
-  std::mt19937 rng(static_cast<unsigned>(100 + comm().rank()));
-  for (std::uint64_t step = 1; step <= 10; ++step) {
-    if (step == 4) {
-      std::vector<codec_kind> codecs(r.plan().buckets.size());
-      for (std::size_t k = 0; k < codecs.size(); ++k) codecs[k] = static_cast<codec_kind>(k % 3);
-      r.set_plan(r.plan(), codecs);
-    }
-    r.begin_step();
-    std::vector<std::size_t> order(sizes.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    for (const std::size_t p : order) {
-      const stream& s = p % 2 == 0 ? a : b;
-      fill_f32_async(r.grad(p), sizes[p], fill_of(step, p, comm().rank()), s);
-      r.mark_ready(p, s);
-    }
-    r.finish(optimizer);
-    expect_reduced(r, step, n, optimizer);
-  }
-  EXPECT_EQ(r.generation(), 1U);
-  const std::vector<float> flat = read_floats(dev(), r.flat(), optimizer);
+  const std::vector<float> flat = testing::ten_steps_with_every_codec(r, comm().size());
+  EXPECT_EQ(r.generation(), 1U);  // the rebuild after step 1; new codecs alone keep the layout
   const std::vector<std::byte> all = job().all_gather(std::as_bytes(std::span(flat)));
   const std::size_t each = flat.size() * sizeof(float);
   for (int p = 1; p < job().size(); ++p)

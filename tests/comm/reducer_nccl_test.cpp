@@ -7,8 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -22,9 +20,7 @@ namespace ferry::comm {
 namespace {
 
 using testing::expect_reduced;
-using testing::fill_of;
 using testing::on_every_rank;
-using testing::read_floats;
 using testing::sizes;
 using testing::small_buckets;
 
@@ -63,35 +59,11 @@ TEST(reducer_nccl, ten_steps_on_gpus_stay_within_each_codecs_bound_and_ranks_agr
   std::vector<std::vector<float>> flats(static_cast<std::size_t>(n));
   std::vector<bucket_plan> plans(static_cast<std::size_t>(n));
   on_every_rank(n, [&](int rank) {
-    device& dev = *ranks.devices[static_cast<std::size_t>(rank)];
     reducer r(*ranks.comms[static_cast<std::size_t>(rank)], sizes, small_buckets(codec_kind::bf16));
-    const stream a = dev.make_stream();
-    const stream b = dev.make_stream();
-    const stream optimizer = dev.make_stream();
-    std::mt19937 rng(static_cast<unsigned>(100 + rank));
-    for (std::uint64_t step = 1; step <= 10; ++step) {
-      if (step == 4) {
-        // Every codec, bucket by bucket, the same on every rank.
-        std::vector<codec_kind> codecs(r.plan().buckets.size());
-        for (std::size_t k = 0; k < codecs.size(); ++k) codecs[k] = static_cast<codec_kind>(k % 3);
-        r.set_plan(r.plan(), codecs);
-      }
-      r.begin_step();
-      std::vector<std::size_t> order(sizes.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng);
-      for (const std::size_t p : order) {
-        const stream& s = p % 2 == 0 ? a : b;
-        fill_f32_async(r.grad(p), sizes[p], fill_of(step, p, rank), s);
-        r.mark_ready(p, s);
-      }
-      r.finish(optimizer);
-      expect_reduced(r, step, n, optimizer);
-    }
+    flats[static_cast<std::size_t>(rank)] = testing::ten_steps_with_every_codec(r, n);
     EXPECT_EQ(r.generation(), 1U);  // the rebuild after step 1; new codecs alone keep the layout
     EXPECT_EQ(r.stats().plan_changes, 2U);
     plans[static_cast<std::size_t>(rank)] = r.plan();
-    flats[static_cast<std::size_t>(rank)] = read_floats(dev, r.flat(), optimizer);
   });
   for (int rank = 1; rank < n; ++rank) {
     EXPECT_EQ(plans[static_cast<std::size_t>(rank)], plans[0]) << "rank " << rank;

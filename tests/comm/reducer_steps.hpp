@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -82,6 +83,47 @@ inline void run_step(reducer& r, std::uint64_t step, std::span<const std::size_t
     r.mark_ready(p, producer);
   }
   r.finish(s);
+}
+
+// Ten steps on one rank of a group: gradients filled in a shuffled order (seeded by the rank) on two
+// producer streams, every element checked against the exact mean after each step, and before step 6 a
+// chooser's plan between steps: a codec per bucket (none, fp16, bf16 in turn, the same on every rank),
+// which must keep the layout and its views. Returns the rank's final flat buffer, which every rank must
+// hold byte for byte.
+inline std::vector<float> ten_steps_with_every_codec(reducer& r, int ranks) {
+  device& dev = r.comm().dev();
+  const int rank = r.comm().rank();
+  const stream a = dev.make_stream();
+  const stream b = dev.make_stream();
+  const stream optimizer = dev.make_stream();
+  std::mt19937 rng(static_cast<unsigned>(100 + rank));
+  std::uint64_t generation = 0;
+  for (std::uint64_t step = 1; step <= 10; ++step) {
+    if (step == 6) {
+      std::vector<codec_kind> codecs(r.plan().buckets.size());
+      for (std::size_t k = 0; k < codecs.size(); ++k) codecs[k] = static_cast<codec_kind>(k % 3);
+      r.set_plan(r.plan(), codecs);
+      generation = r.generation();
+    }
+    const void* view = r.grad(0).data;
+    r.begin_step();
+    if (step == 6) {
+      EXPECT_EQ(r.generation(), generation);  // new codecs alone keep the layout and its views
+      EXPECT_EQ(r.grad(0).data, view);
+      EXPECT_EQ(r.codecs()[1], codec_kind::fp16);
+    }
+    std::vector<std::size_t> order(r.param_count());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const std::size_t p : order) {
+      const stream& s = p % 2 == 0 ? a : b;
+      fill_f32_async(r.grad(p), r.plan().places[p].elements, fill_of(step, p, rank), s);
+      r.mark_ready(p, s);
+    }
+    r.finish(optimizer);
+    expect_reduced(r, step, ranks, optimizer);
+  }
+  return read_floats(dev, r.flat(), optimizer);
 }
 
 inline std::vector<std::size_t> reverse_order(std::size_t n) {
