@@ -163,7 +163,9 @@ std::vector<std::string> all_gather_text(bootstrap& job, std::string_view mine) 
   std::memcpy(lengths.data(), lengths_raw.data(), n * sizeof length);
   const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<std::byte> padded(static_cast<std::size_t>(longest));
-  std::memcpy(padded.data(), mine.data(), mine.size());
+  std::copy_n(reinterpret_cast<const std::byte*>(mine.data()),
+              mine.size(),  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+              padded.begin());
   const std::vector<std::byte> all = job.all_gather(padded);
   std::vector<std::string> texts(n);
   for (std::size_t p = 0; p < n; ++p) {

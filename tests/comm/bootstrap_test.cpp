@@ -64,8 +64,13 @@ TEST(nccl_over_a_bootstrap, refuses_devices_that_are_not_gpus_on_every_process_w
   device* devices[] = {dev.get()};
   const std::string why = message_of<comm_error>([&] { static_cast<void>(make_nccl_group(*job, devices)); });
   EXPECT_MESSAGE_HAS(why, "make_nccl_group over 1 process failed on 1 of them: process 0 of 1: ");
-  EXPECT_MESSAGE_HAS(why, "device 0 is on the host backend");
   const std::string none = message_of<comm_error>([&] { static_cast<void>(make_nccl_group(*job, {})); });
+  // A build without the CUDA toolkit (the sanitizer builds) has no NCCL backend at all, and says that.
+  if (why.find("built without the CUDA toolkit") != std::string::npos) {
+    EXPECT_MESSAGE_HAS(none, "built without the CUDA toolkit");
+    return;
+  }
+  EXPECT_MESSAGE_HAS(why, "device 0 is on the host backend");
   EXPECT_MESSAGE_HAS(none, "no devices");
 }
 
