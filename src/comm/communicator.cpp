@@ -165,6 +165,9 @@ event communicator::all_reduce(mem_view send, mem_view recv, std::size_t count, 
                 fmt::format("all_reduce on rank {}: send ({}) and recv ({}) overlap without being the same "
                             "memory; pass the same view for an in-place all-reduce",
                             rank_, fmt::ptr(send.data), fmt::ptr(recv.data)));
+  // A group of one: the mean is the sum, and x / 1 is x exactly in every dtype. NCCL would still scale
+  // every element by 1 (a full pass over memory, beside the caller's compute); an in-place sum is free.
+  if (size_ == 1) op = reduce_op::sum;
   do_all_reduce(send.data, recv.data, count, type, op, s);
   return completion(s);
 }

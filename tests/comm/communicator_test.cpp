@@ -151,6 +151,49 @@ TEST(comm_checks, refused_calls_leave_the_group_usable) {
   });
 }
 
+// Records the reduction each all-reduce reaches the backend with; the other collectives do nothing.
+class recording : public communicator {
+ public:
+  recording(device& dev, int size) : communicator(dev, 0, size) {}
+  [[nodiscard]] std::string_view backend_name() const noexcept override { return "recording"; }
+  void abort(const std::string&) noexcept override {}
+  [[nodiscard]] bool aborted() const noexcept override { return false; }
+  std::vector<reduce_op> ops;
+
+ protected:
+  void do_all_reduce(const void*, void*, std::size_t, dtype, reduce_op op, stream_view) override {
+    ops.push_back(op);
+  }
+  void do_all_gather(const void*, void*, std::size_t, dtype, stream_view) override {}
+  void do_broadcast(const void*, void*, std::size_t, dtype, int, stream_view) override {}
+  void do_barrier(stream_view) override {}
+};
+
+TEST(comm_group, a_group_of_one_averages_by_summing_and_a_larger_group_still_averages) {
+  host_ranks g(1);
+  device& d = g.dev(0);
+  const stream s = d.make_stream();
+  const buffer buf = d.alloc_device(16);
+  for (const int size : {1, 2}) {
+    recording c(d, size);
+    for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+      static_cast<void>(c.all_reduce(buf, buf, 2, t, reduce_op::avg, s));
+      static_cast<void>(c.all_reduce(buf, buf, 2, t, reduce_op::sum, s));
+    }
+    const reduce_op mean = size == 1 ? reduce_op::sum : reduce_op::avg;
+    EXPECT_EQ(c.ops,
+              (std::vector<reduce_op>{mean, reduce_op::sum, mean, reduce_op::sum, mean, reduce_op::sum}))
+        << "group of " << size;
+  }
+  // The host group of one still returns the values, as a mean over one rank must.
+  std::vector<float> v{1.5F, -2.25F, 3.0F, 1e30F};
+  d.copy(buf, pageable_view(v.data(), 16), s);
+  g[0].all_reduce(buf, buf, 4, dtype::f32, reduce_op::avg, s).synchronize();
+  std::vector<float> back(4);
+  d.copy(pageable_view(back.data(), 16), buf, s);
+  EXPECT_EQ(back, v);
+}
+
 TEST(comm_group, make_host_group_refuses_no_devices_a_repeated_device_and_bad_options) {
   const auto d0 = make_host_device();
   const auto d1 = make_host_device();

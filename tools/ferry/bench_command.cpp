@@ -21,6 +21,7 @@
 #include "ferry/report/report_html.hpp"
 #include "ferry/trace/trace_io.hpp"
 #include "flags.hpp"
+#include "level_traces.hpp"
 #include "memory_check.hpp"
 #include "run_control.hpp"
 
@@ -43,66 +44,11 @@ struct ladder_flags {
   std::size_t trace_events = 0;  // recorder capacity per level
 };
 
-// "out/run.json" + "L0" -> "out/run.L0.json"
-std::filesystem::path level_path(const std::filesystem::path& base, const std::string& level,
-                                 const std::string& ext) {
-  std::filesystem::path p = base;
-  p.replace_filename(base.stem().string() + "." + level + ext);
-  return p;
-}
-
 // Checks, before any work, every file the run will write: --output and each traced level's trace and
-// report (the directory of --trace is created first, as the run would).
+// report.
 void check_outputs(const ladder_flags& f, const std::vector<std::string>& levels) {
   check_output(f.output, "--output");
-  if (f.trace.empty()) return;
-  const std::filesystem::path b(f.trace);
-  const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
-  if (b.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(b.parent_path(), ec);
-    if (ec)
-      throw flag_error(fmt::format("--trace {}: cannot create directory {}: {}", escape_control(f.trace),
-                                   escape_control(b.parent_path().string()), ec.message()));
-  }
-  for (const auto& level : levels) {
-    check_output(level_path(b, level, ext).string(), "--trace");
-    check_output(level_path(b, level, ".html").string(), "--trace");
-  }
-}
-
-// Writes each traced level's Chrome trace and HTML report next to `base`; returns their JSON summary.
-nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces, const std::string& base,
-                                  const std::vector<bench::level_info>& levels, bool quiet) {
-  nlohmann::json out = nlohmann::json::array();
-  const std::filesystem::path b(base);
-  const std::string ext = b.has_extension() ? b.extension().string() : std::string(".json");
-  for (const auto& t : traces) {
-    const auto trace_file = level_path(b, t.level, ext);
-    trace::write_chrome_trace(t.timeline, trace_file);
-    nlohmann::json j{{"level", t.level},
-                     {"trace_file", trace_file.string()},
-                     {"events", t.timeline.events.size()},
-                     {"dropped", t.timeline.dropped}};
-    j["expected_finding"] = bench::expected_finding_of(levels, t.level);
-    if (t.analysis) {
-      const auto html_file = level_path(b, t.level, ".html");
-      trace::write_html_report(t.timeline, *t.analysis, html_file);
-      j["html_file"] = html_file.string();
-      j["bottleneck"] = t.analysis->bottleneck();
-      j["analysis"] = nlohmann::json::parse(trace::to_json(*t.analysis));
-      if (!quiet)
-        fmt::print(stderr, "bench: {} trace {} and report {}\n", t.level, escape_control(trace_file.string()),
-                   escape_control(html_file.string()));
-    } else {
-      j["analysis_error"] = t.analysis_error;
-      if (!quiet)
-        fmt::print(stderr, "bench: {} trace {} (not analyzed: {})\n", t.level,
-                   escape_control(trace_file.string()), escape_control(t.analysis_error));
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
+  check_trace_outputs(f.trace, levels);
 }
 
 struct egress_flags : ladder_flags {
@@ -153,10 +99,9 @@ std::array<std::size_t, 4> parse_shape(const std::string& text) {
 }
 
 // Ranges of the ladders' flags (flags.hpp has those shared with other subcommands).
-constexpr double max_compute_ms = 3'600'000;            // an hour per step
-constexpr std::int64_t max_buffers = 65'536;            // pool buffers, slots, depth
-constexpr std::int64_t max_trace_events = 100'000'000;  // recorder capacity per level
-constexpr std::int64_t max_both_ways_ms = 86'400'000;   // a day
+constexpr double max_compute_ms = 3'600'000;           // an hour per step
+constexpr std::int64_t max_buffers = 65'536;           // pool buffers, slots, depth
+constexpr std::int64_t max_both_ways_ms = 86'400'000;  // a day
 
 // Progress lines on stderr; on a terminal, a status line under them counts the seconds of each step.
 progress_fn progress_to(status_line& status) {
@@ -183,10 +128,7 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg) {
     while (std::getline(in, level, ',')) cfg.levels.push_back(level);
   }
   cfg.check = !f.no_check;
-  if (!f.trace.empty()) {
-    cfg.trace.enabled = true;
-    if (f.trace_events != 0) cfg.trace.capacity = f.trace_events;
-  }
+  apply_trace_flags(f.trace, f.trace_events, cfg.trace);
 }
 
 // "A on cuda, B on host", or "A" where the two backends' defaults agree: a flag's default in its help.
@@ -230,13 +172,7 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
   app.add_option("--output,-o", f.output,
                  "Write the table (or with --json the JSON) to this file instead of stdout; it appears only "
                  "once complete");
-  app.add_option(
-      "--trace", f.trace,
-      "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
-      "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
-  add_int_flag(app, "--trace-events", f.trace_events, 1, max_trace_events,
-               fmt::format("Events the recorder keeps per level (default {})",
-                           defaults([](const Config& c) { return c.trace.capacity; })));
+  add_trace_flags(app, f.trace, f.trace_events, defaults([](const Config& c) { return c.trace.capacity; }));
 }
 
 // Prints a ladder run (table or JSON, with its traces written when asked). Exit status: 130 when Ctrl-C

@@ -36,7 +36,8 @@ class bootstrap;
 
 /// Element types of a collective.
 enum class dtype : std::uint8_t { f32, f16, bf16 };
-/// Reduction of an all-reduce. avg divides the sum by the group's size.
+/// Reduction of an all-reduce. avg divides the sum by the group's size (a group of one sums: the same
+/// values, without a pass that divides by 1).
 enum class reduce_op : std::uint8_t { sum, avg };
 /// The collectives, for messages and statistics.
 enum class collective : std::uint8_t { all_reduce, all_gather, broadcast, barrier };

@@ -15,10 +15,31 @@ namespace {
 using detail::scale_saturate;
 
 constexpr unsigned threads = 256;
-constexpr std::size_t max_blocks = 132 * 16;  // enough to fill an H100/H200 with grid-stride loops
 
-unsigned blocks_for(std::size_t work_items) {
-  return static_cast<unsigned>(std::clamp<std::size_t>((work_items + threads - 1) / threads, 1, max_blocks));
+// Blocks per SM of a grid-stride launch. The fill and the comparison (the benches' producers and checks)
+// take the whole GPU. The codecs run on the communication stream beside backward, and every SM slot and
+// byte of memory bandwidth they hold is taken from it: with 4 blocks per SM they run 10% slower alone than
+// with 16 (1 GiB of fp32 to bf16 and back, 925 against 840 us on an H200) but cost a step of bench ddp at
+// world size 1 1.0% instead of 1.6% (docs/PERFORMANCE.md, 2026-11-23).
+constexpr unsigned whole_gpu_per_sm = 16;
+constexpr unsigned codec_per_sm = 4;
+
+// The current GPU's SMs (the launch's stream is on it); 132, an H100's or H200's, if it cannot be read
+// (the launch then fails and reports why).
+unsigned sm_count() {
+  int dev = 0;
+  int sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    static_cast<void>(cudaGetLastError());
+    return 132;
+  }
+  return static_cast<unsigned>(sms);
+}
+
+unsigned blocks_for(std::size_t work_items, unsigned per_sm) {
+  const std::size_t most = std::size_t{sm_count()} * per_sm;
+  return static_cast<unsigned>(std::clamp<std::size_t>((work_items + threads - 1) / threads, 1, most));
 }
 
 __device__ std::size_t first_index() {
@@ -140,13 +161,13 @@ cudaError_t encode16(const float* src, void* dst, std::size_t count, float scale
   std::size_t done = 0;
   if (aligned(src, 16) && aligned(dst, 8) && count >= 4) {
     const std::size_t quads = count / 4;
-    encode16_vec<W><<<blocks_for(quads), threads, 0, stream>>>(
+    encode16_vec<W><<<blocks_for(quads, codec_per_sm), threads, 0, stream>>>(
         reinterpret_cast<const float4*>(src), reinterpret_cast<uint2*>(out), quads, scale, limit);
     done = quads * 4;
   }
   if (done < count) {
-    encode16_scalar<W><<<blocks_for(count - done), threads, 0, stream>>>(src + done, out + done, count - done,
-                                                                         scale, limit);
+    encode16_scalar<W><<<blocks_for(count - done, codec_per_sm), threads, 0, stream>>>(
+        src + done, out + done, count - done, scale, limit);
   }
   return cudaGetLastError();
 }
@@ -157,12 +178,13 @@ cudaError_t decode16(const void* src, float* dst, std::size_t count, cudaStream_
   std::size_t done = 0;
   if (aligned(src, 8) && aligned(dst, 16) && count >= 4) {
     const std::size_t quads = count / 4;
-    decode16_vec<W><<<blocks_for(quads), threads, 0, stream>>>(reinterpret_cast<const uint2*>(in),
-                                                               reinterpret_cast<float4*>(dst), quads);
+    decode16_vec<W><<<blocks_for(quads, codec_per_sm), threads, 0, stream>>>(
+        reinterpret_cast<const uint2*>(in), reinterpret_cast<float4*>(dst), quads);
     done = quads * 4;
   }
   if (done < count) {
-    decode16_scalar<W><<<blocks_for(count - done), threads, 0, stream>>>(in + done, dst + done, count - done);
+    decode16_scalar<W>
+        <<<blocks_for(count - done, codec_per_sm), threads, 0, stream>>>(in + done, dst + done, count - done);
   }
   return cudaGetLastError();
 }
@@ -180,13 +202,13 @@ cudaError_t launch_encode(wire w, const float* src, void* dst, std::size_t count
   std::size_t done = 0;
   if (aligned(src, 16) && aligned(dst, 16) && count >= 4) {
     const std::size_t quads = count / 4;
-    encode32_vec<<<blocks_for(quads), threads, 0, stream>>>(
+    encode32_vec<<<blocks_for(quads, codec_per_sm), threads, 0, stream>>>(
         reinterpret_cast<const float4*>(src), reinterpret_cast<float4*>(out), quads, scale, limit);
     done = quads * 4;
   }
   if (done < count) {
-    encode32_scalar<<<blocks_for(count - done), threads, 0, stream>>>(src + done, out + done, count - done,
-                                                                      scale, limit);
+    encode32_scalar<<<blocks_for(count - done, codec_per_sm), threads, 0, stream>>>(
+        src + done, out + done, count - done, scale, limit);
   }
   return cudaGetLastError();
 }
@@ -203,7 +225,8 @@ cudaError_t launch_decode(wire w, const void* src, float* dst, std::size_t count
 
 cudaError_t launch_fill(float* dst, std::size_t count, float base, float scale, std::uint64_t seed,
                         std::uint32_t ranks, cudaStream_t stream) {
-  fill_kernel<<<blocks_for(count), threads, 0, stream>>>(dst, count, base, scale, seed, ranks);
+  fill_kernel<<<blocks_for(count, whole_gpu_per_sm), threads, 0, stream>>>(dst, count, base, scale, seed,
+                                                                           ranks);
   return cudaGetLastError();
 }
 
@@ -215,8 +238,8 @@ cudaError_t launch_compare(const float* a, const float* b, std::size_t count, fl
   auto* wrong = reinterpret_cast<unsigned long long*>(bytes + 8);
   zero_result<<<1, 1, 0, stream>>>(max_bits, wrong);
   if (count != 0) {
-    compare_kernel<<<blocks_for(count), threads, 0, stream>>>(a, b, count, tolerance, base, scale, seed,
-                                                              ranks, max_bits, wrong);
+    compare_kernel<<<blocks_for(count, whole_gpu_per_sm), threads, 0, stream>>>(
+        a, b, count, tolerance, base, scale, seed, ranks, max_bits, wrong);
   }
   return cudaGetLastError();
 }
