@@ -609,7 +609,7 @@ TEST(analyze_drain_tail, names_the_work_that_trails_the_last_step_without_costin
 
 TEST(analyze_drain_tail, stays_quiet_for_a_short_tail_or_a_wait) {
   builder small = busy_steps();
-  small.range("process output", 3900, 4150, worker_tid);  // 150 us past the last step: under 5% of 4150
+  small.range("process output", 3900, 4100, worker_tid);  // 100 us past the last step: under 3% of 4100
   EXPECT_EQ(find_rule(small.run(), "drain_tail"), nullptr);
 
   builder wait = busy_steps();

@@ -89,9 +89,9 @@ expected count_every_microsecond(const timeline& t, const analysis& a) {
   // end, each that does not start inside the one kept before it.
   std::vector<std::size_t> order(t.events.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&t](std::size_t a, std::size_t b) {
-    return std::tie(t.events[a].start_ns, t.events[a].end_ns, a) <
-           std::tie(t.events[b].start_ns, t.events[b].end_ns, b);
+  std::sort(order.begin(), order.end(), [&t](std::size_t i, std::size_t j) {
+    return std::tie(t.events[i].start_ns, t.events[i].end_ns, i) <
+           std::tie(t.events[j].start_ns, t.events[j].end_ns, j);
   });
   std::map<std::uint64_t, std::vector<std::size_t>> outer_ops;
   std::map<std::uint64_t, std::int64_t> kept_until;

@@ -82,6 +82,7 @@ SUBCOMMANDS = {
         "--steps": INTS_FROM_1,
         "--warmup": INTS_FROM_1,
         "--learn-steps": INTS_FROM_1,
+        "--trace-events": INTS_FROM_1,
     }),
     ("analyze",): ([KINETO], {
         "--idle-threshold": FRACTION,
@@ -258,6 +259,32 @@ class comm_benches(unittest.TestCase):
                 self.assertIn(key, row)
         self.assertEqual(j["rows"][0]["ratio_to_ideal"], 1.0)
         self.assertEqual(j["rows"][1]["buckets"], 1)
+
+    def test_ddp_trace_writes_each_levels_timeline_and_report_and_names_its_bottleneck(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            base = os.path.join(tmp, "runs", "ddp.json")
+            r = run(["bench", "ddp", "--backend", "host", "--levels", "single,25MB", "--step-ms", "10",
+                     "--steps", "2", "--warmup", "1", "--json", "--trace", base], timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual([t["level"] for t in j["traces"]], ["single", "25MB"])
+            for t in j["traces"]:
+                self.assertEqual(t["trace_file"], os.path.join(tmp, "runs", f"ddp.{t['level']}.json"))
+                self.assertGreater(t["events"], 0)
+                self.assertIn("traceEvents", load_json(t["trace_file"]))
+                self.assertTrue(os.path.getsize(t["html_file"]) > 0, t)
+                self.assertTrue(t["bottleneck"], t)
+            self.assertEqual(sorted(os.listdir(os.path.join(tmp, "runs"))),
+                             ["ddp.25MB.html", "ddp.25MB.json", "ddp.single.html", "ddp.single.json"])
+            # A --trace that cannot be written fails before the work, as on the other ladders.
+            with open(os.path.join(tmp, "file"), "w") as f:
+                f.write("x")
+            bad = run(["bench", "ddp", "--backend", "host", "--levels", "single", "--trace",
+                       os.path.join(tmp, "file", "t.json")], timeout=30)
+            self.assertEqual(bad.returncode, 2, bad.stderr)
+            self.assertEqual(len(bad.stderr.strip().splitlines()), 1, bad.stderr)
+            self.assertIn("--trace", bad.stderr)
+            self.assertNotIn("bench:", bad.stderr)
 
     def test_ddp_refuses_an_unknown_level_before_the_work(self):
         r = run(["bench", "ddp", "--backend", "host", "--levels", "single,2000MB"], timeout=30)

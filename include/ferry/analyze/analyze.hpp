@@ -107,7 +107,7 @@ struct finding {
   std::map<std::string, double> numbers;  // the evidence as numbers, for --json and tests
   /// gpu_idle: the kind of the activity it names as the cause (idle_attribution::work), "" when none. A
   /// gpu_idle whose cause a more specific finding explains (a copy: sync_copy, pageable_async_copy; a
-  /// wait on host work: host_bound) gives way to that finding when it costs 5% of the step.
+  /// wait on host work: host_bound) gives way to that finding when it costs 3% of the step.
   std::string cause = {};
 };
 

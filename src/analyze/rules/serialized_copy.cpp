@@ -13,9 +13,8 @@ namespace ferry::trace::detail {
 namespace {
 
 // A stream's copies are serialized when kernels overlap less than this fraction of their time, and they
-// matter when they take more than serialized_step_fraction of the mean step.
+// matter when they take more than material_fraction of the mean step.
 constexpr double serialized_overlap_limit = 0.10;
-constexpr double serialized_step_fraction = 0.05;
 
 }  // namespace
 
@@ -56,7 +55,7 @@ void find_serialized_copy(const model& m, std::vector<finding>& out) {
     if (s.copy <= 0) continue;
     const double overlap = static_cast<double>(s.overlap) / static_cast<double>(s.copy);
     const double copy_per_step = m.per_step(static_cast<double>(s.copy));
-    if (overlap >= serialized_overlap_limit || copy_per_step <= serialized_step_fraction * m.mean_wall_ns())
+    if (overlap >= serialized_overlap_limit || copy_per_step <= material_fraction * m.mean_wall_ns())
       continue;
     if (worst == nullptr || s.copy - s.overlap > worst->second.copy - worst->second.overlap) worst = &entry;
   }

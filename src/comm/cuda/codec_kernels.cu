@@ -19,8 +19,9 @@ constexpr unsigned threads = 256;
 // Blocks per SM of a grid-stride launch. The fill and the comparison (the benches' producers and checks)
 // take the whole GPU. The codecs run on the communication stream beside backward, and every SM slot and
 // byte of memory bandwidth they hold is taken from it: with 4 blocks per SM they run 10% slower alone than
-// with 16 (1 GiB of fp32 to bf16 and back, 925 against 840 us on an H200) but cost a step of bench ddp at
-// world size 1 1.0% instead of 1.6% (docs/PERFORMANCE.md, 2026-11-23).
+// with 16 (512 MiB of fp32 to bf16 and back: 455 against 415 us on an H200) but cost a step of bench ddp
+// at world size 1 1.1% instead of 1.7% (docs/PERFORMANCE.md, 2026-11-23; 2 per SM cost less beside
+// backward but run 1.5 times slower alone).
 constexpr unsigned whole_gpu_per_sm = 16;
 constexpr unsigned codec_per_sm = 4;
 
