@@ -19,7 +19,7 @@ cublas_dir=$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__
 export LD_LIBRARY_PATH="$nccl_dir/lib${cublas_dir:+:$cublas_dir/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/nvidia-smi.csv"
-echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat $c/commit 2>/dev/null)  nccl: $nccl_dir"
+echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat "$c/commit" 2>/dev/null)  nccl: $nccl_dir"
 levels=${FERRY_LEVELS:-single,25MB,100MB,bf16,auto}
 variants="ferry"
 for v in ferry_baseline $(cd "$c" && ls -d ferry_v* 2>/dev/null); do [ -x "$c/$v" ] && variants="$variants $v"; done
@@ -46,6 +46,7 @@ rc[ddp_traced]=$?
 tar -czf "$final/raw.tgz" -C "$out" .
 {
   for k in "${!rc[@]}"; do echo "rc $k ${rc[$k]}"; done
+  # shellcheck disable=SC2086  # one argument per variant
   python3 - "$out" $variants <<'PY'
 import json, sys, os
 out = sys.argv[1]
