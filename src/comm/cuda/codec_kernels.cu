@@ -25,8 +25,8 @@ constexpr unsigned threads = 256;
 constexpr unsigned whole_gpu_per_sm = 16;
 constexpr unsigned codec_per_sm = 4;
 
-// The current GPU's SMs (the launch's stream is on it); 132, an H100's or H200's, if it cannot be read
-// (the launch then fails and reports why).
+// The current GPU's SMs (the launch's stream is on it); 132, an H100's or H200's, if it cannot be read:
+// only the grid's size depends on it, and a runtime that cannot answer fails the launch after it anyway.
 unsigned sm_count() {
   int dev = 0;
   int sms = 0;
