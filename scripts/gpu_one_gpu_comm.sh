@@ -7,8 +7,10 @@
 #   - `ferry bench ddp --gpus 1`: the reducer's and the codecs' local cost a step (ceiling: `single`);
 #   - the same ddp levels again with --trace: the CUPTI timeline of each level and its analysis.
 # With FERRY_BASELINE_DIR given to gpu_carry.sh, .carry/ferry_baseline (and any other carried
-# .carry/ferry_v*) runs the first two as well, for an A/B of the same machine and minute. Raw outputs go to $OUT (raw.tgz holds every file); a table is printed
-# last. Usage: scripts/gpu_one_gpu_comm.sh; FERRY_CARRY the carried binaries' folder (default .carry).
+# .carry/ferry_v*) runs the first two as well, for an A/B of the same machine and minute. Raw outputs go
+# to $OUT (raw.tgz holds every file); a table is printed last. Usage: scripts/gpu_one_gpu_comm.sh;
+# FERRY_CARRY the carried binaries' folder (default .carry); FERRY_LEVELS the ddp levels and
+# FERRY_TRACE_LEVELS the traced ones (default: the same).
 set -uo pipefail
 final=${OUT:-/tmp/ferry-out}
 out="$final/raw"
@@ -22,7 +24,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat "$c/commit" 2>/dev/null)  nccl: $nccl_dir"
 levels=${FERRY_LEVELS:-single,25MB,100MB,bf16,auto}
 variants="ferry"
-for v in ferry_baseline $(cd "$c" && ls -d ferry_v* 2>/dev/null); do [ -x "$c/$v" ] && variants="$variants $v"; done
+for v in ferry_baseline $(cd "$c" && ls -d ferry_v* 2>/dev/null); do
+  [ -x "$c/$v" ] && variants="$variants $v"
+done
 declare -A rc
 for v in $variants; do
   echo "=== $v: allreduce, 1 GPU"
@@ -39,8 +43,8 @@ if [ -x "$c/all_reduce_perf" ]; then
   rc[nccl_tests]=$?
 fi
 echo "=== ferry: ddp, 1 GPU, traced"
-"$c/ferry" bench ddp --backend cuda --gpus 1 --levels "${FERRY_TRACE_LEVELS:-$levels}" --trace "$out/trace/ddp.json" --json \
-  > "$out/ddp_1gpu_traced.json" 2> "$out/ddp_1gpu_traced.err"
+"$c/ferry" bench ddp --backend cuda --gpus 1 --levels "${FERRY_TRACE_LEVELS:-$levels}" \
+  --trace "$out/trace/ddp.json" --json > "$out/ddp_1gpu_traced.json" 2> "$out/ddp_1gpu_traced.err"
 rc[ddp_traced]=$?
 
 tar -czf "$final/raw.tgz" -C "$out" .

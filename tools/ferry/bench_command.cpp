@@ -7,7 +7,6 @@
 #include <array>
 #include <charconv>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -18,8 +17,6 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
 #include "ferry/core/units.hpp"
-#include "ferry/report/report_html.hpp"
-#include "ferry/trace/trace_io.hpp"
 #include "flags.hpp"
 #include "level_traces.hpp"
 #include "memory_check.hpp"
@@ -39,9 +36,8 @@ struct ladder_flags {
   std::string levels;
   bool no_check = false;
   bool json = false;
-  std::string output;            // --output: the table or JSON goes to this file instead of stdout
-  std::string trace;             // per-level trace files: <stem>.<level><ext> (+ .html reports)
-  std::size_t trace_events = 0;  // recorder capacity per level
+  std::string output;  // --output: the table or JSON goes to this file instead of stdout
+  trace_flags trace;
 };
 
 // Checks, before any work, every file the run will write: --output and each traced level's trace and
@@ -128,7 +124,7 @@ void apply_ladder_flags(const ladder_flags& f, Config& cfg) {
     while (std::getline(in, level, ',')) cfg.levels.push_back(level);
   }
   cfg.check = !f.no_check;
-  apply_trace_flags(f.trace, f.trace_events, cfg.trace);
+  apply_trace_flags(f.trace, cfg.trace);
 }
 
 // "A on cuda, B on host", or "A" where the two backends' defaults agree: a flag's default in its help.
@@ -172,7 +168,7 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
   app.add_option("--output,-o", f.output,
                  "Write the table (or with --json the JSON) to this file instead of stdout; it appears only "
                  "once complete");
-  add_trace_flags(app, f.trace, f.trace_events, defaults([](const Config& c) { return c.trace.capacity; }));
+  add_trace_flags(app, f.trace, defaults([](const Config& c) { return c.trace.capacity; }));
 }
 
 // Prints a ladder run (table or JSON, with its traces written when asked). Exit status: 130 when Ctrl-C
@@ -182,7 +178,7 @@ int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const be
   if (f.json) {
     nlohmann::json json = bench::ladder_json(r, stamp);
     if (interrupted) json["interrupted"] = true;
-    if (!f.trace.empty()) json["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
+    if (!f.trace.file.empty()) json["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
     emit(f.output, json.dump(2) + "\n");
   } else {
     std::string text = escape_control(bench::format_table(r), true);
@@ -190,7 +186,8 @@ int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const be
       text += fmt::format("\ninterrupted: the {} level(s) above finished; the others did not run\n",
                           r.rows.size());
     emit(f.output, text);
-    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
+    if (!f.trace.file.empty())
+      static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
   }
   if (interrupted) return interrupted_status;
   return r.wrong() == 0 ? 0 : 2;
@@ -224,7 +221,7 @@ void check_levels(const bench::ladder_spec& spec, const std::vector<std::string>
 
 int run_egress(const egress_flags& f, const std::string& command) {
   FERRY_EXPECTS(
-      f.trace.empty() || f.pure_copy == 0,
+      f.trace.file.empty() || f.pure_copy == 0,
       "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
   check_levels(bench::egress_spec(), levels_of(f, bench::default_egress_options(backend::host)));
   check_outputs(f, levels_of(f, bench::default_egress_options(backend::host)));
@@ -266,7 +263,7 @@ int run_both_ways(const ingest_flags& f, device& dev, const bench::ingest_option
 }
 
 int run_ingest(const ingest_flags& f, const std::string& command) {
-  FERRY_EXPECTS(f.trace.empty() || (f.pure_copy == 0 && f.both_ways == 0),
+  FERRY_EXPECTS(f.trace.file.empty() || (f.pure_copy == 0 && f.both_ways == 0),
                 "--trace records the ladder's levels; it does not apply to --pure-copy or --both-ways");
   FERRY_EXPECTS(f.pure_copy == 0 || f.both_ways == 0,
                 "--pure-copy and --both-ways are two different runs; give one of them");

@@ -253,8 +253,7 @@ struct ddp_flags : group_flags {
   int warmup = -1;
   int learn_steps = 0;
   std::string levels;
-  std::string trace;             // per-level trace files: <stem>.<level><ext> (+ .html reports)
-  std::size_t trace_events = 0;  // recorder capacity per level
+  trace_flags trace;
 };
 
 int run_ddp(const ddp_flags& f, const std::string& command) {
@@ -283,7 +282,7 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   }
   if (cfg.warmup < 1)
     throw flag_error("--warmup 0: ddp needs at least 1 warm-up step (the first builds the plan)");
-  apply_trace_flags(f.trace, f.trace_events, cfg.trace);
+  apply_trace_flags(f.trace, cfg.trace);
   check_trace_outputs(f.trace, cfg.levels);
   const bench::run_stamp stamp = bench::stamp_now(command);
   host_device_options host;
@@ -314,11 +313,12 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
     j["comm_backend"] = r.comm_backend;
     j["link"] = g.link;
     if (interrupted) j["interrupted"] = true;
-    if (!f.trace.empty()) j["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
+    if (!f.trace.file.empty()) j["traces"] = write_level_traces(r.traces, f.trace, r.spec->levels, true);
     emit(f.output, j.dump(2) + "\n");
   } else {
     emit(f.output, escape_control(head + bench::format_table(r), true));
-    if (!f.trace.empty()) static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
+    if (!f.trace.file.empty())
+      static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
   }
   if (interrupted) return interrupted_status;
   return r.wrong() == 0 ? 0 : 2;
@@ -374,7 +374,7 @@ std::function<int()> add_comm_bench_commands(CLI::App& bench_cmd, std::string co
                            dc.learn_steps));
   ddp->add_option("--levels", df->levels,
                   fmt::format("Comma-separated levels (default {})", fmt::join(dc.levels, ",")));
-  add_trace_flags(*ddp, df->trace, df->trace_events, std::to_string(dc.trace.capacity));
+  add_trace_flags(*ddp, df->trace, std::to_string(dc.trace.capacity));
   return [a, ar, df, ddp, command]() -> int {
     if (ar->parsed()) return run_allreduce(*a, command);
     if (ddp->parsed()) return run_ddp(*df, command);

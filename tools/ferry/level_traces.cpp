@@ -29,31 +29,30 @@ std::string trace_extension(const std::filesystem::path& base) {
 
 }  // namespace
 
-void add_trace_flags(CLI::App& app, std::string& trace, std::size_t& events,
-                     const std::string& default_events) {
+void add_trace_flags(CLI::App& app, trace_flags& f, const std::string& default_events) {
   app.add_option(
-      "--trace", trace,
+      "--trace", f.file,
       "Record each level's timed steps (CUPTI on cuda) and analyze them: writes FILE's stem.<level>.json "
       "(Chrome/Perfetto trace) and .html (report) per level, and names each level's bottleneck");
-  add_int_flag(app, "--trace-events", events, 1, max_trace_events,
+  add_int_flag(app, "--trace-events", f.events, 1, max_trace_events,
                fmt::format("Events the recorder keeps per level (default {})", default_events));
 }
 
-void apply_trace_flags(const std::string& trace, std::size_t events, bench::trace_options& opts) {
-  if (trace.empty()) return;
+void apply_trace_flags(const trace_flags& f, bench::trace_options& opts) {
+  if (f.file.empty()) return;
   opts.enabled = true;
-  if (events != 0) opts.capacity = events;
+  if (f.events != 0) opts.capacity = f.events;
 }
 
-void check_trace_outputs(const std::string& trace, const std::vector<std::string>& levels) {
-  if (trace.empty()) return;
-  const std::filesystem::path b(trace);
+void check_trace_outputs(const trace_flags& f, const std::vector<std::string>& levels) {
+  if (f.file.empty()) return;
+  const std::filesystem::path b(f.file);
   const std::string ext = trace_extension(b);
   if (b.has_parent_path()) {
     std::error_code ec;
     std::filesystem::create_directories(b.parent_path(), ec);
     if (ec)
-      throw flag_error(fmt::format("--trace {}: cannot create directory {}: {}", escape_control(trace),
+      throw flag_error(fmt::format("--trace {}: cannot create directory {}: {}", escape_control(f.file),
                                    escape_control(b.parent_path().string()), ec.message()));
   }
   for (const auto& level : levels) {
@@ -62,10 +61,10 @@ void check_trace_outputs(const std::string& trace, const std::vector<std::string
   }
 }
 
-nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces, const std::string& base,
+nlohmann::json write_level_traces(const std::vector<bench::level_trace>& traces, const trace_flags& f,
                                   const std::vector<bench::level_info>& levels, bool quiet) {
   nlohmann::json out = nlohmann::json::array();
-  const std::filesystem::path b(base);
+  const std::filesystem::path b(f.file);
   const std::string ext = trace_extension(b);
   for (const auto& t : traces) {
     const auto trace_file = level_path(b, t.level, ext);
