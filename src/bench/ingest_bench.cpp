@@ -398,6 +398,7 @@ void run_pooled(device& dev, const ingest_options& cfg, workload& w, ladder_row&
   row.set_extra("worker_threads", static_cast<double>(cfg.workers), true);
 
   const std::size_t device_slots = mode == copy_mode::copy_stream ? cfg.depth : 1;
+  FERRY_EXPECTS(device_slots >= 1, "ingest bench depth is 0; at least 1 device batch is needed");
   std::vector<buffer> on_device;
   std::vector<event> ready, consumed;
   for (std::size_t i = 0; i < device_slots; ++i) {
