@@ -8,7 +8,8 @@
 #     all_reduce (scripts/torch_allreduce.py);
 #   - `ferry bench allreduce` again over two processes of an mpirun job (--bootstrap mpi, one GPU each),
 #     from 8 B: what the one-process group's per-call cost owes to its threads;
-#   - `ferry bench ddp`, every level, on the reference model and step (83 ms).
+#   - `ferry bench ddp`, every level, on the reference model and step (83 ms), in one process and again
+#     over an mpirun job of one process per GPU (as DDP runs; its JSON only in raw.tgz and the summary).
 # NCCL and cuBLAS come from the nvidia-nccl and nvidia-cublas Python packages (LD_LIBRARY_PATH is set from
 # them). Raw outputs go to $OUT;
 # a short table is printed last. Usage: scripts/gpu_comm.sh [all|allreduce|ddp] (default all); FERRY_GPUS
@@ -29,7 +30,7 @@ cublas_dir=$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__
 export LD_LIBRARY_PATH="$nccl_dir/lib${cublas_dir:+:$cublas_dir/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/nvidia-smi.csv"
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
-echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat $c/commit 2>/dev/null)  nccl: $nccl_dir"
+echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(cat "$c/commit" 2>/dev/null)  nccl: $nccl_dir"
 declare -A rc
 
 for link in nvlink p2p_off; do
@@ -60,6 +61,12 @@ for link in nvlink p2p_off; do
     env $p2p "$c/ferry" bench ddp --backend cuda --gpus "$gpus" --json > "$out/ddp_$link.json" 2> "$out/ddp_$link.err"
     rc[ddp_$link]=$?
     grep "plan of" "$out/ddp_$link.err"
+    if command -v mpirun >/dev/null; then
+      env $p2p OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n "$gpus" -x LD_LIBRARY_PATH \
+        ${p2p:+-x NCCL_P2P_DISABLE} "$c/ferry" bench ddp --bootstrap mpi --json \
+        > "$out/ddp_mpi_$link.json" 2> "$out/ddp_mpi_$link.err"
+      rc[ddp_mpi_$link]=$?
+    fi
   fi
 done
 
@@ -106,18 +113,19 @@ for link in ("nvlink", "p2p_off"):
             ratio = f"{mine / ref:8.3f}" if ref else f"{'-':>8}"
             eff = bf16[s]["out_of_place"]["effbw"] if s in bf16 else 0
             print(f"  {s:>10} {mine:8.1f} {cell(ref)} {cell(tb.get(s))} {ratio} {eff:9.1f}")
-    ddp = load(f"ddp_{link}.json")
-    if ddp:
-        print(f"ddp, {link}: steps/s, x single, hidden, exposed ms (auto: predicted), buckets (lossy), cap MiB, "
+    for name in (f"ddp_{link}", f"ddp_mpi_{link}"):
+      ddp = load(f"{name}.json")
+      if ddp:
+        print(f"{name}: steps/s, x single, hidden, exposed ms (auto: predicted), buckets (lossy), cap MiB, "
               f"mismatches, then per step on the compute stream: forward, backward, gap before the next step (ms); "
               f"auto: us a bucket takes from backward")
         for r in ddp["rows"]:
-            pred = f" ({r['predicted_exposed_ms']:.2f})" if "predicted_exposed_ms" in r else ""
-            per = f" {r['per_bucket_us']:.1f} us" if "per_bucket_us" in r else ""
-            print(f"  {r['level']:<11} {r['steps_per_s']:7.3f} {r['ratio_to_ideal']:6.3f} {r.get('hidden', 0):6.1%} "
-                  f"{r.get('exposed_ms', 0):7.2f}{pred} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) "
-                  f"{r.get('cap_mib', 0):6.1f} {r['wrong']}  {r.get('forward_ms', 0):6.2f} {r.get('backward_ms', 0):6.2f} "
-                  f"{r.get('between_ms', 0):5.2f}{per}")
+          pred = f" ({r['predicted_exposed_ms']:.2f})" if "predicted_exposed_ms" in r else ""
+          per = f" {r['per_bucket_us']:.1f} us" if "per_bucket_us" in r else ""
+          print(f"  {r['level']:<11} {r['steps_per_s']:7.3f} {r['ratio_to_ideal']:6.3f} {r.get('hidden', 0):6.1%} "
+                f"{r.get('exposed_ms', 0):7.2f}{pred} {r.get('buckets', 0):5d} ({r.get('lossy_buckets', 0)}) "
+                f"{r.get('cap_mib', 0):6.1f} {r['wrong']}  {r.get('forward_ms', 0):6.2f} {r.get('backward_ms', 0):6.2f} "
+                f"{r.get('between_ms', 0):5.2f}{per}")
 PY
 for f in allreduce_nvlink.json allreduce_p2p_off.json allreduce_mpi_nvlink.json allreduce_mpi_p2p_off.json \
   ddp_nvlink.json ddp_p2p_off.json summary.txt; do

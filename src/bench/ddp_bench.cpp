@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "ferry/comm/auto_plan.hpp"
 #include "ferry/comm/codec.hpp"
@@ -162,13 +165,42 @@ comm::f32_fill mean_of(std::size_t p, int ranks) {
   return {0.5F, 1.0F, static_cast<std::uint64_t>(p) * max_ranks, static_cast<std::uint32_t>(ranks)};
 }
 
-// What a rank found; the timing figures only on rank 0.
-struct rank_outcome {
+// What one rank's check found, as every rank of the group receives it (rank_summary words).
+struct rank_check {
   std::uint64_t checked = 0;
   std::uint64_t approximated = 0;  // PowerSGD's compressed matrices: no element-wise bound
   std::uint64_t wrong = 0;
   std::vector<std::uint64_t> checksums;  // per bucket
-  double comm_ms = 0, hidden = 0;        // the last step, on the communication stream
+};
+
+// A rank_check as words of equal length on every rank, for the group's all-gather: checked, approximated,
+// wrong, the number of checksums, then the checksums (at most one per parameter: a bucket holds at least
+// one), zero-padded.
+std::size_t check_words(std::size_t params) { return 4 + params; }
+std::vector<std::uint64_t> to_words(const rank_check& c, std::size_t params) {
+  std::vector<std::uint64_t> w(check_words(params), 0);
+  w[0] = c.checked;
+  w[1] = c.approximated;
+  w[2] = c.wrong;
+  w[3] = c.checksums.size();
+  std::copy(c.checksums.begin(), c.checksums.end(), w.begin() + 4);
+  return w;
+}
+rank_check from_words(std::span<const std::uint64_t> w) {
+  rank_check c;
+  c.checked = w[0];
+  c.approximated = w[1];
+  c.wrong = w[2];
+  const std::size_t n = std::min<std::size_t>(w[3], w.size() - 4);
+  c.checksums.assign(w.begin() + 4, w.begin() + 4 + static_cast<std::ptrdiff_t>(n));
+  return c;
+}
+
+// What a rank found; the timing figures only on rank 0.
+struct rank_outcome {
+  rank_check mine;
+  std::vector<rank_check> group;   // every rank's check, in rank order (gathered over the communicator)
+  double comm_ms = 0, hidden = 0;  // the last step, on the communication stream
   // Means over the timed steps on the compute stream: forward, backward, the wait for the reducer after
   // backward (the exposed communication), the optimizer, and the gap before the next step's forward.
   double forward_ms = 0, backward_ms = 0, exposed_ms = 0, optimizer_ms = 0, between_ms = 0;
@@ -246,14 +278,14 @@ std::vector<std::uint64_t> link_sizes(std::uint64_t total) {
 struct level_run {
   const ddp_options& cfg;
   const level_setting& setting;
-  std::span<comm::communicator* const> ranks;
+  std::span<comm::communicator* const> ranks;  // this process's ranks of the group
   level_window& window;
   progress_fn progress;
   std::vector<std::size_t> elements;
   std::vector<comm::matrix_shape> shapes;
   std::vector<int> unit_of;
-  std::vector<rank_outcome> outcome;
-  std::string window_level;  // the level's name, for progress lines
+  std::vector<rank_outcome> outcome;  // per entry of ranks
+  std::string window_level;           // the level's name, for progress lines
 };
 
 // The points of one step on the compute stream, as timing events.
@@ -261,13 +293,15 @@ struct step_marks {
   event forward, backward, backward_end, waited, end;
 };
 
-// One rank's model and its steps.
+// One rank's model and its steps: the rank of run.ranks[local] (its rank in the group may differ when the
+// group spans processes).
 class rank_model {
  public:
-  rank_model(level_run& run, int rank)
+  rank_model(level_run& run, std::size_t local)
       : run_(run),
-        rank_(rank),
-        comm_(*run.ranks[static_cast<std::size_t>(rank)]),
+        local_(local),
+        comm_(*run.ranks[local]),
+        rank_(comm_.rank()),
         dev_(comm_.dev()),
         compute_(dev_.make_stream()),
         t0_(dev_.make_timing_event()),
@@ -355,6 +389,8 @@ class rank_model {
   }
 
   [[nodiscard]] ladder_row& row() { return last_row_; }
+  /// The rank's place in the group.
+  [[nodiscard]] int rank() const noexcept { return rank_; }
 
  private:
   mem_view grad(std::size_t p) const {
@@ -539,8 +575,9 @@ class rank_model {
 
   // After the timed steps: the check, and (rank 0) the last step's communication against its backward.
   void report() {
-    rank_outcome& out = run_.outcome[static_cast<std::size_t>(rank_)];
+    rank_outcome& out = run_.outcome[local_];
     if (rank_ == 0) step_phases(out);
+    rank_check& mine = out.mine;
     const int n = comm_.size();
     const std::size_t params = run_.elements.size();
     buffer results = dev_.alloc_device(params * comm::f32_diff_bytes);
@@ -556,7 +593,7 @@ class rank_model {
           const std::vector<std::size_t>& in = red_->plan().buckets[b].params;
           const auto k = static_cast<std::size_t>(std::find(in.begin(), in.end(), p) - in.begin());
           if (red_->bucket_powersgd(b)->compressed(k)) {
-            out.approximated += run_.elements[p];
+            mine.approximated += run_.elements[p];
             continue;
           }
           c = codec_kind::none;
@@ -566,25 +603,29 @@ class rank_model {
       } else {
         comm::compare_f32_async(grad(p), fill_of(p, rank_), run_.elements[p], 0.0F, r, compute_);
       }
-      out.checked += run_.elements[p];
+      mine.checked += run_.elements[p];
     }
     buffer host = dev_.alloc_pageable(params * comm::f32_diff_bytes);
     dev_.copy(host, results, compute_);
     for (std::size_t p = 0; p < params; ++p)
-      out.wrong += comm::read_f32_diff(host.host_bytes() + p * comm::f32_diff_bytes).wrong;
+      mine.wrong += comm::read_f32_diff(host.host_bytes() + p * comm::f32_diff_bytes).wrong;
+    if (red_) {
+      // Every bucket's bytes, for the comparison across ranks.
+      const comm::bucket_plan& plan = red_->plan();
+      buffer sums = dev_.alloc_device(plan.buckets.size() * 8);
+      for (std::size_t b = 0; b < plan.buckets.size(); ++b)
+        dev_.checksum_async(
+            red_->flat().subview(plan.buckets[b].offset * sizeof(float), plan.buckets[b].bytes()),
+            sums.view(b * 8, 8), compute_);
+      buffer sums_host = dev_.alloc_pageable(plan.buckets.size() * 8);
+      dev_.copy(sums_host, sums, compute_);
+      mine.checksums.assign(plan.buckets.size(), 0);
+      std::memcpy(mine.checksums.data(), sums_host.host_bytes(), plan.buckets.size() * 8);
+    }
+    out.group = gather_checks(mine);
     if (!red_) return;
-    // Every bucket's bytes, for the comparison across ranks.
-    const comm::bucket_plan& plan = red_->plan();
-    buffer sums = dev_.alloc_device(plan.buckets.size() * 8);
-    for (std::size_t b = 0; b < plan.buckets.size(); ++b)
-      dev_.checksum_async(
-          red_->flat().subview(plan.buckets[b].offset * sizeof(float), plan.buckets[b].bytes()),
-          sums.view(b * 8, 8), compute_);
-    buffer sums_host = dev_.alloc_pageable(plan.buckets.size() * 8);
-    dev_.copy(sums_host, sums, compute_);
-    out.checksums.assign(plan.buckets.size(), 0);
-    std::memcpy(out.checksums.data(), sums_host.host_bytes(), plan.buckets.size() * 8);
 
+    const comm::bucket_plan& plan = red_->plan();
     const comm::reducer_stats st = red_->stats();
     out.buckets = plan.buckets.size();
     out.lossy = static_cast<std::size_t>(std::count_if(red_->codecs().begin(), red_->codecs().end(),
@@ -601,6 +642,29 @@ class rank_model {
     const auto [hidden, busy] = hidden_share();
     out.comm_ms = busy;
     out.hidden = hidden;
+  }
+
+  // Every rank's check, gathered over the group (the ranks may live in other processes).
+  std::vector<rank_check> gather_checks(const rank_check& mine) {
+    const std::size_t params = run_.elements.size();
+    const std::size_t words = check_words(params);
+    const auto n = static_cast<std::size_t>(comm_.size());
+    const std::size_t bytes = words * sizeof(std::uint64_t);
+    buffer host = dev_.alloc_pageable(n * bytes);
+    buffer gathered = dev_.alloc_device(n * bytes);
+    const std::vector<std::uint64_t> w = to_words(mine, params);
+    std::memcpy(host.host_bytes(), w.data(), bytes);
+    // This rank's words go in its own place of the gathered buffer (the in-place layout).
+    const mem_view own = gathered.view(static_cast<std::size_t>(rank_) * bytes, bytes);
+    dev_.copy(own, host.view(0, bytes), compute_);
+    // The words travel as pairs of floats: an all-gather copies bytes and does no arithmetic.
+    comm_.all_gather(own, gathered, words * 2, comm::dtype::f32, compute_).synchronize();
+    dev_.copy(host, gathered, compute_);
+    std::vector<std::uint64_t> all(n * words);
+    std::memcpy(all.data(), host.host_bytes(), n * bytes);
+    std::vector<rank_check> out;
+    for (std::size_t r = 0; r < n; ++r) out.push_back(from_words(std::span(all).subspan(r * words, words)));
+    return out;
   }
 
   // Rank 0, every level: where the timed steps' time went on the compute stream, as means over the steps.
@@ -624,8 +688,9 @@ class rank_model {
   }
 
   level_run& run_;
-  int rank_;
+  std::size_t local_;
   comm::communicator& comm_;
+  int rank_;
   device& dev_;
   stream compute_;
   std::optional<comm::reducer> red_;
@@ -727,16 +792,20 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ddp_options, scale, forward_fraction, optimiz
                                    min_lossy_gain)
 
 ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options& cfg, progress_fn progress) {
-  FERRY_EXPECTS(!ranks.empty(), "ddp bench needs at least one rank");
-  const int n = static_cast<int>(ranks.size());
+  FERRY_EXPECTS(!ranks.empty() && ranks[0] != nullptr, "ddp bench needs at least one rank");
+  const int n = ranks[0]->size();
+  const int first = ranks[0]->rank();
   FERRY_EXPECTS(static_cast<std::uint64_t>(n) <= max_ranks,
                 fmt::format("ddp bench of {} ranks: at most {}", n, max_ranks));
-  for (int r = 0; r < n; ++r) {
-    const comm::communicator* c = ranks[static_cast<std::size_t>(r)];
-    FERRY_EXPECTS(
-        c != nullptr && c->rank() == r && c->size() == n,
-        fmt::format("ddp ranks must be one group in rank order: entry {} is not rank {} of {}", r, r, n));
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const comm::communicator* c = ranks[i];
+    const int want = first + static_cast<int>(i);
+    FERRY_EXPECTS(c != nullptr && c->rank() == want && c->size() == n,
+                  fmt::format("ddp ranks must be consecutive ranks of one group in rank order: entry {} is "
+                              "not rank {} of {}",
+                              i, want, n));
   }
+  const std::size_t local = ranks.size();
   FERRY_EXPECTS(cfg.scale > 0 && cfg.scale <= 1, fmt::format("ddp scale {} is outside (0, 1]", cfg.scale));
   FERRY_EXPECTS(cfg.compute.count() > 0, "ddp step time must be positive");
   FERRY_EXPECTS(cfg.forward_fraction > 0 && cfg.forward_fraction < 1,
@@ -756,26 +825,27 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
   const std::uint64_t step_bytes = cfg.gradient_bytes();
   const std::vector<level_entry>& table = level_table();
 
-  // Runs fn(rank) on a thread per rank; a rank that throws aborts the group, the first error is rethrown.
-  auto on_every_rank = [&](const std::function<void(int)>& fn) {
+  // Runs fn(i) on a thread per entry i of ranks; a rank that throws aborts the group, the first error is
+  // rethrown.
+  auto on_every_rank = [&](const std::function<void(std::size_t)>& fn) {
     std::mutex mu;
-    std::exception_ptr first;
+    std::exception_ptr failed;
     std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
+    for (std::size_t i = 0; i < local; ++i) {
+      threads.emplace_back([&, i] {
         try {
-          fn(r);
+          fn(i);
         } catch (...) {
           {
             const std::lock_guard lock(mu);
-            if (!first) first = std::current_exception();
+            if (!failed) failed = std::current_exception();
           }
-          ranks[static_cast<std::size_t>(r)]->abort(fmt::format("rank {} of the ddp bench failed", r));
+          ranks[i]->abort(fmt::format("rank {} of the ddp bench failed", ranks[i]->rank()));
         }
       });
     }
     for (auto& t : threads) t.join();
-    if (first) std::rethrow_exception(first);
+    if (failed) std::rethrow_exception(failed);
   };
 
   // The link the rows are compared with: the bus bandwidth of one all-reduce of the step's gradients.
@@ -784,14 +854,14 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
     if (progress)
       progress(
           fmt::format("ddp: all-reduce of the {} of gradients over {} ranks", format_bytes(step_bytes), n));
-    std::vector<double> seconds(static_cast<std::size_t>(n));
-    on_every_rank([&](int r) {
-      comm::communicator& c = *ranks[static_cast<std::size_t>(r)];
+    std::vector<double> seconds(local);
+    on_every_rank([&](std::size_t i) {
+      comm::communicator& c = *ranks[i];
       stream s = c.dev().make_stream();
       buffer b = c.dev().alloc_device(step_bytes);
-      comm::fill_f32_async(b.view(), step_bytes / sizeof(float), fill_of(0, r), s);
+      comm::fill_f32_async(b.view(), step_bytes / sizeof(float), fill_of(0, c.rank()), s);
       const std::vector<std::uint64_t> size{step_bytes / 4 * 4};
-      seconds[static_cast<std::size_t>(r)] = time_all_reduce(c, b.view(), size, 3, s).front();
+      seconds[i] = time_all_reduce(c, b.view(), size, 3, s).front();
     });
     run_cfg.probed_gbps = static_cast<double>(step_bytes) * 2 * (n - 1) / n / seconds[0] / 1e9;
   }
@@ -806,12 +876,12 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
                  elements,
                  shapes,
                  unit_of,
-                 std::vector<rank_outcome>(static_cast<std::size_t>(n)),
+                 std::vector<rank_outcome>(local),
                  table[index].info.name};
-    on_every_rank([&](int r) {
-      rank_model m(lr, r);
+    on_every_rank([&](std::size_t i) {
+      rank_model m(lr, i);
       m.run();
-      if (r == 0) {
+      if (m.rank() == 0) {
         const ladder_row& timed = m.row();
         row.steps = timed.steps;
         row.seconds = timed.seconds;
@@ -820,13 +890,20 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
         row.extras = timed.extras;
       }
     });
+    // The figures of this process's first rank (rank 0's, in the process that reports), the checks of the
+    // whole group (every rank received them all).
     const rank_outcome& o = lr.outcome[0];
-    for (const rank_outcome& x : lr.outcome) {
+    const std::vector<rank_check>& group = o.group;
+    std::uint64_t approximated = 0;
+    for (const rank_check& x : group) {
       row.checked += x.checked;
       row.wrong += x.wrong;
+      approximated += x.approximated;
       // Every bucket must hold rank 0's bytes on every rank.
+      const std::vector<std::uint64_t>& zero = group.front().checksums;
+      row.wrong += x.checksums.size() != zero.size() ? 1 : 0;
       for (std::size_t b = 0; b < x.checksums.size(); ++b)
-        row.wrong += b >= o.checksums.size() || x.checksums[b] != o.checksums[b] ? 1 : 0;
+        row.wrong += b >= zero.size() || x.checksums[b] != zero[b] ? 1 : 0;
     }
     row.set_extra("comm_ms", o.comm_ms);
     row.set_extra("hidden", o.hidden);
@@ -838,8 +915,6 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
     row.set_extra("buckets", static_cast<double>(o.buckets), true);
     row.set_extra("lossy_buckets", static_cast<double>(o.lossy), true);
     row.set_extra("wire_mb", o.wire_mb);
-    std::uint64_t approximated = 0;
-    for (const rank_outcome& x : lr.outcome) approximated += x.approximated;
     row.set_extra("approximated", static_cast<double>(approximated), true);
     row.set_extra("first_mib", o.first_mib);
     row.set_extra("cap_mib", o.cap_mib);
@@ -850,6 +925,7 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
   ddp_result result =
       run_ladder_as<ddp_result>(ranks[0]->dev(), ddp_spec(), run_cfg, step_bytes, run, progress);
   result.ranks = n;
+  result.first_rank = first;
   result.comm_backend = std::string(ranks[0]->backend_name());
   return result;
 }

@@ -4,15 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "bench/comm_groups.hpp"
 #include "ferry/core/error.hpp"
+#include "support/test_support.hpp"
 
 using namespace ferry;
 using namespace ferry::bench;
+using ferry::testing::message_of;
 using test_groups::host_group;
 using test_groups::summing;
 
@@ -135,6 +139,50 @@ TEST(ddp_bench, a_wrong_reduction_is_caught) {
   EXPECT_GT(r.find("25MB")->wrong, r.find("25MB")->checked / 2);
 }
 
+TEST(ddp_bench, a_group_over_two_callers_as_over_two_processes_is_checked_whole_and_timed_on_rank_0) {
+  // Each rank driven by its own run_ddp, as each process of an mpirun job runs its GPU's rank.
+  ddp_options o = small(std::chrono::milliseconds(10));
+  o.levels = {"single", "25MB", "bf16", "auto"};
+  host_group g(2);
+  auto other = std::async(std::launch::async, [&] { return run_ddp(std::span(&g.ranks[1], 1), o); });
+  const ddp_result zero = run_ddp(std::span(&g.ranks[0], 1), o);
+  const ddp_result one = other.get();
+  const std::vector<std::size_t> e = o.elements();
+  const std::uint64_t elements = std::accumulate(e.begin(), e.end(), std::uint64_t{0});
+  EXPECT_EQ(zero.ranks, 2);
+  EXPECT_EQ(zero.first_rank, 0);
+  EXPECT_EQ(one.first_rank, 1);
+  ASSERT_EQ(zero.rows.size(), 4u);
+  ASSERT_EQ(one.rows.size(), 4u);
+  for (std::size_t i = 0; i < zero.rows.size(); ++i) {
+    SCOPED_TRACE(zero.rows[i].level);
+    // Both callers hold the whole group's checks: both ranks' gradients.
+    EXPECT_EQ(zero.rows[i].checked, 2 * elements);
+    EXPECT_EQ(one.rows[i].checked, 2 * elements);
+    EXPECT_EQ(zero.rows[i].wrong, 0u);
+    EXPECT_EQ(one.rows[i].wrong, 0u);
+    // Only rank 0's caller timed the steps.
+    EXPECT_EQ(zero.rows[i].steps, o.steps);
+    EXPECT_GT(zero.rows[i].steps_per_s, 0);
+    EXPECT_EQ(one.rows[i].steps, 0);
+  }
+  EXPECT_GT(zero.find("25MB")->extra("buckets"), 1);
+}
+
+TEST(ddp_bench, a_wrong_reduction_in_a_group_over_two_callers_is_counted_by_both) {
+  ddp_options o = small(std::chrono::milliseconds(10));
+  o.levels = {"25MB"};
+  host_group g(2);
+  summing a(*g.comms[0]), b(*g.comms[1]);  // they sum where they should average
+  comm::communicator* const r0 = &a;
+  comm::communicator* const r1 = &b;
+  auto other = std::async(std::launch::async, [&] { return run_ddp(std::span(&r1, 1), o); });
+  const ddp_result zero = run_ddp(std::span(&r0, 1), o);
+  const ddp_result one = other.get();
+  EXPECT_GT(zero.rows.at(0).wrong, zero.rows.at(0).checked / 2);
+  EXPECT_EQ(zero.rows.at(0).wrong, one.rows.at(0).wrong);
+}
+
 TEST(ddp_bench, bad_settings_and_ranks_are_refused) {
   host_group g(2);
   ddp_options o = small(std::chrono::milliseconds(10));
@@ -148,6 +196,11 @@ TEST(ddp_bench, bad_settings_and_ranks_are_refused) {
   EXPECT_THROW((void)run_ddp(g.ranks, o), logic_error);
   const std::vector<comm::communicator*> swapped{g.ranks[1], g.ranks[0]};
   EXPECT_THROW((void)run_ddp(swapped, small(std::chrono::milliseconds(10))), logic_error);
+  host_group three(3);
+  const std::vector<comm::communicator*> gap{three.ranks[0], three.ranks[2]};
+  const std::string why =
+      message_of<logic_error>([&] { (void)run_ddp(gap, small(std::chrono::milliseconds(10))); });
+  EXPECT_NE(why.find("entry 1 is not rank 1 of 3"), std::string::npos) << why;
 }
 
 }  // namespace

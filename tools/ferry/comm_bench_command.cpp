@@ -287,29 +287,36 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   host_device_options host;
   host.model_link = false;
+  // Under mpirun every process runs its own GPU's rank; rank 0's process times the steps, traces and
+  // prints, and every process checks the whole group's gradients (and exits with the same status).
   const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
-  if (job->size() > 1)
-    throw flag_error(
-        fmt::format("bench ddp over {} processes (--bootstrap {}): the ddp ladder runs its ranks in one "
-                    "process; run it without mpirun (--bootstrap single)",
-                    job->size(), job->name()));
+  const bool reports = job->rank() == 0;
+  if (!reports) cfg.trace = {};
   rank_group g = open_group(f, *job, host, [&cfg](const comm::comm_link& preset) {
     return bench::ddp_host_link(preset, cfg.scale, cfg.compute);
   });
   status_line status;
   graceful_interrupts(true);
-  bench::ddp_result r = bench::run_ddp(g.ranks, cfg, [&status](const std::string& line) {
-    status.line("bench: " + line);
-    status.set("bench: " + line);
-  });
+  bench::progress_fn progress;
+  if (reports) {
+    progress = [&status](const std::string& line) {
+      status.line("bench: " + line);
+      status.set("bench: " + line);
+    };
+  }
+  bench::ddp_result r = bench::run_ddp(g.ranks, cfg, progress);
   const bool interrupted = r.interrupted || interrupt_flag().load();
+  if (!reports) return interrupted ? interrupted_status : r.wrong() == 0 ? 0 : 2;
+  const std::string processes =
+      job->size() > 1 ? fmt::format(" over {} processes ({})", job->size(), job->transport()) : "";
   std::string head =
-      fmt::format("{} ranks, {} communicator{}; model scale {:g} ({} of gradients per step)\n", r.ranks,
-                  r.comm_backend, g.link.empty() ? "" : fmt::format(", modelled link {}", g.link), cfg.scale,
-                  format_bytes(cfg.gradient_bytes()));
+      fmt::format("{} ranks{}, {} communicator{}; model scale {:g} ({} of gradients per step)\n", r.ranks,
+                  processes, r.comm_backend, g.link.empty() ? "" : fmt::format(", modelled link {}", g.link),
+                  cfg.scale, format_bytes(cfg.gradient_bytes()));
   if (f.json) {
     nlohmann::json j = bench::ladder_json(r, stamp);
     j["ranks"] = r.ranks;
+    j["processes"] = job->size();
     j["comm_backend"] = r.comm_backend;
     j["link"] = g.link;
     if (interrupted) j["interrupted"] = true;

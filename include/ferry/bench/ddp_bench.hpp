@@ -26,7 +26,9 @@
 // checked after its timed steps: every gradient must equal the exact mean of the ranks' values within its
 // bucket's codec bound (comm::error_bound; PowerSGD's compressed matrices have no element-wise bound and
 // are checked across ranks only), and every bucket must hold the same bytes on every rank (checksums); a
-// row counts what failed in `wrong`.
+// row counts what failed in `wrong`. The ranks' checks travel over the group itself (an all-gather), so a
+// group whose ranks live in several processes (mpirun, one GPU each) is checked as a whole: every process
+// calls run_ddp with its own ranks and gets every rank's checks; the timing figures are rank 0's.
 //
 // On the host backend a scaled model runs over a modelled link scaled with it (ddp_host_link), so the
 // reference's proportions of communication to compute hold at a small size.
@@ -94,13 +96,18 @@ struct ddp_options : ladder_options {
 /// all-reduce busbw of the step's gradients measured before the levels).
 struct ddp_result : ladder_result {
   ddp_options config;
-  int ranks = 0;
+  int ranks = 0;             // the group's
+  int first_rank = 0;        // the first of the ranks this call ran: 0 in the process whose rows are timed
   std::string comm_backend;  // "host" or "nccl"
 };
 
-/// Runs the configured levels over `ranks` (every communicator of one group, rank order; their devices
-/// run the model). Throws logic_error for bad settings or ranks that are not one group, comm_error when
-/// the group fails (it is aborted, so no rank waits forever).
+/// Runs the configured levels over `ranks`: this process's ranks of one group, consecutive, in rank order
+/// (all of the group's in a single process; with a group over several processes every process calls it at
+/// once, with the same settings, for its own ranks). Their devices run the model. The rows' checks are the
+/// whole group's on every process; their timing figures are rank 0's, so only the process holding rank 0
+/// (first_rank 0) has the ladder's timings. Throws logic_error for bad settings or ranks that are not
+/// consecutive ranks of one group, comm_error when the group fails (it is aborted, so no rank waits
+/// forever).
 [[nodiscard]] ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options& cfg,
                                  progress_fn progress = {});
 
