@@ -607,6 +607,20 @@ TEST(analyze_drain_tail, names_the_work_that_trails_the_last_step_without_costin
   EXPECT_EQ(a.findings.back().rule, "drain_tail");  // after everything that costs per step
 }
 
+TEST(analyze_drain_tail, what_covered_the_tail_counts_only_time_inside_it) {
+  builder b = busy_steps();  // the last step ends at 4000 us
+  b.t.thread_names[worker_tid] = "sink 0";
+  b.range("process output", 3900, 4800, worker_tid);                  // the tail: 4000..4800
+  b.api("cudaMemcpyAsync", 4100, 4600, sync_kind::none, worker_tid);  // 500 us of it
+  b.api("cudaMemcpyAsync", 5800, 5900, sync_kind::none, worker_tid);  // after it: no part of it
+  const analysis a = b.run();
+  const finding* f = find_rule(a, "drain_tail");
+  ASSERT_NE(f, nullptr) << format_text(a);
+  EXPECT_NEAR(f->numbers.at("tail_ms"), 0.8, 1e-9);
+  EXPECT_NEAR(f->numbers.at("activity_ms"), 0.5, 1e-9);
+  EXPECT_NE(f->title.find("'cudaMemcpyAsync'"), std::string::npos) << f->title;
+}
+
 TEST(analyze_drain_tail, stays_quiet_for_a_short_tail_or_a_wait) {
   builder small = busy_steps();
   small.range("process output", 3900, 4100, worker_tid);  // 100 us past the last step: under 3% of 4100

@@ -31,7 +31,10 @@ trailing_work find_trailing_work(const model& m) {
   for (const auto& [thread, run] : groups.runs) {
     segment_walker walk(m, groups.of(run));
     for (segment g{}; walk.next(g);) {
-      if ((g.label & (model::blocking_bit | model::synthetic_bit)) != 0 || g.end <= w.start) continue;
+      // Only the part inside [w.start, w.end) counts (an API call after the tail covers none of it).
+      if ((g.label & (model::blocking_bit | model::synthetic_bit)) != 0 || g.end <= w.start ||
+          g.start >= w.end)
+        continue;
       covered[{thread, g.label}] += std::min(g.end, w.end) - std::max(g.start, w.start);
     }
   }
