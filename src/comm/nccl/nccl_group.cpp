@@ -215,21 +215,58 @@ nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t s
   const auto free_one = [&] {
     return std::find_if(records.begin(), records.end(), [](const record& r) { return !r.busy; });
   };
+  // Every record busy: the host is records_per_rank collectives ahead of the GPU. The issuing thread
+  // retires what finished itself, oldest first, polling with the lock released: waiting for the watchdog's
+  // next poll would let the GPU run dry (it would cap the rank at records_per_rank collectives a
+  // poll_interval).
   const auto deadline = clock::now() + options_.timeout;
-  while (free_one() == records.end()) {
+  std::chrono::microseconds backoff(2);
+  for (auto it = free_one(); it == records.end(); it = free_one()) {
     if (aborted()) {
       lock.unlock();
       fail_aborted(rank, op, seq);
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_one() == records.end()) {
-      const std::string why = fmt::format(
-          "{} #{} on rank {} of {}: the rank's {} collectives in flight did not finish within {} ms",
+    std::string problem;
+    if (retire_finished(rank, problem)) continue;
+    if (problem.empty() && clock::now() >= deadline)
+      problem = fmt::format(
+          "{} #{} on rank {} of {}: the rank's {} collectives in flight did not finish within "
+          "{} ms",
           to_string(op), seq, global(rank), size(), records.size(), options_.timeout.count());
+    if (!problem.empty()) {
       lock.unlock();
-      fail(rank, op, why);
+      fail(rank, op, problem);
     }
+    lock.unlock();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::microseconds(100));
+    lock.lock();
   }
   return *free_one();
+}
+
+bool nccl_group::retire_finished(int rank, std::string& problem) {
+  std::vector<record>& records = ranks_[static_cast<std::size_t>(rank)]->records;
+  // Oldest first: on one stream a collective completes only after the ones before it.
+  std::vector<record*> busy;
+  for (record& r : records)
+    if (r.busy) busy.push_back(&r);
+  std::sort(busy.begin(), busy.end(), [](const record* a, const record* b) { return a->seq < b->seq; });
+  bool freed = false;
+  for (record* r : busy) {
+    try {
+      if (!r->end.query()) break;
+    } catch (const std::exception& e) {
+      problem = fmt::format("{} #{} on rank {} of {} (GPU {}): asking whether it completed failed: {}",
+                            to_string(r->op), r->seq, global(rank), size(),
+                            ranks_[static_cast<std::size_t>(rank)]->ordinal, e.what());
+      break;
+    }
+    r->busy = false;
+    --in_flight_;
+    freed = true;
+  }
+  return freed;
 }
 
 shim::nccl_result nccl_group::issue(rank_state& rs, const call& c, void* stream) const {
@@ -312,9 +349,11 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
   rec.started = false;
   rec.op = c.op;
   rec.seq = seq;
-  ++in_flight_;
+  // The watchdog sleeps while nothing is in flight and polls every poll_interval otherwise: only the first
+  // collective in flight wakes it (waking it for each would have it query every record after every call).
+  const bool was_idle = in_flight_++ == 0;
   lock.unlock();
-  cv_.notify_all();
+  if (was_idle) cv_.notify_all();
 }
 
 void nccl_group::abort(const std::string& why) noexcept {
@@ -370,7 +409,6 @@ void nccl_group::close(int rank) noexcept {
 
 std::string nccl_group::check_records(clock::time_point now) {
   std::string problem;
-  bool freed = false;
   for (std::size_t k = 0; k < ranks_.size(); ++k) {
     for (record& rec : ranks_[k]->records) {
       if (!rec.busy) continue;
@@ -382,7 +420,6 @@ std::string nccl_group::check_records(clock::time_point now) {
         if (rec.started && rec.end.query()) {
           rec.busy = false;
           --in_flight_;
-          freed = true;
           continue;
         }
       } catch (const std::exception& e) {
@@ -398,7 +435,6 @@ std::string nccl_group::check_records(clock::time_point now) {
                               ranks_[k]->ordinal, options_.timeout.count(), not_issued(rec.seq));
     }
   }
-  if (freed) cv_.notify_all();
   return problem;
 }
 

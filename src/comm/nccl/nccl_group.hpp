@@ -12,6 +12,8 @@
 // on a condition variable while none is) together with ncclCommGetAsyncError; a collective still running
 // comm_options::timeout after it started, or an asynchronous NCCL error, aborts the group: ncclCommAbort on
 // every communicator, which ends the collectives stuck on the GPUs, and every later call throws comm_error.
+// A rank keeps records_per_rank such records; when the host runs that far ahead of its GPU, the issuing
+// thread retires the finished ones itself (so the GPU never waits for a watchdog poll to be fed).
 #pragma once
 
 #include <atomic>
@@ -119,6 +121,9 @@ class nccl_group {
   [[nodiscard]] std::string not_issued(std::uint64_t seq) const;
   // Under mu_: a free record of `rank`, waiting (bounded by the timeout) for the watchdog to retire one.
   record& acquire(int rank, collective op, std::uint64_t seq, std::unique_lock<std::mutex>& lock);
+  // Under mu_: marks `rank`'s busy records whose collective completed free, oldest first, stopping at the
+  // first still running; true when it freed one. A failed query leaves its words in `problem`.
+  bool retire_finished(int rank, std::string& problem);
   // Polls ncclCommGetAsyncError on `rank`'s communicator until it leaves ncclInProgress; returns the
   // final state, or throws comm_error on timeout or abort.
   shim::nccl_result settle(int rank, collective op, std::uint64_t seq, clock::time_point deadline);
@@ -136,7 +141,7 @@ class nccl_group {
   std::vector<std::unique_ptr<rank_state>> ranks_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // the watchdog's wake-up, and records freed
+  std::condition_variable cv_;        // the watchdog's wake-up
   std::size_t in_flight_ = 0;         // busy records; guarded by mu_
   std::atomic<bool> aborted_{false};  // set under mu_
   std::string reason_;                // guarded by mu_
