@@ -2,13 +2,21 @@
 // the process's local rank. Run by ctest 'comm_nccl_mpi' (label multigpu) as `mpirun -n 2 ferry_comm_tests
 // --gtest_filter=nccl_mpi.*`; every process runs every test in the same order. The checks of the
 // one-process suites: the collectives' results, and the reducer's buckets within each codec's bound and
-// byte for byte the same on every process (compared through the bootstrap). Outside mpirun they skip.
+// byte for byte the same on every process (compared through the bootstrap), and a process that never calls
+// failing every process with comm_error within the timeout. Outside mpirun they skip.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <exception>
+#include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/comm/bootstrap.hpp"
@@ -88,6 +96,61 @@ TEST_F(nccl_mpi, ten_reducer_steps_stay_within_each_codecs_bound_and_every_proce
   for (int p = 1; p < job().size(); ++p)
     EXPECT_EQ(std::memcmp(all.data() + static_cast<std::size_t>(p) * each, all.data(), each), 0)
         << "process " << p << "'s buckets differ from process 0's";
+}
+
+// Waits (bounded) until `c`'s group is aborted; true when it was.
+bool aborted_within(const communicator& c, std::chrono::seconds limit) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!c.aborted() && std::chrono::steady_clock::now() - start < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return c.aborted();
+}
+
+TEST_F(nccl_mpi, a_process_that_never_calls_leaves_no_other_waiting_and_every_process_gets_comm_error) {
+  // A group of its own, with a short timeout. The last process never issues the first all-reduce: every
+  // other process's watchdog aborts its communicator within the timeout and names the collective; then the
+  // last process issues it alone and its own watchdog does the same. Nobody waits forever, and every later
+  // call fails with comm_error naming its rank and operation.
+  comm_options o;
+  o.timeout = std::chrono::seconds(3);
+  std::vector<device*> raw{&dev()};
+  std::vector<std::unique_ptr<communicator>> group = make_nccl_group(job(), raw, o);
+  communicator& c = *group.front();
+  const int last = c.size() - 1;
+  const stream s = dev().make_stream();
+  const buffer buf = dev().alloc_device(1 << 20);
+  const auto lone_all_reduce = [&] {
+    try {
+      static_cast<void>(c.all_reduce(buf, buf, 1 << 18, dtype::f32, reduce_op::sum, s));
+    } catch (const comm_error& e) {
+      EXPECT_EQ(e.op(), collective::all_reduce);
+    }
+    EXPECT_TRUE(aborted_within(c, std::chrono::seconds(120))) << "rank " << c.rank() << " still waits";
+    try {
+      s.synchronize();  // the aborted collective's kernel has ended
+    } catch (const std::exception& e) {
+      std::cout << "rank " << c.rank() << ": synchronize after the abort: " << e.what() << "\n";
+    }
+  };
+  if (c.rank() != last) {
+    lone_all_reduce();
+    const std::string why = c.abort_reason();
+    EXPECT_NE(why.find(fmt::format("all_reduce #0 on rank {} of {}", c.rank(), c.size())), std::string::npos)
+        << why;
+    EXPECT_NE(why.find("ranks of other processes are not seen from this one"), std::string::npos) << why;
+  }
+  // Every process meets on the bootstrap (MPI, not NCCL) once the others have given up.
+  static_cast<void>(job().all_gather(std::as_bytes(std::span(&last, 1))));
+  if (c.rank() == last) lone_all_reduce();
+  try {
+    static_cast<void>(c.barrier(s));
+    ADD_FAILURE() << "rank " << c.rank() << ": no comm_error after the abort";
+  } catch (const comm_error& e) {
+    EXPECT_EQ(e.rank(), c.rank());
+    EXPECT_EQ(e.op(), collective::barrier);
+  }
+  group.clear();  // an aborted group is destroyed without waiting on any rank
+  static_cast<void>(job().all_gather(std::as_bytes(std::span(&last, 1))));
 }
 
 }  // namespace
