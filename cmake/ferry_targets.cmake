@@ -9,7 +9,7 @@ function(ferry_library name)
   target_include_directories(ferry_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(ferry_${name} PUBLIC ${arg_PUBLIC}
-    PRIVATE ${arg_PRIVATE} $<BUILD_INTERFACE:fmt::fmt-header-only>
+    PRIVATE ${arg_PRIVATE} $<BUILD_INTERFACE:${FERRY_FMT}>
             $<BUILD_INTERFACE:nlohmann_json::nlohmann_json> $<BUILD_INTERFACE:ferry_warnings>)
   if(NOT arg_NO_INSTALL)
     set_property(GLOBAL APPEND PROPERTY FERRY_INSTALLED_TARGETS ferry_${name})
