@@ -165,7 +165,7 @@ comm::f32_fill mean_of(std::size_t p, int ranks) {
   return {0.5F, 1.0F, static_cast<std::uint64_t>(p) * max_ranks, static_cast<std::uint32_t>(ranks)};
 }
 
-// What one rank's check found, as every rank of the group receives it (rank_summary words).
+// What one rank's check found; every rank of the group receives every rank's (as to_words).
 struct rank_check {
   std::uint64_t checked = 0;
   std::uint64_t approximated = 0;  // PowerSGD's compressed matrices: no element-wise bound
