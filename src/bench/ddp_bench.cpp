@@ -198,7 +198,6 @@ rank_check from_words(std::span<const std::uint64_t> w) {
 
 // What a rank found; the timing figures only on rank 0.
 struct rank_outcome {
-  rank_check mine;
   std::vector<rank_check> group;   // every rank's check, in rank order (gathered over the communicator)
   double comm_ms = 0, hidden = 0;  // the last step, on the communication stream
   // Means over the timed steps on the compute stream: forward, backward, the wait for the reducer after
@@ -577,7 +576,7 @@ class rank_model {
   void report() {
     rank_outcome& out = run_.outcome[local_];
     if (rank_ == 0) step_phases(out);
-    rank_check& mine = out.mine;
+    rank_check mine;
     const int n = comm_.size();
     const std::size_t params = run_.elements.size();
     buffer results = dev_.alloc_device(params * comm::f32_diff_bytes);

@@ -306,7 +306,8 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   }
   bench::ddp_result r = bench::run_ddp(g.ranks, cfg, progress);
   const bool interrupted = r.interrupted || interrupt_flag().load();
-  if (!reports) return interrupted ? interrupted_status : r.wrong() == 0 ? 0 : 2;
+  const int status_code = interrupted ? interrupted_status : r.wrong() == 0 ? 0 : 2;
+  if (!reports) return status_code;
   const std::string processes =
       job->size() > 1 ? fmt::format(" over {} processes ({})", job->size(), job->transport()) : "";
   std::string head =
@@ -327,8 +328,7 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
     if (!f.trace.file.empty())
       static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
   }
-  if (interrupted) return interrupted_status;
-  return r.wrong() == 0 ? 0 : 2;
+  return status_code;
 }
 
 }  // namespace

@@ -248,25 +248,24 @@ nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t s
 bool nccl_group::retire_finished(int rank, std::string& problem) {
   std::vector<record>& records = ranks_[static_cast<std::size_t>(rank)]->records;
   // Oldest first: on one stream a collective completes only after the ones before it.
-  std::vector<record*> busy;
-  for (record& r : records)
-    if (r.busy) busy.push_back(&r);
-  std::sort(busy.begin(), busy.end(), [](const record* a, const record* b) { return a->seq < b->seq; });
   bool freed = false;
-  for (record* r : busy) {
+  while (true) {
+    record* oldest = nullptr;
+    for (record& r : records)
+      if (r.busy && (oldest == nullptr || r.seq < oldest->seq)) oldest = &r;
+    if (oldest == nullptr) return freed;
     try {
-      if (!r->end.query()) break;
+      if (!oldest->end.query()) return freed;
     } catch (const std::exception& e) {
       problem = fmt::format("{} #{} on rank {} of {} (GPU {}): asking whether it completed failed: {}",
-                            to_string(r->op), r->seq, global(rank), size(),
+                            to_string(oldest->op), oldest->seq, global(rank), size(),
                             ranks_[static_cast<std::size_t>(rank)]->ordinal, e.what());
-      break;
+      return freed;
     }
-    r->busy = false;
+    oldest->busy = false;
     --in_flight_;
     freed = true;
   }
-  return freed;
 }
 
 shim::nccl_result nccl_group::issue(rank_state& rs, const call& c, void* stream) const {
