@@ -12,6 +12,7 @@ packages=(
   python3-pytest python3-torch                 # the Python package's tests (torch 1.13, CPU)
   python3-setuptools python3-wheel python3-pip python3-venv  # python3 -m pip install --no-build-isolation .
   python3-torchvision                          # the PyTorch examples' models (examples/pytorch), in tests/python
+  python3-markdown-it                          # scripts/check_docs.py: the Markdown parsed as CommonMark (ctest docs_markdown)
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
   clang-format clang-tidy     # scripts/lint.sh
