@@ -34,7 +34,7 @@ LAYERS: dict[str, set[str]] = {
     "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
     "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
 }
-# Targets that must build without the CUDA toolkit (DESIGN.md: host-only layers).
+# Targets that must build without the CUDA toolkit (docs/ARCHITECTURE.md: host-only layers).
 HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}
 # Folders that are not a target's but may use any of them.
 TOP = {"tools", "examples"}
