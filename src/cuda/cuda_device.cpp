@@ -13,6 +13,7 @@
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"
+#include "ferry/cuda/detail/architectures.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
 #include "ferry/device/device.hpp"
@@ -78,6 +79,16 @@ class cuda_device final : public device {
     info_.copy_engines = prop.asyncEngineCount;
     char bus[32] = {};
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal_) == cudaSuccess) info_.pci_bus_id = bus;
+    // Refuse here, naming the GPU and the build, rather than at the first kernel a bench or codec launches.
+    if (const cudaError_t load = cuda_kernels::check_kernels_load(); load != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(static_cast<int>(load),
+                       fmt::format("GPU {} ({}, compute capability {}.{}) cannot run ferry's kernels: this build "
+                                   "carries {} ({}: {}); rebuild for it with -DCMAKE_CUDA_ARCHITECTURES={}{} (cmake, or "
+                                   "FERRY_CMAKE_ARGS for pip install) or use the host backend",
+                                   ordinal_, prop.name, prop.major, prop.minor, cuda_architectures(),
+                                   cudaGetErrorName(load), cudaGetErrorString(load), prop.major, prop.minor));
+    }
   }
 
   ~cuda_device() override { drain_event_pool(); }
@@ -327,6 +338,8 @@ std::string cuda_unavailable_reason() {
   if (count == 0) return "no GPU visible to the CUDA runtime";
   return {};
 }
+
+std::string cuda_architectures() { return detail::describe_cuda_architectures(FERRY_CUDA_ARCHITECTURES); }
 
 std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_device>(ordinal); }
 

@@ -75,6 +75,11 @@ cudaError_t launch_fill_pattern(void* dst, std::size_t bytes, std::uint64_t seed
   return cudaGetLastError();
 }
 
+cudaError_t check_kernels_load() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, spin_kernel);
+}
+
 cudaError_t launch_spin(std::uint64_t nanoseconds, cudaStream_t stream) {
   spin_kernel<<<1, 32, 0, stream>>>(nanoseconds);
   return cudaGetLastError();

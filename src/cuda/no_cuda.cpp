@@ -13,6 +13,8 @@ std::string cuda_unavailable_reason() {
   return "ferry was built without the CUDA toolkit (host backend only)";
 }
 
+std::string cuda_architectures() { return {}; }
+
 std::unique_ptr<device> make_cuda_device(int ordinal) {
   throw logic_error(
       "cannot make cuda device " + std::to_string(ordinal) +

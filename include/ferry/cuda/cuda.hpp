@@ -16,8 +16,12 @@ namespace ferry {
 [[nodiscard]] int cuda_device_count() noexcept;
 /// Why cuda_available() is false (or an empty string when it is true).
 [[nodiscard]] std::string cuda_unavailable_reason();
+/// The GPU code this build carries, e.g. "sm_80, sm_86, sm_89, sm_90 and PTX compute_90"; empty when
+/// ferry was built without CUDA. A GPU none of it serves is refused when its device is made.
+[[nodiscard]] std::string cuda_architectures();
 /// Makes a device for GPU `ordinal` on the cuda backend. Throws logic_error when ferry was built
-/// without CUDA or the ordinal is out of range, cuda_error when the runtime fails.
+/// without CUDA or the ordinal is out of range, cuda_error when the runtime fails or the GPU cannot load
+/// the kernels this build carries (the message names its compute capability and cuda_architectures()).
 [[nodiscard]] std::unique_ptr<device> make_cuda_device(int ordinal = 0);
 
 /// The default choice: cuda when a GPU is visible, else host. `reason` receives why, for the user.

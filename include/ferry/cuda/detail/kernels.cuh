@@ -8,6 +8,10 @@
 
 namespace ferry::cuda_kernels {
 
+/// Loads a kernel of this build on the current device: cudaErrorNoKernelImageForDevice (or another
+/// error) when the build carries no code the GPU can run.
+cudaError_t check_kernels_load();
+
 /// Launches a one-warp kernel that occupies `stream` for `nanoseconds` of GPU time (read from the
 /// global timer). Returns the launch status.
 cudaError_t launch_spin(std::uint64_t nanoseconds, cudaStream_t stream);
