@@ -1,21 +1,30 @@
-"""What every ferry object shares: the fork check and closing at interpreter exit.
+"""What every ferry object shares: the fork check, waits that Ctrl-C can interrupt, and closing at
+interpreter exit.
 
 ferry's objects own threads and device memory. A forked child inherits neither working threads nor a
 usable CUDA context, so an object used in a child raises ForkedError (create it in the child, or start
-DataLoader workers with the "spawn" or "forkserver" context). At interpreter exit every object still open
-is closed (atexit runs before finalization, while ferry's threads may still call back into Python).
+DataLoader workers with the "spawn" or "forkserver" context).
+
+Exit. One atexit function closes every object still open, newest first, while the interpreter is whole:
+atexit runs before modules are torn down, so ferry's threads may still call back into Python, and a
+Prefetcher is closed before the device and the stream its lent batches are released on go with their
+modules (a batch still referenced by a global is then freed last, on a closed prefetcher, which has
+nothing to refill).
 """
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import weakref
+from typing import Any, Callable, List, Optional
 
 _pid = os.getpid()
-_open: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+_open: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 _counter = 0
+_exiting = False
 
 
 class ForkedError(RuntimeError):
@@ -34,7 +43,7 @@ def current_pid() -> int:
     return _pid
 
 
-def check_owner(obj, owner_pid: int) -> None:
+def check_owner(obj: Any, owner_pid: int) -> None:
     """Raises ForkedError when `obj` (made by process `owner_pid`) is used in another process."""
     if owner_pid != _pid:
         raise ForkedError(
@@ -43,7 +52,7 @@ def check_owner(obj, owner_pid: int) -> None:
             "multiprocessing's 'spawn' or 'forkserver' context")
 
 
-def register(obj) -> None:
+def register(obj: Any) -> None:
     """Closes `obj` (its close() method) at interpreter exit if it is still alive."""
     global _counter
     with _lock:
@@ -51,14 +60,82 @@ def register(obj) -> None:
         _open[_counter] = obj
 
 
+def exiting() -> bool:
+    """True once the interpreter runs its exit functions (ferry's objects are being closed)."""
+    return _exiting
+
+
+def exiting_on_interrupt() -> bool:
+    """True at exit after an uncaught KeyboardInterrupt (the interpreter keeps the exception it printed
+    in sys.last_value): the user's Ctrl-C is already spent on stopping the script."""
+    return _exiting and isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
+
+
+def note(text: str) -> None:
+    """One line for the user on stderr (interrupts), whatever state the interpreter is in."""
+    try:
+        sys.stderr.write(f"ferry: {text}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+class Blocking:
+    """A blocking library call run on a thread of its own while the caller waits in wait(). The interpreter
+    raises KeyboardInterrupt only between bytecodes, never inside a ctypes call, so a Ctrl-C during a long
+    call (an Egress draining a slow sink) would otherwise be seen only after it returned; the wait here
+    is on a lock, which a signal interrupts."""
+
+    def __init__(self, call: Callable[[], Any], name: str):
+        self._call = call
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._call()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            self._error = e
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        """Returns when the call did, raising what it raised. A KeyboardInterrupt during the wait is raised
+        here at once; the call goes on (wait again to see its end)."""
+        self._done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+def on_main_thread() -> bool:
+    """Signals (Ctrl-C) are handled on the main thread only: elsewhere a blocking call needs no helper."""
+    return threading.current_thread() is threading.main_thread()
+
+
 @atexit.register
 def _close_all() -> None:
+    global _exiting
     if _pid != os.getpid():
         return
+    _exiting = True
     with _lock:
-        objs = [o for _, o in sorted(_open.items(), reverse=True)]
+        objs: List[Any] = [o for _, o in sorted(_open.items(), reverse=True)]
+    abandon = False
     for o in objs:
         try:
-            o.close()
+            if abandon and hasattr(o, "abort"):
+                o.abort()
+            else:
+                o.close()
+        except KeyboardInterrupt:
+            # Ctrl-C while exit waits on an object (an Egress delivering): the user wants out, so what
+            # is still queued anywhere is abandoned rather than delivered.
+            abandon = True
         except BaseException as e:  # noqa: BLE001 - exit must go on; the error is still reported
-            print(f"ferry: closing {type(o).__name__} at exit: {e}")
+            note(f"closing {type(o).__name__} at exit: {e}")

@@ -1,6 +1,7 @@
 // The C ABI's egress functions: sinks and the pipeline.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,36 @@ struct ferry_sink {
   ferry::egress::checksum_sink* checksum = nullptr;  // set for a checksum sink
 };
 
+namespace ferry::c_api {
+
+// The sink the pipeline is given: the caller's, behind a gate that ferry_egress_abort shuts. Once shut,
+// every consume throws, which fails the pipeline; a failed pipeline drops what no worker has taken yet
+// and returns its slots, so a close() then waits only for the deliveries under way (an interpreter's
+// second Ctrl-C), and a file sink renames none of the dropped outputs to its final name.
+class abort_gate final : public egress::sink {
+ public:
+  explicit abort_gate(std::shared_ptr<egress::sink> inner) : inner_(std::move(inner)) {}
+  void consume(const egress::output_chunk& d) override {
+    if (shut_.load(std::memory_order_acquire)) {
+      throw stopped_error(fmt::format("egress aborted: output {} (tag {}) not delivered, nor any queued with it",
+                                      d.sequence, d.tag));
+    }
+    inner_->consume(d);
+  }
+  void flush() override { inner_->flush(); }
+  void shut() noexcept { shut_.store(true, std::memory_order_release); }
+
+ private:
+  std::shared_ptr<egress::sink> inner_;
+  std::atomic<bool> shut_{false};
+};
+
+}  // namespace ferry::c_api
+
 struct ferry_egress {
   std::shared_ptr<ferry::c_api::device_state> state;
   std::shared_ptr<ferry::egress::sink> sink;
+  std::shared_ptr<ferry::c_api::abort_gate> gate;     // in front of `sink`
   std::unique_ptr<ferry::egress::pipeline> pipeline;  // last: closed before the device goes
 };
 
@@ -124,8 +152,9 @@ int ferry_egress_create(ferry_device* dev, ferry_sink* sink, size_t slot_bytes, 
     o.slots = slots;
     o.sink_workers = workers;
     o.order = ordered != 0 ? ferry::delivery::in_order : ferry::delivery::as_completed;
-    auto p = std::make_unique<ferry::egress::pipeline>(*st->dev, s, o);
-    *out = new ferry_egress{st, std::move(s), std::move(p)};
+    auto gate = std::make_shared<ferry::c_api::abort_gate>(s);
+    auto p = std::make_unique<ferry::egress::pipeline>(*st->dev, gate, o);
+    *out = new ferry_egress{st, std::move(s), std::move(gate), std::move(p)};
   });
 }
 
@@ -146,6 +175,10 @@ int ferry_egress_flush(ferry_egress* e) {
 
 int ferry_egress_close(ferry_egress* e) {
   return guard([&] { checked(e, "ferry_egress_close").pipeline->close(); });
+}
+
+int ferry_egress_abort(ferry_egress* e) {
+  return guard([&] { checked(e, "ferry_egress_abort").gate->shut(); });
 }
 
 int ferry_egress_free_slots(ferry_egress* e, size_t* out) {

@@ -58,6 +58,7 @@ struct prefetch_state {
       : dev(std::move(st)), feed(*dev->dev, fo), pf(*dev->dev, feed.source(), {.depth = depth}) {}
   ~prefetch_state() { close(); }
   void close() noexcept {
+    closed.store(true, std::memory_order_release);
     feed.close();  // first: wakes workers waiting for a batch never pushed
     pf.close();
   }
@@ -67,6 +68,7 @@ struct prefetch_state {
   ingest::prefetcher pf;  // after the feed: destroyed first
   std::mutex mu;
   std::set<std::uint64_t> lent;  // batch numbers lent and not yet released
+  std::atomic<bool> closed{false};
 };
 
 }  // namespace ferry::c_api
@@ -110,9 +112,14 @@ void drop_hold(ferry_batch* b) noexcept {
       st.pf.release(b->batch, st.dev->dev->adopt_stream(reinterpret_cast<void*>(b->consumer)));
     }
   } catch (const std::exception& e) {
-    ferry::detail::report_destructor_error(
-        fmt::format("ferry: releasing batch {}: {}", b->batch.epoch, e.what()),
-        std::source_location::current());
+    // A closed prefetcher refills no slot, so a release that fails there loses nothing: typically its
+    // consumer stream is gone already, as when an interpreter frees a batch kept in a global after the
+    // device and its streams (ferry/_runtime.py closes every prefetcher before either goes).
+    if (!st.closed.load(std::memory_order_acquire)) {
+      ferry::detail::report_destructor_error(
+          fmt::format("ferry: releasing batch {}: {}", b->batch.epoch, e.what()),
+          std::source_location::current());
+    }
   }
   {
     const std::lock_guard lock(st.mu);

@@ -140,6 +140,11 @@ FERRY_C_API int ferry_egress_submit(ferry_egress* e, void* data, size_t bytes, u
                                     uint64_t tag, ferry_event** out);
 FERRY_C_API int ferry_egress_flush(ferry_egress* e);
 FERRY_C_API int ferry_egress_close(ferry_egress* e);
+/* Abandons what is queued: no output is handed to the sink after this call (a file sink leaves none of
+ * them under its final name); deliveries under way finish. Returns at once; any thread, also while
+ * another is in submit, flush or close, which then return FERRY_ERROR_STOPPED once the deliveries under
+ * way are done (close still stops the threads). */
+FERRY_C_API int ferry_egress_abort(ferry_egress* e);
 FERRY_C_API int ferry_egress_free_slots(ferry_egress* e, size_t* out);
 /* Counters and stage times as JSON. */
 FERRY_C_API int ferry_egress_stats_json(ferry_egress* e, char** out);

@@ -4,14 +4,25 @@ from __future__ import annotations
 import collections
 import json
 import threading
-from ctypes import byref, c_size_t, c_void_p
-from typing import Optional
+from ctypes import byref, c_int, c_size_t, c_void_p
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple, Union
 
 from .. import _runtime
-from .._c import STATUS, ClosedError, check, lib, take_string
+from .._c import DECLARATIONS, STATUS, ClosedError, EgressHandle, EventHandle, check, lib, take_string
 from .._device import Device, Event
-from ..sinks import CallbackSink, Sink, as_sink
-from ._common import check_on_device, dlpack_stream, resolve_device, shape_text, stream_handle, tensor_info
+from ..sinks import CallbackSink, ChunkInfo, Sink, as_sink
+from ._common import (DeviceLike, StreamLike, check_on_device, dlpack_stream, resolve_device, shape_text,
+                      stream_handle, tensor_info)
+
+if TYPE_CHECKING:
+    import numpy
+
+SinkLike = Union[Sink, Callable[["numpy.ndarray", ChunkInfo], Any], None]
+
+_abort = lib.ferry_egress_abort
+if "ferry_egress_abort" not in DECLARATIONS:  # until ferry._c's table lists it
+    _abort.restype = c_int
+    _abort.argtypes = [c_void_p]
 
 
 class Egress:
@@ -30,11 +41,18 @@ class Egress:
     of one slot each. A sink's exception is raised in the caller at its next submit, flush or close.
     Memory: slots * slot_bytes of pinned host memory, allocated here, once.
 
+    Ctrl-C, as for the ferry command: a KeyboardInterrupt leaving a `with Egress(...)` block (or the
+    script, the Egress closed at exit) stops the submitting and delivers what is in flight, so every
+    output submitted lands whole; a second Ctrl-C during that abandons what is still queued (no output
+    is handed to the sink after it, and a file sink leaves none of those under a final name), waits only
+    for the deliveries under way and raises KeyboardInterrupt. A Ctrl-C during close() or flush() is seen
+    at once, not when the wait ends.
+
     On ferry's host backend (no GPU) CPU tensors stand in for GPU tensors and ferry.Stream objects for
     CUDA streams."""
 
-    def __init__(self, sink=None, slots: int = 8, slot_bytes: int = 64 << 20, workers: int = 4,
-                 ordered: bool = True, device=None):
+    def __init__(self, sink: SinkLike = None, slots: int = 8, slot_bytes: int = 64 << 20, workers: int = 4,
+                 ordered: bool = True, device: DeviceLike = None):
         for name, v in (("slots", slots), ("slot_bytes", slot_bytes), ("workers", workers)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"Egress({name}={v!r}): expected an integer >= 1")
@@ -46,22 +64,24 @@ class Egress:
         self.sink: Sink = as_sink(sink)
         self.sink._attach(self)
         self.slots, self.slot_bytes, self.workers, self.ordered = slots, slot_bytes, workers, bool(ordered)
-        self._handle: Optional[c_void_p] = None
+        self._handle: Optional[EgressHandle] = None
         self._closed = False
+        self._interrupted = False  # a Ctrl-C was seen: the next one abandons what is queued
         self._lock = threading.Lock()
-        self._held = collections.deque()  # (Event, tensor) until the copy out of the tensor is done
+        # (Event, tensor) until the copy out of the tensor is done
+        self._held: Deque[Tuple[Event, Any]] = collections.deque()
         self._submitted = 0
         if self.sink._handle is not None:
             self._create()
         _runtime.register(self)
 
     def _create(self) -> None:
-        h = c_void_p()
+        h = EgressHandle()
         check(lib.ferry_egress_create(self.device.handle, self.sink._c_handle(), self.slot_bytes, self.slots,
                                       self.workers, 1 if self.ordered else 0, byref(h)))
         self._handle = h
 
-    def _resolver(self, stream) -> int:
+    def _resolver(self, stream: StreamLike) -> int:
         return stream_handle(self.device, stream)
 
     def _check_usable(self, what: str) -> None:
@@ -74,11 +94,17 @@ class Egress:
             raise self.sink.error
         check(status)
 
+    def _call(self, fn: Callable[[Any], int]) -> None:
+        """fn(handle), raising the Egress's error (on this thread: the library's message is per thread)."""
+        status = fn(self._handle)
+        if status:
+            self._raise(status)
+
     def _release_done(self, all_done: bool = False) -> None:
         while self._held and (all_done or self._held[0][0].query()):
             self._held.popleft()
 
-    def submit(self, tensor, stream=None, tag: Optional[int] = None) -> Event:
+    def submit(self, tensor: Any, stream: StreamLike = None, tag: Optional[int] = None) -> Event:
         """Queues the copy of `tensor` (contiguous, on this Egress's device) after `stream`'s current point;
         `tag` (default: the submission number) names the output to the sink (file names, checksums).
         Returns an Event that completes when the copy out of `tensor` is done."""
@@ -101,10 +127,8 @@ class Egress:
             if isinstance(self.sink, CallbackSink):
                 self.sink._expect(tag, info.shape, info)
             self._release_done()
-            ev = c_void_p()
-            status = lib.ferry_egress_submit(self._handle, info.data, info.nbytes, handle, tag, byref(ev))
-            if status != 0:
-                self._raise(status)
+            ev = EventHandle()
+            self._call(lambda h: lib.ferry_egress_submit(h, info.data, info.nbytes, handle, tag, byref(ev)))
             self._submitted += 1
             event = Event(self.device, ev, self._resolver)
             self._held.append((event, tensor))
@@ -112,29 +136,89 @@ class Egress:
 
     def flush(self) -> None:
         """Waits (without the GIL) until every output submitted so far was consumed by the sink; raises
-        the first error of the sink or a copy."""
+        the first error of the sink or a copy. Ctrl-C ends the wait at once (what is in flight goes on)."""
         self._check_usable("flush")
         if self._handle is None:
             return
-        status = lib.ferry_egress_flush(self._handle)
+        if _runtime.on_main_thread():
+            _runtime.Blocking(lambda: self._call(lib.ferry_egress_flush), "ferry-egress-flush").wait()
+        else:
+            self._call(lib.ferry_egress_flush)
         with self._lock:
-            self._release_done(all_done=status == 0)
-        if status != 0:
-            self._raise(status)
+            self._release_done(all_done=True)
 
     def close(self) -> None:
-        """Delivers what is in flight, stops the threads and raises the first error. Idempotent."""
+        """Delivers what is in flight, stops the threads and raises the first error. Idempotent. A first
+        Ctrl-C during the wait lets it finish, then raises KeyboardInterrupt; a second abandons what is
+        queued (see the class)."""
         _runtime.check_owner(self, self._pid)
         if self._closed:
             return
         self._closed = True
         if self._handle is None:
             return
-        status = lib.ferry_egress_close(self._handle)
-        with self._lock:
-            self._held.clear()  # close waited for every copy, failed or not
-        if status != 0:
-            self._raise(status)
+        # A Ctrl-C before this close (the one leaving a `with` block or ending the script) or during it
+        # lets what is in flight finish; the next one abandons what is queued.
+        interrupted = self._interrupted or _runtime.exiting_on_interrupt()
+        if not _runtime.on_main_thread():
+            self._call(lib.ferry_egress_close)
+            self._held.clear()
+            return
+        wait = _runtime.Blocking(lambda: self._call(lib.ferry_egress_close), "ferry-egress-close")
+        caught = False  # a Ctrl-C arrived during this wait: raised once the drain is done
+        tell = interrupted
+        while True:
+            # Everything from here on may be interrupted anywhere (a Ctrl-C is raised between any two
+            # bytecodes, the note's write included), and every such interrupt is the same next one.
+            try:
+                if tell:
+                    tell = False
+                    self._note_draining()
+                wait.wait()
+                break
+            except KeyboardInterrupt:
+                if interrupted:
+                    self._abandon(wait)
+                    _runtime.note(f"interrupted again: the Egress abandoned {self.stats().get('dropped', 0)} "
+                                  "queued deliveries")
+                    raise
+                interrupted = caught = tell = self._interrupted = True
+            except BaseException:
+                self._held.clear()  # close waited for every copy, failed or not
+                raise
+        self._held.clear()
+        if caught:
+            raise KeyboardInterrupt
+
+    def _note_draining(self) -> None:
+        busy = self.slots - self.free_slots
+        _runtime.note(f"interrupted: the Egress delivers what is in flight ({busy} of {self.slots} slots busy); "
+                      "interrupt again to abandon it")
+
+    def _abandon(self, closing: Optional[_runtime.Blocking]) -> None:
+        """Shuts the gate in front of the sink and waits (a further Ctrl-C ends the wait) for the close to
+        return: deliveries under way finish, the queued ones are dropped."""
+        _abort(self._handle)
+        if closing is None:
+            closing = _runtime.Blocking(lambda: self._call(lib.ferry_egress_close), "ferry-egress-close")
+        try:
+            closing.wait()
+        except KeyboardInterrupt:
+            return  # a third Ctrl-C: stop waiting for the deliveries under way
+        except Exception:  # noqa: BLE001 - the abandoning itself (FERRY_ERROR_STOPPED), or a sink error
+            pass            # before it: both moot once the caller gives up what is queued
+        self._held.clear()
+
+    def abort(self) -> None:
+        """Abandons what is queued and closes: no output is handed to the sink after this call (a file sink
+        leaves none of them under its final name); deliveries under way finish. Raises no sink error:
+        call close() instead to deliver everything and see errors. Idempotent."""
+        _runtime.check_owner(self, self._pid)
+        if self._closed:
+            return
+        self._closed = True
+        if self._handle is not None:
+            self._abandon(None)
 
     @property
     def free_slots(self) -> int:
@@ -144,8 +228,9 @@ class Egress:
         check(lib.ferry_egress_free_slots(self._handle, byref(out)))
         return out.value
 
-    def stats(self) -> dict:
-        """Counters and stage times: outputs, deliveries, bytes, d2h_gbps, pin_seconds, stages, ..."""
+    def stats(self) -> Dict[str, Any]:
+        """Counters and stage times: outputs, deliveries, bytes, d2h_gbps, pin_seconds, stages, dropped
+        (deliveries not made because the Egress failed or was aborted), ..."""
         if self._handle is None:
             return {}
         out = c_void_p()
@@ -155,16 +240,24 @@ class Egress:
     def __enter__(self) -> "Egress":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
         if exc_type is None:
             self.close()
-        else:
+            return
+        if issubclass(exc_type, KeyboardInterrupt):
+            # The first Ctrl-C: deliver what is in flight; close() raises a second one after abandoning.
+            self._interrupted = True
             try:
                 self.close()
-            except BaseException:  # noqa: BLE001 - the exception already propagating is the one to see
+            except Exception:  # noqa: BLE001 - the Ctrl-C is the one to see
                 pass
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the exception already propagating is the one to see
+            pass
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             self._handle = None
