@@ -26,8 +26,8 @@ class abort_gate final : public egress::sink {
   explicit abort_gate(std::shared_ptr<egress::sink> inner) : inner_(std::move(inner)) {}
   void consume(const egress::output_chunk& d) override {
     if (shut_.load(std::memory_order_acquire)) {
-      throw stopped_error(fmt::format("egress aborted: output {} (tag {}) not delivered, nor any queued with it",
-                                      d.sequence, d.tag));
+      throw stopped_error(fmt::format(
+          "egress aborted: output {} (tag {}) not delivered, nor any queued with it", d.sequence, d.tag));
     }
     inner_->consume(d);
   }

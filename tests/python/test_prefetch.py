@@ -1,7 +1,12 @@
 """ferry.torch.Prefetcher: structures and values, a DataLoader, the lifetime rule, errors, fork."""
 import collections
 import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -10,6 +15,7 @@ import ferry
 from ferry.torch import Prefetcher
 
 Pair = collections.namedtuple("Pair", ["image", "label"])
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def batches(n, seed=0, last=None):
@@ -65,7 +71,7 @@ def test_a_dataloader_with_worker_processes_feeds_it(device):
 
 def test_a_batch_kept_past_its_window_raises_naming_it_then_recovers(device):
     src = batches(6)
-    it = Prefetcher(src, depth=2, device=device)
+    it = iter(Prefetcher(src, depth=2, device=device))
     kept = [next(it), next(it)]  # batches 0 and 1 alive; batch 2 goes into batch 0's slot
     with pytest.raises(RuntimeError, match="batch 2 goes into the device slot of batch 0"):
         next(it)
@@ -79,14 +85,11 @@ def test_a_batch_kept_past_its_window_raises_naming_it_then_recovers(device):
 def test_bad_input_names_the_value(device):
     with pytest.raises(ValueError, match="depth=1"):
         Prefetcher([], depth=1, device=device)
+    with pytest.raises(ValueError, match="oversize='shrink'"):
+        Prefetcher([], device=device, oversize="shrink")
     bad = [(torch.zeros(4, 4).t(),)]
-    with pytest.raises(ValueError, match=r"batch\[0\] .* is not contiguous"):
+    with pytest.raises(ValueError, match=r"batch\[0\] of batch 0 .* is not contiguous"):
         next(Prefetcher(bad, device=device))
-    growing = [torch.zeros(4), torch.zeros(400)]
-    with pytest.raises(ValueError, match="batch 1 needs 1600 bytes.*batch_bytes"):
-        next(Prefetcher(growing, device=device))
-    ok = Prefetcher(growing, device=device, batch_bytes=4096)
-    assert [t.numel() for t in ok] == [4, 400]
 
 
 def test_end_and_close(device):
@@ -99,6 +102,131 @@ def test_end_and_close(device):
     it2.close()
     with pytest.raises(ferry.ClosedError):
         next(it2)
+    with pytest.raises(ferry.ClosedError):
+        iter(it2)
+
+
+def test_every_for_is_a_new_epoch_and_len_is_the_sources(device):
+    src = batches(5, last=2)
+    p = Prefetcher(src, device=device)
+    assert len(p) == 5
+    for _ in range(2):  # a second `for` used to yield nothing
+        assert [b[2] for b in p] == ["b0", "b1", "b2", "b3", "b4"]
+    it = iter(p)
+    assert it.__length_hint__() == 5  # what list() and tqdm-like consumers read
+    next(it)
+    assert it.__length_hint__() == 4
+    # A `for` that ends early (its loop variable still holding a batch) leaves the next `for` a whole pass.
+    for b in p:
+        if b[2] == "b2":
+            break
+    kept = b
+    assert [(x.cpu().clone(), n) for x, _, n in p][0][1] == "b0"
+    assert torch.equal(kept[0].cpu(), src[2][0])  # the abandoned pass's batch is still valid
+    with pytest.raises(RuntimeError, match="abandoned"):
+        next(it)  # the iterator of a pass a newer one replaced
+    loader = DataLoader(Squares(), batch_size=16)  # 40 samples: 16, 16 and a smaller last batch of 8
+    pl = Prefetcher(loader, device=device)
+    assert len(pl) == 3
+    for _ in range(2):
+        assert [y.cpu().tolist() for _, y in pl] == [list(range(0, 16)), list(range(16, 32)), list(range(32, 40))]
+
+
+def test_a_one_pass_source_is_refused_a_second_pass_by_name(device):
+    p = Prefetcher((b for b in batches(2)), device=device)
+    assert len(list(p)) == 2
+    with pytest.raises(TypeError, match="generator, an iterator that was used up"):
+        iter(p)
+    with pytest.raises(TypeError, match="has no len"):
+        len(p)
+    assert p  # truthy without a len()
+
+
+def test_a_source_error_surfaces_at_its_batch_after_the_ones_before(device):
+    def source():
+        yield from batches(3)
+        raise OSError("sample 24 cannot be read")
+
+    got = []
+    with pytest.raises(OSError, match="sample 24") as info:
+        for b in Prefetcher(source(), device=device):  # the lookahead reaches the error before batch 0
+            got.append(b[2])
+    assert got == ["b0", "b1", "b2"]
+    if sys.version_info >= (3, 11):
+        assert "at batch 3" in "".join(info.value.__notes__)
+
+    class Broken(Squares):
+        def __getitem__(self, i):
+            if i == 20:
+                raise KeyError(f"no sample {i}")
+            return super().__getitem__(i)
+
+    seen = []
+    with pytest.raises(KeyError, match="no sample 20"):
+        for _, y in Prefetcher(DataLoader(Broken(), batch_size=8), device=device):
+            seen += y.cpu().tolist()
+    assert seen == list(range(16))  # batches 0 and 1; batch 2 holds sample 20
+
+
+def test_fields_that_dlpack_refuses_are_converted_or_named(device):
+    g = torch.Generator().manual_seed(3)
+    mask = torch.rand(4, 6, generator=g) > 0.5
+    weights = torch.randn(4, requires_grad=True)
+    arr = np.arange(12, dtype=np.int16).reshape(3, 4)
+    src = [{"mask": mask, "w": weights, "np": arr, "npbool": arr > 5, "scalar": torch.tensor(True), "k": 7}]
+    (b,) = list(Prefetcher(src, device=device))
+    assert b["mask"].dtype == torch.bool and torch.equal(b["mask"].cpu(), mask)
+    assert not b["w"].requires_grad and torch.equal(b["w"].cpu(), weights.detach())
+    assert b["np"].dtype == torch.int16 and torch.equal(b["np"].cpu(), torch.from_numpy(arr))
+    assert b["npbool"].dtype == torch.bool and torch.equal(b["npbool"].cpu(), torch.from_numpy(arr > 5))
+    assert b["scalar"].shape == () and bool(b["scalar"])
+    assert b["k"] == 7
+    refused = [
+        ([torch.ones(2), torch.eye(3).to_sparse()], r"batch\[1\] of batch 0 is a torch.sparse_coo tensor"),
+        ({"names": np.array(["a", None], dtype=object)}, r"batch\['names'\] of batch 0 is a numpy array of dtype object"),
+        ({"mask": torch.ones(4, 4, dtype=torch.bool).t()}, r"batch\['mask'\] of batch 0 .*not contiguous"),
+    ]
+    for batch, message in refused:
+        with pytest.raises(ValueError, match=message):
+            next(Prefetcher([batch], device=device))
+
+
+def test_a_batch_larger_than_the_slots_is_copied_plainly_or_refused(device):
+    sizes = [4, 400, 3, 1000]  # slots sized by the first batch (16 bytes)
+    src = [torch.arange(n, dtype=torch.float32) for n in sizes]
+    with pytest.warns(RuntimeWarning, match="batch 1 needs 1600 bytes.*batch_bytes=1600"):
+        got = [t.cpu().clone() for t in Prefetcher(src, device=device)]
+    assert [t.numel() for t in got] == sizes and all(torch.equal(a, b) for a, b in zip(got, src))
+    strict = Prefetcher(src, device=device, oversize="error")
+    assert next(strict).numel() == 4  # the batch before it is yielded first
+    with pytest.raises(ValueError, match="batch 1 needs 1600 bytes; ferry's slots hold 16.*batch_bytes="):
+        next(strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # sized for the largest: every batch is prefetched
+        assert [t.numel() for t in Prefetcher(src, device=device, batch_bytes=4096)] == sizes
+
+
+def test_no_error_at_exit_with_a_batch_still_referenced(tmp_path, backend):
+    # A script's last batch is freed when its module is torn down, after ferry's default device and
+    # stream: it used to print "ignored error ... releasing batch N: ... not a live stream".
+    script = f"""
+import sys, torch
+sys.path.insert(0, {str(ROOT / 'python')!r})
+from torch.utils.data import DataLoader, TensorDataset
+from ferry.torch import Prefetcher
+dev = {'"cpu"' if backend == "host" else '"cuda"'}
+data = TensorDataset(torch.arange(64.0).reshape(32, 2), torch.arange(32))
+for x, y in Prefetcher(DataLoader(data, batch_size=8), device=dev):
+    pass
+kept = Prefetcher(DataLoader(data, batch_size=8), device=dev)
+for x2, y2 in kept:
+    pass
+assert float(x[0, 0]) == 48.0 and float(x2[0, 0]) == 48.0
+print("done")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
+    assert "ignored error" not in r.stderr, r.stderr
 
 
 def test_use_in_a_forked_child_raises_a_clear_error(device):

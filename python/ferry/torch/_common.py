@@ -2,13 +2,22 @@
 and turning the stream-likes users pass into native handles."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .._device import Device, Stream, default_device
 from .._dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, TensorInfo, read_capsule
 
+if TYPE_CHECKING:
+    import torch
 
-def resolve_device(device) -> Device:
+# What the `device` arguments accept (see resolve_device).
+DeviceLike = Union[Device, "torch.device", str, int, None]
+# What the `stream` arguments accept: a torch.cuda.Stream, an object with __cuda_stream__, a ferry.Stream,
+# a cudaStream_t as int, or None (see stream_handle).
+StreamLike = Any
+
+
+def resolve_device(device: DeviceLike) -> Device:
     """None: the current CUDA device when torch sees a GPU, else ferry's host device. Also accepts a
     ferry.Device, a torch.device or its text ("cuda:1", "cpu"), an int (a CUDA ordinal), or "host"."""
     import torch
@@ -34,7 +43,7 @@ def resolve_device(device) -> Device:
     raise ValueError(f"device {device!r}: ferry drives CUDA devices (or its host emulation for 'cpu')")
 
 
-def _stream_device_index(stream) -> Optional[int]:
+def _stream_device_index(stream: Any) -> Optional[int]:
     d = getattr(stream, "device", None)
     if d is None:
         return None
@@ -47,7 +56,7 @@ def _stream_device_index(stream) -> Optional[int]:
     return None
 
 
-def stream_handle(dev: Device, stream) -> int:
+def stream_handle(dev: Device, stream: StreamLike) -> int:
     """The native handle of `stream` for ferry calls on `dev`. None is torch's current stream of the
     device (on the host backend: the device's default ferry stream)."""
     if isinstance(stream, Stream):
@@ -84,7 +93,7 @@ def stream_handle(dev: Device, stream) -> int:
                     "a ferry.Stream, a cudaStream_t as int, or None")
 
 
-def dlpack_stream(dev: Device, handle: int):
+def dlpack_stream(dev: Device, handle: int) -> Optional[int]:
     """The `stream` argument of __dlpack__ that makes `handle` safe to read the tensor on (DLPack names
     the legacy default stream 1; CPU tensors take None)."""
     if dev.backend == "host":
@@ -92,7 +101,7 @@ def dlpack_stream(dev: Device, handle: int):
     return 1 if handle == 0 else handle
 
 
-def tensor_info(obj, stream_arg) -> TensorInfo:
+def tensor_info(obj: Any, stream_arg: Optional[int]) -> TensorInfo:
     """Reads a tensor (anything with __dlpack__) through DLPack; the capsule is dropped unconsumed, so the
     caller keeps `obj` alive for as long as it uses the memory."""
     if not hasattr(obj, "__dlpack__"):
