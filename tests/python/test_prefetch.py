@@ -183,7 +183,8 @@ def test_fields_that_dlpack_refuses_are_converted_or_named(device):
     assert b["k"] == 7
     refused = [
         ([torch.ones(2), torch.eye(3).to_sparse()], r"batch\[1\] of batch 0 is a torch.sparse_coo tensor"),
-        ({"names": np.array(["a", None], dtype=object)}, r"batch\['names'\] of batch 0 is a numpy array of dtype object"),
+        ({"names": np.array(["a", None], dtype=object)},
+         r"batch\['names'\] of batch 0 is a numpy array of dtype object"),
         ({"mask": torch.ones(4, 4, dtype=torch.bool).t()}, r"batch\['mask'\] of batch 0 .*not contiguous"),
     ]
     for batch, message in refused:

@@ -5,7 +5,7 @@ import collections
 import json
 import threading
 from ctypes import byref, c_int, c_size_t, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple, Type, Union
 
 from .. import _runtime
 from .._c import DECLARATIONS, STATUS, ClosedError, EgressHandle, EventHandle, check, lib, take_string
@@ -240,7 +240,7 @@ class Egress:
     def __enter__(self) -> "Egress":
         return self
 
-    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> None:
         if exc_type is None:
             self.close()
             return
