@@ -1,8 +1,10 @@
 # cmake -DSOURCE_DIR=... -DOUTPUT=... -DFALLBACK=... -P ferry_version.cmake
-# Writes OUTPUT, a header defining FERRY_VERSION as `git describe --always --dirty` of SOURCE_DIR, or as
-# FALLBACK (the project version) where SOURCE_DIR is not the top of a git checkout (a tarball, even one
-# unpacked inside another repository). Run at every build, so the version follows each commit; the header
-# is rewritten only when its text changes, so an unchanged version recompiles nothing.
+# Writes OUTPUT, a header defining FERRY_VERSION as FALLBACK (the project version, which is also the Python
+# package's, python/ferry/_version.py) with the commit of SOURCE_DIR as a PEP 440 local label:
+# 0.1.0+g1a2b3c4, or 0.1.0+g1a2b3c4.dirty with uncommitted changes; FALLBACK alone where SOURCE_DIR is not
+# the top of a git checkout (a tarball, even one unpacked inside another repository). Run at every build,
+# so the version follows each commit; the header is rewritten only when its text changes, so an unchanged
+# version recompiles nothing.
 set(version "${FALLBACK}")
 find_package(Git QUIET)
 if(GIT_FOUND)
@@ -14,10 +16,13 @@ if(GIT_FOUND)
     file(REAL_PATH "${top}" top)
     file(REAL_PATH "${SOURCE_DIR}" source)
     if(top STREQUAL source)
-      execute_process(COMMAND "${GIT_EXECUTABLE}" describe --always --dirty WORKING_DIRECTORY "${SOURCE_DIR}"
-                      OUTPUT_VARIABLE described RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+      # --exclude=*: the commit alone (a tag would make it v0.1.0-3-g1a2b3c4, not a local label).
+      execute_process(COMMAND "${GIT_EXECUTABLE}" describe --always --dirty --exclude=*
+                      WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE described RESULT_VARIABLE rc
+                      OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
       if(rc EQUAL 0 AND NOT described STREQUAL "")
-        set(version "${described}")
+        string(REPLACE "-dirty" ".dirty" described "${described}")
+        set(version "${FALLBACK}+g${described}")
       endif()
     endif()
   endif()

@@ -11,6 +11,7 @@ import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 ABI_VERSION = 1
 LIBRARY_NAME = "libferry_c.so"
@@ -46,62 +47,124 @@ STATUS = {
     "FERRY_ERROR_INTERNAL": 8,
 }
 
-_h = c_void_p  # every opaque handle
+class Handle(c_void_p):
+    """An opaque ferry handle. Each kind is its own ctypes type, and a function of the declaration table
+    refuses a handle of another kind (ctypes.ArgumentError) before the library sees it: an egress handle
+    cannot reach ferry_prefetch_next. None passes as NULL (the destroy functions accept it)."""
+
+    @classmethod
+    def from_param(cls, obj):
+        if obj is None or isinstance(obj, cls):
+            return obj
+        raise TypeError(f"expected a {cls.__name__}, got {type(obj).__name__}")
+
+
+class DeviceHandle(Handle):
+    """ferry_device*"""
+
+
+class StreamHandle(Handle):
+    """ferry_stream*"""
+
+
+class EventHandle(Handle):
+    """ferry_event*"""
+
+
+class AnalysisHandle(Handle):
+    """ferry_analysis*"""
+
+
+class SinkHandle(Handle):
+    """ferry_sink*. `python_error`, where a CallbackSink sets it, returns the exception its callable raised:
+    the egress functions raise that exception in place of FERRY_ERROR_CALLBACK."""
+    python_error: Optional[Callable[[], Optional[BaseException]]] = None
+
+
+class EgressHandle(Handle):
+    """ferry_egress*; `sink` is the SinkHandle it was made with (set by ferry_egress_create's errcheck)."""
+    sink: Optional[SinkHandle] = None
+
+
+class PrefetchHandle(Handle):
+    """ferry_prefetch*"""
+
+
+class BatchHandle(Handle):
+    """ferry_batch*"""
+
+
+# The C type name of each handle in ferry.h (tests/python/test_header.py checks every use).
+HANDLES = {"ferry_device": DeviceHandle, "ferry_stream": StreamHandle, "ferry_event": EventHandle,
+           "ferry_analysis": AnalysisHandle, "ferry_sink": SinkHandle, "ferry_egress": EgressHandle,
+           "ferry_prefetch": PrefetchHandle, "ferry_batch": BatchHandle}
+
+
+class Status(c_int):
+    """The return type of the functions that return a ferry_status: their errcheck raises the status's
+    exception with the library's message, and returns 0 otherwise (so a caller's own `check(...)` or
+    `if status != 0` is harmless)."""
+
+
+_dev, _stream, _event, _analysis = DeviceHandle, StreamHandle, EventHandle, AnalysisHandle
+_sink, _egress, _prefetch, _batch = SinkHandle, EgressHandle, PrefetchHandle, BatchHandle
+P = POINTER
 # name: (return type, argument types), in the header's order.
-DECLARATIONS = {
+DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_version": (c_char_p, []),
     "ferry_abi_version": (c_int, []),
     "ferry_last_error": (c_char_p, []),
     "ferry_string_free": (None, [c_void_p]),
     "ferry_checksum_of": (c_uint64, [c_void_p, c_size_t]),
-    "ferry_device_create": (c_int, [c_char_p, c_int, POINTER(_h)]),
-    "ferry_device_destroy": (None, [_h]),
-    "ferry_device_info_json": (c_int, [_h, POINTER(c_void_p)]),
-    "ferry_device_synchronize": (c_int, [_h]),
-    "ferry_stream_create": (c_int, [_h, POINTER(_h)]),
-    "ferry_stream_handle": (c_uintptr, [_h]),
-    "ferry_stream_destroy": (None, [_h]),
-    "ferry_stream_synchronize": (c_int, [_h, c_uintptr]),
-    "ferry_stream_wait_event": (c_int, [_h, c_uintptr, _h]),
-    "ferry_event_query": (c_int, [_h, POINTER(c_int)]),
-    "ferry_event_synchronize": (c_int, [_h]),
-    "ferry_event_destroy": (None, [_h]),
-    "ferry_probe_run": (c_int, [_h, c_size_t, c_int, c_int, c_size_t, POINTER(c_void_p)]),
-    "ferry_analyze_file": (c_int, [c_char_p, c_char_p, c_double, c_double, c_double, POINTER(_h)]),
-    "ferry_analysis_json": (c_char_p, [_h]),
-    "ferry_analysis_text": (c_char_p, [_h]),
-    "ferry_analysis_write_html": (c_int, [_h, c_char_p]),
-    "ferry_analysis_destroy": (None, [_h]),
-    "ferry_sink_null": (c_int, [POINTER(_h)]),
-    "ferry_sink_checksum": (c_int, [POINTER(_h)]),
-    "ferry_sink_checksum_get": (c_int, [_h, c_uint64, POINTER(c_uint64)]),
-    "ferry_sink_checksum_completed": (c_int, [_h, POINTER(c_uint64)]),
-    "ferry_sink_raw_file": (c_int, [c_char_p, c_char_p, POINTER(_h)]),
-    "ferry_sink_npy": (c_int, [c_char_p, POINTER(c_size_t), c_size_t, c_char_p, c_char_p, POINTER(_h)]),
-    "ferry_sink_callback": (c_int, [CHUNK_FN, c_void_p, POINTER(_h)]),
-    "ferry_sink_destroy": (None, [_h]),
-    "ferry_egress_create": (c_int, [_h, _h, c_size_t, c_size_t, c_size_t, c_int, POINTER(_h)]),
-    "ferry_egress_submit": (c_int, [_h, c_void_p, c_size_t, c_uintptr, c_uint64, POINTER(_h)]),
-    "ferry_egress_flush": (c_int, [_h]),
-    "ferry_egress_close": (c_int, [_h]),
-    "ferry_egress_free_slots": (c_int, [_h, POINTER(c_size_t)]),
-    "ferry_egress_stats_json": (c_int, [_h, POINTER(c_void_p)]),
-    "ferry_egress_destroy": (None, [_h]),
-    "ferry_prefetch_create": (c_int, [_h, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t, POINTER(_h)]),
-    "ferry_prefetch_slot_bytes": (c_int, [_h, POINTER(c_size_t)]),
-    "ferry_prefetch_push": (c_int, [_h, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_size_t), c_size_t,
-                                    POINTER(c_uint64)]),
-    "ferry_prefetch_next": (c_int, [_h, c_uintptr, POINTER(_h)]),
-    "ferry_prefetch_released": (c_int, [_h, c_uint64, POINTER(c_int)]),
-    "ferry_prefetch_stats_json": (c_int, [_h, POINTER(c_void_p)]),
-    "ferry_prefetch_close": (c_int, [_h]),
-    "ferry_prefetch_destroy": (None, [_h]),
-    "ferry_batch_data": (c_void_p, [_h]),
-    "ferry_batch_number": (c_uint64, [_h]),
-    "ferry_batch_dlpack": (c_int, [_h, c_size_t, c_int32, POINTER(c_int64), c_uint8, c_uint8, c_uint16,
-                                   POINTER(c_void_p)]),
+    "ferry_device_create": (Status, [c_char_p, c_int, P(_dev)]),
+    "ferry_device_destroy": (None, [_dev]),
+    "ferry_device_info_json": (Status, [_dev, P(c_void_p)]),
+    "ferry_device_synchronize": (Status, [_dev]),
+    "ferry_stream_create": (Status, [_dev, P(_stream)]),
+    "ferry_stream_handle": (c_uintptr, [_stream]),
+    "ferry_stream_destroy": (None, [_stream]),
+    "ferry_stream_synchronize": (Status, [_dev, c_uintptr]),
+    "ferry_stream_wait_event": (Status, [_dev, c_uintptr, _event]),
+    "ferry_event_query": (Status, [_event, P(c_int)]),
+    "ferry_event_synchronize": (Status, [_event]),
+    "ferry_event_destroy": (None, [_event]),
+    "ferry_probe_run": (Status, [_dev, c_size_t, c_int, c_int, c_size_t, P(c_void_p)]),
+    "ferry_analyze_file": (Status, [c_char_p, c_char_p, c_double, c_double, c_double, P(_analysis)]),
+    "ferry_analysis_json": (c_char_p, [_analysis]),
+    "ferry_analysis_text": (c_char_p, [_analysis]),
+    "ferry_analysis_write_html": (Status, [_analysis, c_char_p]),
+    "ferry_analysis_destroy": (None, [_analysis]),
+    "ferry_sink_null": (Status, [P(_sink)]),
+    "ferry_sink_checksum": (Status, [P(_sink)]),
+    "ferry_sink_checksum_get": (Status, [_sink, c_uint64, P(c_uint64)]),
+    "ferry_sink_checksum_completed": (Status, [_sink, P(c_uint64)]),
+    "ferry_sink_raw_file": (Status, [c_char_p, c_char_p, P(_sink)]),
+    "ferry_sink_npy": (Status, [c_char_p, P(c_size_t), c_size_t, c_char_p, c_char_p, P(_sink)]),
+    "ferry_sink_callback": (Status, [CHUNK_FN, c_void_p, P(_sink)]),
+    "ferry_sink_destroy": (None, [_sink]),
+    "ferry_egress_create": (Status, [_dev, _sink, c_size_t, c_size_t, c_size_t, c_int, P(_egress)]),
+    "ferry_egress_submit": (Status, [_egress, c_void_p, c_size_t, c_uintptr, c_uint64, P(_event)]),
+    "ferry_egress_flush": (Status, [_egress]),
+    "ferry_egress_close": (Status, [_egress]),
+    "ferry_egress_abort": (Status, [_egress]),
+    "ferry_egress_free_slots": (Status, [_egress, P(c_size_t)]),
+    "ferry_egress_stats_json": (Status, [_egress, P(c_void_p)]),
+    "ferry_egress_destroy": (None, [_egress]),
+    "ferry_prefetch_create": (Status, [_dev, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t, P(_prefetch)]),
+    "ferry_prefetch_slot_bytes": (Status, [_prefetch, P(c_size_t)]),
+    "ferry_prefetch_push": (Status, [_prefetch, P(c_void_p), P(c_size_t), P(c_size_t), c_size_t,
+                                     P(c_uint64)]),
+    "ferry_prefetch_next": (Status, [_prefetch, c_uintptr, P(_batch)]),
+    "ferry_prefetch_released": (Status, [_prefetch, c_uint64, P(c_int)]),
+    "ferry_prefetch_stats_json": (Status, [_prefetch, P(c_void_p)]),
+    "ferry_prefetch_close": (Status, [_prefetch]),
+    "ferry_prefetch_destroy": (None, [_prefetch]),
+    "ferry_batch_data": (c_void_p, [_batch]),
+    "ferry_batch_number": (c_uint64, [_batch]),
+    "ferry_batch_dlpack": (Status, [_batch, c_size_t, c_int32, P(c_int64), c_uint8, c_uint8, c_uint16,
+                                    P(c_void_p)]),
     "ferry_dlpack_delete": (None, [c_void_p]),
-    "ferry_batch_release": (None, [_h]),
+    "ferry_batch_release": (None, [_batch]),
 }
 
 
@@ -141,8 +204,8 @@ class CallbackError(FerryError):
     """A callback sink failed (FERRY_ERROR_CALLBACK); the Python exception is raised in its place."""
 
 
-_ERRORS = {1: InvalidArgumentError, 2: CudaError, 3: OutOfMemoryError, 4: ClosedError, 5: InputError,
-           6: SystemError_, 7: CallbackError}
+_ERRORS: Dict[int, Type[FerryError]] = {1: InvalidArgumentError, 2: CudaError, 3: OutOfMemoryError,
+                                         4: ClosedError, 5: InputError, 6: SystemError_, 7: CallbackError}
 
 
 def _find_library() -> Path:
@@ -160,17 +223,45 @@ def _find_library() -> Path:
                       "the ferry_c target and set FERRY_LIBRARY to build/<preset>/src/c/libferry_c.so")
 
 
-def _load():
+def error_of(status: int, message: str) -> FerryError:
+    """The exception of a failing ferry_status."""
+    return _ERRORS.get(status, FerryError)(message, status)
+
+
+def _raise_on_failure(result: Status, func: Any, args: Tuple[Any, ...]) -> int:
+    """errcheck of every function that returns a ferry_status."""
+    status = result.value
+    if status == 0:
+        return 0
+    message = last_error()
+    if status == STATUS["FERRY_ERROR_CALLBACK"] and args and isinstance(args[0], EgressHandle):
+        # A CallbackSink's callable failed: its own exception is the one to see.
+        sink = args[0].sink
+        error = sink.python_error() if sink is not None and sink.python_error is not None else None
+        if error is not None:
+            raise error
+    raise error_of(status, message)
+
+
+def _egress_created(result: Status, func: Any, args: Tuple[Any, ...]) -> int:
+    status = _raise_on_failure(result, func, args)
+    args[-1]._obj.sink = args[1]  # byref(EgressHandle) -> the handle; remembers its sink (see above)
+    return status
+
+
+def _load() -> Tuple[ctypes.CDLL, str]:
     path = _find_library()
     lib = ctypes.CDLL(str(path))
     for name, (restype, argtypes) in DECLARATIONS.items():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+        if restype is Status:
+            fn.errcheck = _egress_created if name == "ferry_egress_create" else _raise_on_failure
     version = lib.ferry_abi_version()
     if version != ABI_VERSION:
         raise ImportError(f"ferry: {path} has C ABI version {version}; this package needs {ABI_VERSION}")
-    return lib, path
+    return lib, str(path)
 
 
 lib, library_path = _load()
@@ -181,9 +272,10 @@ def last_error() -> str:
 
 
 def check(status: int) -> None:
-    """Raises the exception of a failing status, with the library's message."""
+    """Raises the exception of a failing status, with the library's message. The declared functions raise
+    through their errcheck already; this serves a status obtained some other way."""
     if status != 0:
-        raise _ERRORS.get(status, FerryError)(last_error(), status)
+        raise error_of(status, last_error())
 
 
 def take_string(ptr: c_void_p) -> str:

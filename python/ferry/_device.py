@@ -4,9 +4,31 @@ from __future__ import annotations
 import json
 import threading
 from ctypes import byref, c_int, c_void_p
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _runtime
-from ._c import check, lib, take_string
+from ._c import DeviceHandle, EventHandle, InvalidArgumentError, StreamHandle, lib, take_string
+
+# What libferry_c.so says when asked for a GPU and built without the CUDA toolkit (src/cuda/no_cuda.cpp;
+# tests/python/test_package.py keeps the two in step).
+NO_CUDA_MARK = "built without the CUDA toolkit"
+NO_CUDA_HELP = (
+    "this ferry was built without CUDA (host backend only): no CUDA compiler (nvcc) was found when it was "
+    "installed. Install the CUDA toolkit (nvcc on the PATH, or /usr/local/cuda) and reinstall from ferry's "
+    "source with `FERRY_REQUIRE_CUDA=1 python3 -m pip install --force-reinstall --no-deps .` (the variable "
+    "makes the install fail instead of building without CUDA again), or use the emulated device: "
+    "ferry.Device(\"host\")")
+
+
+def _create(backend: str, ordinal: int) -> DeviceHandle:
+    h = DeviceHandle()
+    try:
+        lib.ferry_device_create(backend.encode(), ordinal, byref(h))
+    except InvalidArgumentError as e:
+        if NO_CUDA_MARK not in str(e):
+            raise
+        raise InvalidArgumentError(f"ferry.Device({backend!r}, {ordinal}): {NO_CUDA_HELP}", e.status) from None
+    return h
 
 
 class Device:
@@ -20,17 +42,16 @@ class Device:
         if not isinstance(ordinal, int) or ordinal < 0:
             raise ValueError(f"ferry.Device(ordinal={ordinal!r}): expected a device number >= 0")
         self._pid = _runtime.current_pid()
-        h = c_void_p()
-        check(lib.ferry_device_create(backend.encode(), ordinal, byref(h)))
-        self._handle = h
+        h = _create(backend, ordinal)
+        self._handle: Optional[DeviceHandle] = h
         out = c_void_p()
-        check(lib.ferry_device_info_json(h, byref(out)))
-        self.info = json.loads(take_string(out))
-        self._default_stream = None
+        lib.ferry_device_info_json(h, byref(out))
+        self.info: Dict[str, Any] = json.loads(take_string(out))
+        self._default_stream: Optional[Stream] = None
         self._lock = threading.Lock()
 
     @property
-    def handle(self) -> c_void_p:
+    def handle(self) -> DeviceHandle:
         _runtime.check_owner(self, self._pid)
         return self._handle
 
@@ -58,12 +79,12 @@ class Device:
             return self._default_stream
 
     def synchronize(self) -> None:
-        check(lib.ferry_device_synchronize(self.handle))
+        lib.ferry_device_synchronize(self.handle)
 
     def __repr__(self) -> str:
         return f"ferry.Device(backend={self.backend!r}, ordinal={self.ordinal}, name={self.name!r})"
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             self._default_stream = None
@@ -71,7 +92,7 @@ class Device:
             self._handle = None
 
 
-_default_devices: dict = {}
+_default_devices: Dict[Tuple[str, int, int], Device] = {}
 _default_lock = threading.Lock()
 
 
@@ -92,24 +113,24 @@ class Stream:
     def __init__(self, device: Device):
         self.device = device
         self._pid = _runtime.current_pid()
-        h = c_void_p()
-        check(lib.ferry_stream_create(device.handle, byref(h)))
-        self._handle = h
-        self.handle = int(lib.ferry_stream_handle(h))
+        h = StreamHandle()
+        lib.ferry_stream_create(device.handle, byref(h))
+        self._handle: Optional[StreamHandle] = h
+        self.handle: int = int(lib.ferry_stream_handle(h))
 
-    def __cuda_stream__(self):
+    def __cuda_stream__(self) -> Tuple[int, int]:
         if self.device.backend != "cuda":
             raise TypeError("a host-backend ferry stream is not a CUDA stream")
         return (0, self.handle)
 
     def synchronize(self) -> None:
         _runtime.check_owner(self, self._pid)
-        check(lib.ferry_stream_synchronize(self.device.handle, self.handle))
+        lib.ferry_stream_synchronize(self.device.handle, self.handle)
 
     def __repr__(self) -> str:
         return f"ferry.Stream(0x{self.handle:x} on {self.device.backend}:{self.device.ordinal})"
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             lib.ferry_stream_destroy(h)
@@ -120,28 +141,28 @@ class Event:
     """Completion of work ferry queued (an egress copy). `query()` polls, `synchronize()` blocks (without
     the GIL), `wait(stream)` makes a stream wait on the device without blocking the host."""
 
-    def __init__(self, device: Device, handle: c_void_p, stream_resolver):
+    def __init__(self, device: Device, handle: EventHandle, stream_resolver: Callable[[Any], int]):
         self.device = device
-        self._handle = handle
+        self._handle: Optional[EventHandle] = handle
         self._pid = _runtime.current_pid()
         self._resolve = stream_resolver
 
     def query(self) -> bool:
         _runtime.check_owner(self, self._pid)
         done = c_int()
-        check(lib.ferry_event_query(self._handle, byref(done)))
+        lib.ferry_event_query(self._handle, byref(done))
         return bool(done.value)
 
     def synchronize(self) -> None:
         _runtime.check_owner(self, self._pid)
-        check(lib.ferry_event_synchronize(self._handle))
+        lib.ferry_event_synchronize(self._handle)
 
-    def wait(self, stream=None) -> None:
+    def wait(self, stream: Any = None) -> None:
         """Makes `stream` (default: the current stream) wait for this event, on the device."""
         _runtime.check_owner(self, self._pid)
-        check(lib.ferry_stream_wait_event(self.device.handle, self._resolve(stream), self._handle))
+        lib.ferry_stream_wait_event(self.device.handle, self._resolve(stream), self._handle)
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             lib.ferry_event_destroy(h)

@@ -4,11 +4,12 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import byref, c_size_t, c_uint64, c_void_p
-from typing import Callable, NamedTuple, Optional, Sequence
+import weakref
+from ctypes import byref, c_size_t, c_uint64
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _runtime
-from ._c import CHUNK_FN, check, lib
+from ._c import CHUNK_FN, SinkHandle, lib
 from ._dlpack import BOOL, BFLOAT, COMPLEX, FLOAT, INT, UINT, TensorInfo, numpy_dtype
 
 
@@ -26,25 +27,24 @@ class Sink:
     """Base of the sinks. A sink serves one Egress at a time."""
 
     def __init__(self):
-        self._handle: Optional[c_void_p] = None
+        self._handle: Optional[SinkHandle] = None
         self._pid = _runtime.current_pid()
-        self._owner = None
+        self._owner: Optional["weakref.ReferenceType[Any]"] = None
 
-    def _accept(self, info: TensorInfo, shape) -> None:
+    def _accept(self, info: TensorInfo, shape: Sequence[int]) -> None:
         """Raises ValueError when this sink cannot write a tensor like `info`."""
 
-    def _c_handle(self) -> c_void_p:
+    def _c_handle(self) -> SinkHandle:
         if self._handle is None:
             raise RuntimeError(f"{type(self).__name__} is not ready: it learns its shape from the first output")
         return self._handle
 
-    def _attach(self, owner) -> None:
+    def _attach(self, owner: Any) -> None:
         if self._owner is not None and self._owner() is not None and self._owner() is not owner:
             raise ValueError(f"{type(self).__name__} already serves another Egress; make one sink per Egress")
-        import weakref
         self._owner = weakref.ref(owner)
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h is not None and self._pid == _runtime.current_pid():
             lib.ferry_sink_destroy(h)
@@ -56,8 +56,8 @@ class NullSink(Sink):
 
     def __init__(self):
         super().__init__()
-        h = c_void_p()
-        check(lib.ferry_sink_null(byref(h)))
+        h = SinkHandle()
+        lib.ferry_sink_null(byref(h))
         self._handle = h
 
 
@@ -67,25 +67,25 @@ class ChecksumSink(Sink):
 
     def __init__(self):
         super().__init__()
-        h = c_void_p()
-        check(lib.ferry_sink_checksum(byref(h)))
+        h = SinkHandle()
+        lib.ferry_sink_checksum(byref(h))
         self._handle = h
 
     def checksum(self, tag: int) -> int:
         """The checksum of the output submitted with `tag` (after flush(), or once it was consumed)."""
         out = c_uint64()
-        check(lib.ferry_sink_checksum_get(self._handle, tag, byref(out)))
+        lib.ferry_sink_checksum_get(self._handle, tag, byref(out))
         return out.value
 
     @property
     def completed(self) -> int:
         """Outputs whose every chunk was consumed."""
         out = c_uint64()
-        check(lib.ferry_sink_checksum_completed(self._handle, byref(out)))
+        lib.ferry_sink_checksum_completed(self._handle, byref(out))
         return out.value
 
     @staticmethod
-    def of(data) -> int:
+    def of(data: Union[bytes, bytearray, memoryview, Any]) -> int:
         """The checksum of `data` (bytes, or anything with the buffer protocol, such as a C-contiguous
         numpy array or a CPU tensor's .numpy()) taken as one whole output."""
         view = memoryview(data).cast("B")
@@ -99,14 +99,14 @@ class ChecksumSink(Sink):
 class RawFileSink(Sink):
     """Writes each output to `directory/<prefix><tag>.bin` (the directory must exist)."""
 
-    def __init__(self, directory, prefix: str = "output_"):
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], prefix: str = "output_"):
         super().__init__()
         self.directory = os.fspath(directory)
         self.prefix = prefix
         if not os.path.isdir(self.directory):
             raise ValueError(f"RawFileSink: {self.directory!r} is not a directory")
-        h = c_void_p()
-        check(lib.ferry_sink_raw_file(self.directory.encode(), prefix.encode(), byref(h)))
+        h = SinkHandle()
+        lib.ferry_sink_raw_file(self.directory.encode(), prefix.encode(), byref(h))
         self._handle = h
 
     def path_of(self, tag: int) -> str:
@@ -137,26 +137,27 @@ class NpySink(Sink):
     """Writes each output to `directory/<prefix><tag>.npy`, which numpy.load reads. Every output must have
     the same shape and dtype: given here, or taken from the first output when left None."""
 
-    def __init__(self, directory, shape: Optional[Sequence[int]] = None, dtype: Optional[str] = None,
-                 prefix: str = "output_"):
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], shape: Optional[Sequence[int]] = None,
+                 dtype: Optional[str] = None, prefix: str = "output_"):
         super().__init__()
         self.directory = os.fspath(directory)
         self.prefix = prefix
-        self.shape = tuple(int(d) for d in shape) if shape is not None else None
-        self.dtype = dtype
+        self.shape: Optional[Tuple[int, ...]] = tuple(int(d) for d in shape) if shape is not None else None
+        self.dtype: Optional[str] = dtype
         if not os.path.isdir(self.directory):
             raise ValueError(f"NpySink: {self.directory!r} is not a directory")
         if self.shape is not None and self.dtype is not None:
             self._make()
 
     def _make(self) -> None:
-        h = c_void_p()
+        assert self.shape is not None and self.dtype is not None
+        h = SinkHandle()
         dims = (c_size_t * max(1, len(self.shape)))(*self.shape)
-        check(lib.ferry_sink_npy(self.directory.encode(), dims, len(self.shape), self.dtype.encode(),
-                                 self.prefix.encode(), byref(h)))
+        lib.ferry_sink_npy(self.directory.encode(), dims, len(self.shape), self.dtype.encode(),
+                           self.prefix.encode(), byref(h))
         self._handle = h
 
-    def _accept(self, info: TensorInfo, shape) -> None:
+    def _accept(self, info: TensorInfo, shape: Sequence[int]) -> None:
         descr = npy_descr(info)
         if descr is None:
             raise ValueError(f"NpySink cannot write a tensor of dtype {_dtype_text(info)}: numpy has no such "
@@ -181,26 +182,28 @@ class CallbackSink(Sink):
     the call alone, one call at a time per worker. An exception fails the Egress and is raised in the
     caller at its next submit, flush or close."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable[[Any, ChunkInfo], Any]):
         super().__init__()
         if not callable(fn):
             raise TypeError(f"CallbackSink: {fn!r} is not callable")
         self.fn = fn
         self.error: Optional[BaseException] = None
-        self._meta = {}
-        self._delivered = {}
+        self._meta: Dict[int, Tuple[Tuple[int, ...], Any]] = {}
+        self._delivered: Dict[int, int] = {}
         self._lock = threading.Lock()
         self._trampoline = CHUNK_FN(self._call)  # referenced for as long as the library may call it
-        h = c_void_p()
-        check(lib.ferry_sink_callback(self._trampoline, None, byref(h)))
+        h = SinkHandle()
+        lib.ferry_sink_callback(self._trampoline, None, byref(h))
+        # The Egress functions raise the callable's own exception for FERRY_ERROR_CALLBACK (ferry._c).
+        h.python_error = _error_getter(weakref.ref(self))
         self._handle = h
 
-    def _expect(self, tag: int, shape, info: TensorInfo) -> None:
+    def _expect(self, tag: int, shape: Sequence[int], info: TensorInfo) -> None:
         with self._lock:
             self._meta[tag] = (tuple(shape), numpy_dtype(info.code, info.bits, info.lanes))
             self._delivered[tag] = 0
 
-    def _call(self, _user, chunk_ptr) -> int:
+    def _call(self, _user: Any, chunk_ptr: Any) -> int:
         try:
             import numpy as np
             c = chunk_ptr.contents
@@ -228,7 +231,14 @@ class CallbackSink(Sink):
             return 1
 
 
-def as_sink(obj) -> Sink:
+def _error_getter(ref: "weakref.ReferenceType[CallbackSink]") -> Callable[[], Optional[BaseException]]:
+    def error() -> Optional[BaseException]:
+        sink = ref()
+        return sink.error if sink is not None else None
+    return error
+
+
+def as_sink(obj: Union[Sink, Callable[[Any, ChunkInfo], Any], None]) -> Sink:
     """A Sink as is; a callable becomes a CallbackSink; None a NullSink."""
     if obj is None:
         return NullSink()

@@ -1,8 +1,11 @@
 """ferry.h and the ctypes declarations of ferry._c must agree: every function, its return and argument
-types, the chunk struct and the status codes."""
+types (each handle its own ctypes type, each ferry_status return checked), the chunk struct and the
+status codes."""
 import ctypes
 import re
 from pathlib import Path
+
+import pytest
 
 from ferry import _c
 
@@ -27,7 +30,9 @@ def ctype_of(text: str):
         return C_TYPES[text]
     m = re.fullmatch(r"(ferry_[a-z]+)(\**)", text)
     assert m, f"ferry.h uses a type the test does not know: {text!r}"
-    return {"*": ctypes.c_void_p, "**": P(ctypes.c_void_p)}[m.group(2)]
+    handle = _c.HANDLES.get(m.group(1))
+    assert handle is not None, f"ferry.h has a handle type ferry/_c.py's HANDLES lacks: {m.group(1)}"
+    return {"*": handle, "**": P(handle)}[m.group(2)]
 
 
 def parse_header():
@@ -46,6 +51,8 @@ def same(a, b) -> bool:
         return a is b
     if a is b:
         return True
+    if isinstance(a, type) and isinstance(b, type) and (issubclass(a, _c.Handle) or issubclass(b, _c.Handle)):
+        return False  # a handle is its own type, never a void* nor another handle
     # POINTER(x) types are cached per x; compare the pointee for pointers, sizes and kinds otherwise.
     if hasattr(a, "_type_") and hasattr(b, "_type_") and issubclass(a, ctypes._Pointer) and issubclass(b, ctypes._Pointer):
         return same(a._type_, b._type_)
@@ -58,8 +65,11 @@ def test_every_declaration_matches_the_header():
     assert set(decls) == set(_c.DECLARATIONS), (
         f"only in ferry.h: {sorted(set(decls) - set(_c.DECLARATIONS))}; "
         f"only in ferry/_c.py: {sorted(set(_c.DECLARATIONS) - set(decls))}")
+    statuses = set(re.findall(r"FERRY_C_API\s+int\s+(ferry_\w+)\s*\(", parse_header()[0])) - {"ferry_abi_version"}
     for name, (ret, args) in decls.items():
         py_ret, py_args = _c.DECLARATIONS[name]
+        # Every function returning a ferry_status is declared as such, so its errcheck raises.
+        assert (py_ret is _c.Status) == (name in statuses), f"{name}: ferry/_c.py returns {py_ret}"
         assert same(ret, py_ret), f"{name}: ferry.h returns {ret}, ferry/_c.py says {py_ret}"
         assert len(args) == len(py_args), f"{name}: ferry.h takes {len(args)} arguments, ferry/_c.py {len(py_args)}"
         for i, (a, b) in enumerate(zip(args, py_args)):
@@ -84,3 +94,29 @@ def test_the_parser_sees_a_drift():
     ret, args = decls["ferry_egress_submit"]
     assert not same(args[1], ctypes.c_int)
     assert not same(decls["ferry_batch_dlpack"][1][2], ctypes.c_int64)
+
+
+def test_a_handle_of_another_kind_is_refused_before_the_library_sees_it():
+    # With one void* for every handle, an egress handle reached ferry_prefetch_slot_bytes (NULL here, so
+    # the library refused it; a live one would have been read as a prefetcher's).
+    wrong = _c.EgressHandle()
+    with pytest.raises(ctypes.ArgumentError, match="expected a PrefetchHandle, got EgressHandle"):
+        _c.lib.ferry_prefetch_slot_bytes(wrong, ctypes.byref(ctypes.c_size_t()))
+    with pytest.raises(ctypes.ArgumentError, match="expected a PrefetchHandle, got c_void_p"):
+        _c.lib.ferry_prefetch_slot_bytes(ctypes.c_void_p(), ctypes.byref(ctypes.c_size_t()))
+    with pytest.raises(ctypes.ArgumentError):
+        _c.lib.ferry_prefetch_next(_c.PrefetchHandle(), 0, ctypes.byref(_c.EgressHandle()))
+
+
+def test_a_failing_status_raises_its_exception_with_the_librarys_message():
+    # The errcheck of the declaration table, not each call site: NULL handles are refused by the library.
+    with pytest.raises(_c.InvalidArgumentError, match="ferry_prefetch_slot_bytes") as e:
+        _c.lib.ferry_prefetch_slot_bytes(_c.PrefetchHandle(), ctypes.byref(ctypes.c_size_t()))
+    assert e.value.status == _c.STATUS["FERRY_ERROR_INVALID"]
+    with pytest.raises(_c.InvalidArgumentError, match="'gpu'"):
+        _c.lib.ferry_device_create(b"gpu", 0, ctypes.byref(_c.DeviceHandle()))
+    # Success returns 0, so a call site's own check is harmless.
+    h = _c.DeviceHandle()
+    assert _c.lib.ferry_device_create(b"host", 0, ctypes.byref(h)) == 0
+    _c.check(_c.lib.ferry_device_synchronize(h))
+    _c.lib.ferry_device_destroy(h)

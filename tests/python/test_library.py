@@ -1,19 +1,48 @@
 """ferry.__version__, devices, probe and analyze against the CLI."""
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import ferry
+from ferry import _version
 
 ROOT = Path(__file__).resolve().parents[2]
 KINETO = ROOT / "tests" / "trace" / "data" / "kineto_naive.json"
 
 
-def test_version_is_the_librarys_and_the_library_is_found():
-    assert ferry.__version__ and ferry.__version__ == ferry._c.lib.ferry_version().decode()
+# PEP 440's canonical public version, and a local label (the commit) after a "+".
+PUBLIC = r"(?:\d+!)?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?"
+LOCAL = r"\+[a-z0-9]+(?:\.[a-z0-9]+)*"
+
+
+def test_one_version_for_the_package_the_library_and_the_cli():
+    # CMakeLists.txt's project version is the one source: the package's, and the library's before its
+    # commit label (what `ferry --version` prints).
+    assert re.fullmatch(PUBLIC, ferry.__version__), ferry.__version__
+    assert re.fullmatch(PUBLIC + f"(?:{LOCAL})?", ferry.library_version), ferry.library_version
+    assert ferry.library_version.split("+")[0] == ferry.__version__
+    if not os.environ.get("FERRY_EXPECT_INSTALLED"):  # the source tree's package reads CMakeLists.txt
+        assert ferry.__version__ == _version.version_of(ROOT / "CMakeLists.txt")
+    cli = os.environ.get("FERRY_CLI")
+    if cli:
+        out = subprocess.run([cli, "--version"], check=True, capture_output=True, text=True).stdout
+        assert out.strip() == f"ferry {ferry.library_version}"
+
+
+def test_the_version_parser_reads_the_project_line(tmp_path):
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text('cmake_minimum_required(VERSION 3.25)\nproject(ferry VERSION 2.10.3 DESCRIPTION "x")\n')
+    assert _version.version_of(cmake) == "2.10.3"
+    cmake.write_text("project(other VERSION 1.0)\n")
+    with pytest.raises(RuntimeError, match="no `project\\(ferry VERSION"):
+        _version.version_of(cmake)
+
+
+def test_the_library_is_found():
     assert os.path.basename(ferry.library_path) == "libferry_c.so"
     if os.environ.get("FERRY_EXPECT_INSTALLED"):  # scripts/test.sh's pip-installed run
         assert Path(ferry.library_path).parent == Path(ferry.__file__).parent
