@@ -51,7 +51,11 @@ bool is_wait(const event& e) {
   return (e.kind == activity::sync || e.kind == activity::api) && is_blocking(e.sync);
 }
 
-model::model(const timeline& t, const analyze_options& opts) : t_(t), opts_(opts) {
+model::model(const timeline& t, const analyze_options& opts)
+    : t_(t),
+      opts_(opts),
+      pytorch_((opts.wording == fix_wording::automatic ? wording_for(t.source) : opts.wording) ==
+               fix_wording::pytorch) {
   check_options();
   classify();
   detect_steps();

@@ -119,6 +119,8 @@ class model {
 
   [[nodiscard]] const timeline& trace() const noexcept { return t_; }
   [[nodiscard]] const analyze_options& options() const noexcept { return opts_; }
+  /// The fixes speak PyTorch (analyze_options::wording, resolved from the trace's origin).
+  [[nodiscard]] bool pytorch() const noexcept { return pytorch_; }
   [[nodiscard]] std::string_view name(const event& e) const { return t_.name_of(e); }
 
   /// The analysis up to its findings: source, steps, their mean, the idle attribution.
@@ -226,6 +228,7 @@ class model {
 
   const timeline& t_;
   const analyze_options& opts_;
+  bool pytorch_ = false;
   analysis out_;
   std::vector<index_t> gpu_;
   std::vector<index_t> cpu_;

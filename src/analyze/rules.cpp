@@ -52,6 +52,10 @@ bool explained_elsewhere(const finding& f, const std::vector<finding>& fs, doubl
   return false;
 }
 
+// A finding that costs the steps nothing is not worth a line, unless its cost lies elsewhere (drain_tail:
+// latency at the end of the run). Below half of the 0.01 ms the report prints is nothing.
+bool costs_nothing(const finding& f) { return f.rule != "drain_tail" && f.cost_ms_per_step < 0.005; }
+
 }  // namespace
 
 std::vector<finding> find_all(const model& m) {
@@ -60,7 +64,8 @@ std::vector<finding> find_all(const model& m) {
     if (!r.fallback) r.find(m, fs);
   const double material = material_fraction * m.summary().mean.wall_ms;
   std::vector<bool> drop(fs.size());
-  for (std::size_t i = 0; i < fs.size(); ++i) drop[i] = explained_elsewhere(fs[i], fs, material);
+  for (std::size_t i = 0; i < fs.size(); ++i)
+    drop[i] = costs_nothing(fs[i]) || explained_elsewhere(fs[i], fs, material);
   std::vector<finding> kept;
   for (std::size_t i = 0; i < fs.size(); ++i)
     if (!drop[i]) kept.push_back(std::move(fs[i]));
@@ -82,3 +87,16 @@ std::vector<finding> find_all(const model& m) {
 }
 
 }  // namespace ferry::trace::detail
+
+namespace ferry::trace {
+
+const std::vector<std::string>& rule_ids() {
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out;
+    for (const detail::rule& r : detail::table) out.emplace_back(r.id);
+    return out;
+  }();
+  return ids;
+}
+
+}  // namespace ferry::trace

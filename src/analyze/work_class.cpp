@@ -147,7 +147,67 @@ bool movable(work_class c) noexcept {
   return c == work_class::data || c == work_class::output || c == work_class::user;
 }
 
-std::string idle_advice(work_class c, std::string_view activity) {
+namespace {
+
+// The PyTorch wording of the advice for the classes whose C++ wording names ferry's C++ classes; empty
+// for the others (their advice already speaks of PyTorch and the CUDA runtime).
+std::string torch_idle_advice(work_class c, std::string_view activity) {
+  switch (c) {
+    case work_class::data:
+      return "load batches in worker processes: DataLoader(num_workers=..., pin_memory=True), and copy the "
+             "next batch to the device while this step runs: .to(device, non_blocking=True), or "
+             "ferry.torch.Prefetcher(loader), which does both on ferry's threads and copy stream";
+    case work_class::output:
+      return "hand outputs to worker threads: ferry.torch.Egress(sink).submit(output) copies each off the "
+             "device on its own stream and its sink workers process it while the GPU runs the next step, "
+             "instead of .cpu() and processing in the loop";
+    case work_class::user:
+      return fmt::format(
+          "move '{}' out of the loop that launches GPU work, or overlap it with the GPU: input work into "
+          "the DataLoader's workers (num_workers=...), output work into ferry.torch.Egress's sink workers, "
+          "so the loop keeps queueing work ahead",
+          activity);
+    case work_class::copy:
+      return fmt::format(
+          "the loop is blocked in the copy call '{}': a copy from or to pageable memory, or a synchronous "
+          "one, returns only when the copy and the work queued before it are done (see the sync_copy and "
+          "pageable_async_copy findings); pinned memory and .to(device, non_blocking=True) "
+          "(DataLoader(pin_memory=True), or ferry.torch.Prefetcher and ferry.torch.Egress) let the launches "
+          "run ahead",
+          activity);
+    case work_class::sync:
+      if (contains_ignoring_case(activity, "device"))
+        return fmt::format(
+            "the loop waits in '{}' while the GPU drains; see the device_sync finding: take "
+            "torch.cuda.synchronize() out of the loop and wait on events (ferry.torch.Prefetcher and "
+            "ferry.torch.Egress record one per slot)",
+            activity);
+      return fmt::format(
+          "the loop waits in '{}' instead of queueing the next work; see the sync_copy finding: read values "
+          "back (.item(), .cpu(), a printed tensor) less often, and copy with .to(device, non_blocking=True) "
+          "from pinned memory (ferry.torch.Prefetcher, ferry.torch.Egress) so the launches run ahead",
+          activity);
+    case work_class::host_wait:
+      return fmt::format(
+          "the loop waits in '{}' for other host work (a full queue, a pool with no free buffer): the "
+          "host, not the GPU, bounds the pipeline; see the host_bound finding: more workers "
+          "(DataLoader(num_workers=...), ferry.torch.Egress(workers=...)) or cheaper host processing",
+          activity);
+    case work_class::framework:
+    case work_class::launch:
+    case work_class::allocator:
+    case work_class::runtime: return {};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string idle_advice(work_class c, std::string_view activity, bool pytorch) {
+  if (pytorch) {
+    std::string torch = torch_idle_advice(c, activity);
+    if (!torch.empty()) return torch;
+  }
   switch (c) {
     case work_class::data:
       return "make batches on worker threads: ferry::ingest::loader (ingest ladder L1) with "

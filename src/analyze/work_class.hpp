@@ -32,7 +32,8 @@ enum class work_class {
 /// True for work that could run off the thread that launches GPU work (data, output, user).
 [[nodiscard]] bool movable(work_class c) noexcept;
 
-/// The fix for GPU idle covered by `activity` of class `c` on the launching thread, as one sentence.
-[[nodiscard]] std::string idle_advice(work_class c, std::string_view activity);
+/// The fix for GPU idle covered by `activity` of class `c` on the launching thread, as one sentence: in
+/// PyTorch's words (DataLoader, ferry.torch) with `pytorch`, else in ferry's C++ API's.
+[[nodiscard]] std::string idle_advice(work_class c, std::string_view activity, bool pytorch);
 
 }  // namespace ferry::trace::detail

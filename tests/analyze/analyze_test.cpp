@@ -5,9 +5,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "analyze/builder.hpp"
 #include "ferry/core/error.hpp"
@@ -629,6 +633,142 @@ TEST(analyze_drain_tail, stays_quiet_for_a_short_tail_or_a_wait) {
   builder wait = busy_steps();
   wait.api("cudaDeviceSynchronize", 3980, 4900, sync_kind::device);  // waiting is not work left to do
   EXPECT_EQ(find_rule(wait.run(), "drain_tail"), nullptr);
+}
+
+}  // namespace
+
+// ---- the fixes speak the trace's language ----
+
+namespace {
+
+bool has(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// A timeline that fires each rule whose fix names something to use (compute_bound's says to speed up the
+// model), as the rules' own tests build them.
+std::vector<std::pair<std::string, builder>> rule_scenarios() {
+  std::vector<std::pair<std::string, builder>> out;
+  out.emplace_back("gpu_idle in data work", naive_ingest());
+  out.emplace_back("gpu_idle in output work", naive_ingest("process output"));
+  out.emplace_back("sync_copy", blocking_copies(false));
+  out.emplace_back("sync_copy, async and a wait", blocking_copies(true));
+  builder sync = busy_steps();
+  sync.api("cudaDeviceSynchronize", 960, 1000, sync_kind::device);
+  sync.api("cudaDeviceSynchronize", 2960, 3000, sync_kind::device);
+  out.emplace_back("device_sync", std::move(sync));
+  out.emplace_back("serialized_copy", serialized(7));
+  builder slow = serialized(8);
+  slow.t.link_h2d_gbps = 100;
+  out.emplace_back("low_copy_bandwidth", std::move(slow));
+  builder pageable;
+  pageable.steps(4, 1000);
+  pageable.t.link_d2h_gbps = 50;
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    pageable.kernel(t0 + 5, t0 + 700);
+    pageable.api("cudaMemcpyAsync", t0 + 10, t0 + 990, sync_kind::copy);
+    pageable.copy(copy_kind::d2h, t0 + 700, t0 + 985, 4'000'000, mem_kind::pageable, true, 8);
+  }
+  out.emplace_back("pageable_async_copy", std::move(pageable));
+  builder host;
+  host.steps(4, 1000);
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    host.kernel(t0, t0 + 400);
+    host.range("wait for a free buffer", t0 + 400, t0 + 950);
+    host.range("process output", t0, t0 + 1000, worker_tid);
+  }
+  out.emplace_back("host_bound", std::move(host));
+  out.emplace_back("exposed_comm", ddp_steps(800, 950));
+  builder tail = busy_steps();
+  tail.range("process output", 3900, 4800, worker_tid);
+  out.emplace_back("drain_tail", std::move(tail));
+  return out;
+}
+
+TEST(analyze_wording, a_pytorch_trace_gets_pytorch_fixes_and_a_ferry_trace_cpp_ones) {
+  std::set<std::string> fired;
+  for (auto& [name, b] : rule_scenarios()) {
+    SCOPED_TRACE(name);
+    for (const fix_wording w : {fix_wording::cpp, fix_wording::pytorch}) {
+      analyze_options o;
+      o.wording = w;
+      const analysis a = b.run(o);
+      for (const finding& f : a.findings) {
+        SCOPED_TRACE(f.rule);
+        if (f.rule == "compute_bound") continue;
+        fired.insert(f.rule);
+        if (w == fix_wording::pytorch) {
+          EXPECT_FALSE(has(f.fix, "ferry::")) << f.fix;
+          EXPECT_FALSE(has(f.fix, "ingest L") || has(f.fix, "egress L") || has(f.fix, "ladder")) << f.fix;
+          EXPECT_TRUE(has(f.fix, "DataLoader") || has(f.fix, ".to(device") || has(f.fix, "ferry.torch.") ||
+                      has(f.fix, "torch.cuda") || has(f.fix, "DistributedDataParallel"))
+              << f.fix;
+        } else {
+          EXPECT_FALSE(has(f.fix, "ferry.torch") || has(f.fix, "DataLoader(")) << f.fix;
+          if (f.rule != "exposed_comm") EXPECT_TRUE(has(f.fix, "ferry::")) << f.fix;
+        }
+      }
+    }
+  }
+  // Every rule but the verdict was seen: a new rule needs a scenario here.
+  for (const std::string& rule : rule_ids())
+    if (rule != "compute_bound") EXPECT_TRUE(fired.contains(rule)) << rule;
+}
+
+TEST(analyze_wording, the_trace_s_origin_picks_the_wording) {
+  EXPECT_EQ(wording_for("pytorch profiler (Kineto)"), fix_wording::pytorch);
+  EXPECT_EQ(wording_for("chrome trace"), fix_wording::pytorch);
+  EXPECT_EQ(wording_for("ferry host"), fix_wording::cpp);
+  EXPECT_EQ(wording_for("ferry cuda (CUPTI)"), fix_wording::cpp);
+  // Read back from files: a PyTorch profiler export, and a trace ferry wrote.
+  const analysis kineto = analyze(read_trace(fixture("kineto_naive.json")));
+  ASSERT_EQ(kineto.bottleneck(), "gpu_idle");
+  EXPECT_TRUE(has(kineto.findings.front().fix, "ferry.torch.Prefetcher")) << kineto.findings.front().fix;
+  for (const finding& f : kineto.findings) EXPECT_FALSE(has(f.fix, "ferry::")) << f.fix;
+  builder b = naive_ingest();
+  b.t.source = "ferry host";
+  b.t.sort();
+  const analysis ferry_trace = analyze(parse_trace(to_chrome_json(b.t), "ferry trace"));
+  EXPECT_EQ(ferry_trace.source, "ferry host");
+  ASSERT_EQ(ferry_trace.bottleneck(), "gpu_idle");
+  EXPECT_TRUE(has(ferry_trace.findings.front().fix, "ferry::ingest::loader"))
+      << ferry_trace.findings.front().fix;
+  // An explicit wording wins over the origin.
+  analyze_options o;
+  o.wording = fix_wording::cpp;
+  EXPECT_TRUE(has(analyze(read_trace(fixture("kineto_naive.json")), o).findings.front().fix, "ferry::"));
+}
+
+// ---- findings that cost nothing ----
+
+TEST(analyze_findings, a_finding_that_costs_the_steps_nothing_is_not_listed) {
+  // 8 MB H2D copies at 26.7 GB/s against a 100 GB/s link, in every step: slow, but hidden under the
+  // kernels they cost nothing; started before the kernels, 25 us of each 300 us copy runs alone.
+  const auto with_copies = [](double start) {
+    builder b = busy_steps();
+    b.t.link_h2d_gbps = 100;
+    for (int i = 0; i < 4; ++i)
+      b.copy(copy_kind::h2d, i * 1000 + start, i * 1000 + start + 300, 8'000'000, mem_kind::pinned, true, 8);
+    return b.run();
+  };
+  const analysis hidden = with_copies(100);
+  EXPECT_EQ(find_rule(hidden, "low_copy_bandwidth"), nullptr) << format_text(hidden);
+  EXPECT_EQ(format_text(hidden).find("low_copy_bandwidth"), std::string::npos);
+  const analysis exposed = with_copies(0);
+  const finding* f = find_rule(exposed, "low_copy_bandwidth");
+  ASSERT_NE(f, nullptr) << format_text(exposed);
+  EXPECT_NEAR(f->cost_ms_per_step, 0.22 * 25.0 / 300.0, 1e-9);  // 220 us beyond the link, 1/12 exposed
+  // The verdict and the drain tail cost nothing per step by design, and stay.
+  EXPECT_EQ(hidden.bottleneck(), "compute_bound");
+}
+
+TEST(analyze_findings, rule_ids_are_the_rules_in_ranking_order) {
+  const std::vector<std::string>& ids = rule_ids();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), "compute_bound");
+  for (const char* r : {"gpu_idle", "sync_copy", "pageable_async_copy", "device_sync", "serialized_copy",
+                        "exposed_comm", "low_copy_bandwidth", "host_bound", "drain_tail"})
+    EXPECT_NE(std::find(ids.begin(), ids.end(), r), ids.end()) << r;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -36,7 +37,10 @@ TEST(analyze_main_thread, without_steps_the_thread_whose_id_is_the_pid_wins_over
   const finding& f = a.findings.front();
   EXPECT_TRUE(has(f.title, "DataLoader")) << f.title;
   EXPECT_TRUE(has(f.evidence, "pt_main_thread")) << f.evidence;
-  EXPECT_TRUE(has(f.fix, "ferry::ingest::loader")) << f.fix;
+  // A PyTorch profiler trace: the fix in PyTorch's words, not ferry's C++ classes.
+  EXPECT_TRUE(has(f.fix, "DataLoader(num_workers=..., pin_memory=True)")) << f.fix;
+  EXPECT_TRUE(has(f.fix, "ferry.torch.Prefetcher")) << f.fix;
+  EXPECT_FALSE(has(f.fix, "ferry::")) << f.fix;
   EXPECT_TRUE(
       has(format_text(a), "main thread: thread 1000 (pt_main_thread) (its thread id is its process id)"))
       << format_text(a);
@@ -154,6 +158,42 @@ TEST(analyze_work_class, the_table_sorts_activity_and_only_movable_work_is_told_
     const bool told_to_move =
         has(f->fix, "off the thread that launches GPU work") || has(f->fix, "worker threads");
     EXPECT_EQ(told_to_move, w == "data" || w == "output" || w == "user") << f->fix;
+  }
+}
+
+// The same table in PyTorch's words: no class's advice names a C++ class of ferry's, and the classes whose
+// C++ advice does say what to do in PyTorch instead.
+TEST(analyze_work_class, each_classs_advice_speaks_pytorch_for_a_pytorch_trace) {
+  const std::map<std::string, std::string> torch_phrase{
+      {"data", "DataLoader(num_workers=..., pin_memory=True)"},
+      {"output", "ferry.torch.Egress(sink)"},
+      {"user", "the DataLoader's workers"},
+      {"copy", ".to(device, non_blocking=True)"},
+      {"sync", "ferry.torch."},
+      {"host_wait", "num_workers=..."}};
+  for (const work_case& c : work_cases) {
+    SCOPED_TRACE(c.activity);
+    builder b;
+    b.steps(4, 1000);
+    for (int i = 0; i < 4; ++i) {
+      const double t0 = i * 1000.0;
+      b.api(c.activity, t0 + 100, t0 + 700, c.blocking ? sync_kind::stream : sync_kind::none).kind =
+          c.blocking ? activity::api : activity::range;
+      b.kernel(t0 + 700, t0 + 1000);
+      b.kernel(t0, t0 + 100);
+    }
+    analyze_options o;
+    o.wording = fix_wording::pytorch;
+    const analysis a = b.run(o);
+    const std::string w = c.work;
+    const finding* f = find_rule(a, w == "host_wait" ? "host_bound" : "gpu_idle");
+    ASSERT_NE(f, nullptr) << format_text(a);
+    EXPECT_FALSE(has(f->fix, "ferry::")) << f->fix;
+    if (const auto it = torch_phrase.find(w); it != torch_phrase.end()) {
+      EXPECT_TRUE(has(f->fix, it->second)) << f->fix;
+    } else {
+      EXPECT_TRUE(has(f->fix, c.in_fix)) << f->fix;  // framework, launch, allocator, runtime: as in C++
+    }
   }
 }
 

@@ -9,11 +9,28 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/trace/timeline.hpp"
 
 namespace ferry::trace {
+
+/// Whose words the findings' fixes use.
+enum class fix_wording {
+  automatic,  // from the trace's origin (wording_for): PyTorch's for a PyTorch profiler trace, else C++
+  cpp,        // ferry's C++ API and the bench ladders: ferry::ingest::prefetcher, egress L3
+  pytorch,    // PyTorch's: DataLoader(num_workers=..., pin_memory=True), .to(device, non_blocking=True),
+              // ferry.torch.Prefetcher and ferry.torch.Egress
+};
+
+/// The wording `automatic` picks for a timeline from `source` (timeline::source): pytorch for what the
+/// Chrome trace importer read (a PyTorch profiler export, or another Chrome trace ferry did not write),
+/// cpp for a trace ferry recorded.
+[[nodiscard]] fix_wording wording_for(std::string_view source) noexcept;
+
+/// Every rule id a finding can carry (finding::rule), in ranking order: what --fail-on accepts.
+[[nodiscard]] const std::vector<std::string>& rule_ids();
 
 struct analyze_options {
   /// Step spans: ranges or stage spans whose name starts with this prefix, on any CPU thread. Empty:
@@ -28,6 +45,8 @@ struct analyze_options {
   /// bandwidth rule compares pinned copies with nothing and stays quiet.
   double link_h2d_gbps = 0;
   double link_d2h_gbps = 0;
+  /// The words of the fixes.
+  fix_wording wording = fix_wording::automatic;
 };
 
 /// What one step's GPU time went to. Times in milliseconds; categories are exclusive, taken in the order
@@ -98,6 +117,8 @@ struct uncovered_idle {
 ///                         GPU activity longer than a step
 ///   drain_tail            host work that goes on after the last step's GPU work for up to a step (latency
 ///                         at the end of a run, not lost per step: cost 0, listed last)
+/// A finding that costs no GPU time per step is not listed, but for compute_bound (the verdict when
+/// nothing else costs) and drain_tail (its cost is at the end of the run, not per step).
 struct finding {
   std::string rule;
   std::string title;                      // one line: what is wrong

@@ -47,9 +47,14 @@ void find_device_sync(const model& m, std::vector<finding>& out) {
       fmt::format("{} device synchronize{} per step; the GPU idled {} per step while the CPU waited in them",
                   count_text(m.per_step(static_cast<double>(count))), count == m.step_count() ? "" : "s",
                   ms_text(ms(m.per_step(idle_ns))));
-  f.fix =
-      "wait on events, not the device: the ferry pipelines record one event per slot "
-      "(ferry::ingest::prefetcher, ferry::egress::pipeline), so the CPU waits only for the work it needs";
+  f.fix = m.pytorch()
+              ? "take torch.cuda.synchronize() out of the loop and wait on events for the work you need "
+                "(torch.cuda.Event: record(), then synchronize() or a stream's wait_event()); "
+                "ferry.torch.Prefetcher and ferry.torch.Egress record one event per slot, so the CPU waits "
+                "only for the batch or output it needs"
+              : "wait on events, not the device: the ferry pipelines record one event per slot "
+                "(ferry::ingest::prefetcher, ferry::egress::pipeline), so the CPU waits only for the work it "
+                "needs";
   out.push_back(std::move(f));
 }
 

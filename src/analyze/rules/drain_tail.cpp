@@ -36,13 +36,18 @@ void find_drain_tail(const model& m, std::vector<finding>& out) {
       "of that; over {} steps this adds {} per step to a run's wall time",
       ms_text(tail_ms), activity_name, thread, ms_text(ms(w.top_ns)), m.summary().steps.size(),
       ms_text(tail_ms / m.step_count()));
-  f.fix = classify_work(activity_name) == work_class::output
-              ? "process outputs in slot-sized chunks as they arrive (ferry::egress::pipeline), so the last "
-                "output's processing overlaps its own copy instead of trailing the run"
-              : fmt::format(
-                    "overlap '{}' with the GPU work before it, or split it into smaller pieces that "
-                    "start as their inputs arrive",
-                    activity_name);
+  f.fix =
+      classify_work(activity_name) == work_class::output
+          ? (m.pytorch() ? "hand outputs to ferry.torch.Egress as they are made: its sink workers "
+                           "process each in slot-sized chunks as they arrive, so the last output's "
+                           "processing overlaps its own copy instead of trailing the run"
+                         : "process outputs in slot-sized chunks as they arrive (ferry::egress::pipeline), "
+                           "so the last output's processing overlaps its own copy instead of trailing the "
+                           "run")
+          : fmt::format(
+                "overlap '{}' with the GPU work before it, or split it into smaller pieces that "
+                "start as their inputs arrive",
+                activity_name);
   f.numbers = {{"tail_ms", tail_ms},
                {"tail_fraction", static_cast<double>(tail) / static_cast<double>(window)},
                {"activity_ms", ms(w.top_ns)},

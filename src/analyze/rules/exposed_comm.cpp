@@ -34,6 +34,14 @@ constexpr const char* bucket_fix =
 constexpr const char* codec_fix =
     "halve the bytes on the wire with a 16-bit codec (bf16 or fp16, lossy: where training tolerates it, the "
     "reducer's automatic plan with lossy codecs allowed picks it per bucket)";
+// The same two in PyTorch's words: DistributedDataParallel's buckets and its communication hooks.
+constexpr const char* torch_bucket_fix =
+    "start the all-reduce while backward still runs: smaller gradient buckets, each reduced as soon as its "
+    "gradients are ready (DistributedDataParallel(model, bucket_cap_mb=...), below its 25 MB default)";
+constexpr const char* torch_codec_fix =
+    "halve the bytes on the wire with a 16-bit compression hook (bf16 or fp16, lossy: where training "
+    "tolerates it): ddp.register_comm_hook(None, bf16_compress_hook) from "
+    "torch.distributed.algorithms.ddp_comm_hooks.default_hooks";
 constexpr const char* link_fix =
     "check the link: `ferry probe` and `ferry bench allreduce` show whether the GPUs reach each other over "
     "NVLink or through host memory (NCCL_P2P_DISABLE=1, or a PCIe topology without peer access, sends every "
@@ -90,8 +98,10 @@ void find_exposed_comm(const model& m, std::vector<finding>& out) {
       "waited for the gradients' reduction",
       count_text(m.per_step(static_cast<double>(kernels))), ms_text(comm_ms), pct(hidden),
       ms_text(exposed_ms), ms_text(longest_ms));
-  f.fix = hidden < late_start_hidden ? fmt::format("{}; {}; {}", bucket_fix, codec_fix, link_fix)
-                                     : fmt::format("{}; {}; {}", codec_fix, link_fix, bucket_fix);
+  const char* buckets = m.pytorch() ? torch_bucket_fix : bucket_fix;
+  const char* codec = m.pytorch() ? torch_codec_fix : codec_fix;
+  f.fix = hidden < late_start_hidden ? fmt::format("{}; {}; {}", buckets, codec, link_fix)
+                                     : fmt::format("{}; {}; {}", codec, link_fix, buckets);
   out.push_back(std::move(f));
 }
 

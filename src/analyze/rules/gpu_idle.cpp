@@ -39,10 +39,17 @@ std::string uncovered_text(const model& m) {
   return out;
 }
 
-constexpr const char* see_more =
-    "see what the main thread runs there: wrap the suspect code (output handling, a queue get, a "
-    "buffer wait) in torch.profiler.record_function (FERRY_RANGE in C++) and record with with_stack=True "
-    "to see the Python lines; the analysis then names it and the fix that fits it";
+// How to make the main thread's unrecorded time show up in the next trace.
+std::string see_more(const model& m) {
+  return m.pytorch()
+             ? "see what the main thread runs there: wrap the suspect code (output handling, a queue "
+               "get, a buffer wait) in torch.profiler.record_function and record with "
+               "with_stack=True to see the Python lines; the analysis then names it and the fix "
+               "that fits it"
+             : "see what the main thread runs there: wrap the suspect code (output handling, a queue "
+               "get, a buffer wait) in FERRY_RANGE (or an NVTX range); the analysis then names it and "
+               "the fix that fits it";
+}
 
 }  // namespace
 
@@ -88,7 +95,7 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
       return a.main_thread && &a != top && a.fraction_of_idle >= cause_share;
     });
     if (sole) f.cause = std::string(to_string(cause));
-    f.fix = idle_advice(cause, top->activity);
+    f.fix = idle_advice(cause, top->activity, m.pytorch());
   } else if (uncovered) {
     f.title = fmt::format("GPU idle {} {} while the main thread runs code the trace did not record",
                           pct(fraction), step_word);
@@ -96,7 +103,7 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     if (top != nullptr)
       f.evidence += fmt::format("; its most covering activity, '{}', covered only {}", top->activity,
                                 pct(top->fraction_of_idle));
-    f.fix = see_more;
+    f.fix = see_more(m);
   } else {
     f.title = fmt::format("GPU idle {} {}", pct(fraction), step_word);
     const idle_attribution* other = nullptr;
@@ -117,7 +124,7 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
           fmt::format("; {} was in '{}' for {} per step ({} of the idle)", other->thread, other->activity,
                       ms_text(m.per_step(other->idle_ms)), pct(other->fraction_of_idle));
     if (s.uncovered.idle_ms > 0) f.evidence += uncovered_text(m);
-    f.fix = see_more;
+    f.fix = see_more(m);
   }
   out.push_back(std::move(f));
 }

@@ -68,11 +68,15 @@ void find_host_bound(const model& m, std::vector<finding>& out) {
                               ms_text(cost), top_wait->activity)
                 : fmt::format("host-bound: the GPU finishes early and the run waits {} for '{}' after it",
                               ms_text(tail_ms), tail_activity);
-  f.fix =
-      "give the host work more hands or less to do: more sink workers (ferry::egress::pipeline's "
-      "sinks, egress L1) or loader workers (ferry::ingest::loader), a pool deep enough that the producer "
-      "never waits for a free buffer, and cheaper per-output processing (no copy into a fresh object "
-      "before writing)";
+  f.fix = m.pytorch()
+              ? "give the host work more hands or less to do: more DataLoader workers (num_workers=...) for "
+                "inputs, more sink workers for outputs (ferry.torch.Egress(sink, workers=...)), enough slots "
+                "that the producer never waits for a free one (Egress(slots=...), Prefetcher(depth=...)), "
+                "and cheaper per-output processing (no copy into a fresh object before writing)"
+              : "give the host work more hands or less to do: more sink workers (ferry::egress::pipeline's "
+                "sinks, egress L1) or loader workers (ferry::ingest::loader), a pool deep enough that the "
+                "producer never waits for a free buffer, and cheaper per-output processing (no copy into a "
+                "fresh object before writing)";
   out.push_back(std::move(f));
 }
 

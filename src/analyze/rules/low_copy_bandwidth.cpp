@@ -74,8 +74,12 @@ void find_for_direction(const model& m, copy_kind dir, std::vector<finding>& out
       ms_text(ms(m.per_step(static_cast<double>(total)))), achieved, link, pct(1.0 - exposed),
       fmt::join(kind_text, ", "), ms_text(f.cost_ms_per_step));
   f.fix =
-      "copy from pinned memory in large pieces (ferry::ingest::prefetcher / ferry::egress::pipeline slots); "
-      "ferry probe measures the link";
+      m.pytorch()
+          ? "copy from pinned memory in large pieces: DataLoader(..., pin_memory=True) and one .to(device, "
+            "non_blocking=True) per batch rather than many small tensors, or ferry.torch.Prefetcher / "
+            "ferry.torch.Egress, which copy whole slots; ferry probe measures the link"
+          : "copy from pinned memory in large pieces (ferry::ingest::prefetcher / ferry::egress::pipeline "
+            "slots); ferry probe measures the link";
   out.push_back(std::move(f));
 }
 

@@ -122,9 +122,11 @@ void find_pageable_async_copy(const model& m, std::vector<finding>& out) {
       "(see sync_copy); at the pinned link the copies would take {} per step less",
       fmt::join(parts, "; "), ms_text(ms(m.per_step(static_cast<double>(blocked_ns)))),
       ms_text(ms(m.per_step(idle_ns))), ms_text(ms(m.per_step(cost_ns))));
-  f.fix =
-      "pin the host buffers: ferry::ingest::prefetcher / ferry::egress::pipeline own pinned slots (ingest "
-      "L2, egress L3/L4-pinned)";
+  f.fix = m.pytorch()
+              ? "pin the host side: " +
+                    torch_copy_fix(dirs.contains(copy_kind::h2d), dirs.contains(copy_kind::d2h))
+              : "pin the host buffers: ferry::ingest::prefetcher / ferry::egress::pipeline own pinned slots "
+                "(ingest L2, egress L3/L4-pinned)";
   if (2 * small_d2h >= copies.size())
     f.fix +=
         "; small D2H copies into pageable memory are values read back (.item(), .cpu(), .tolist(), a "

@@ -80,9 +80,13 @@ void find_serialized_copy(const model& m, std::vector<finding>& out) {
       count_text(m.per_step(static_cast<double>(s.count))), s.count == m.step_count() ? "y" : "ies",
       m.stream_name(worst->first.stream), ms_text(copy_ms), pct(copy_ms / m.summary().mean.wall_ms),
       pct(overlap), ms_text(f.cost_ms_per_step));
-  f.fix =
-      "copy on its own stream and make compute wait on an event: ingest L3 / ferry::ingest::prefetcher; "
-      "egress L4 / ferry::egress::pipeline";
+  f.fix = m.pytorch()
+              ? "copy on a stream of its own and make compute wait for it: ferry.torch.Prefetcher(loader) "
+                "copies the next batch on ferry's copy stream while this step computes (by hand: .to(device, "
+                "non_blocking=True) from pinned memory inside torch.cuda.stream(copy_stream), then "
+                "torch.cuda.current_stream().wait_stream(copy_stream)); for outputs, ferry.torch.Egress"
+              : "copy on its own stream and make compute wait on an event: ingest L3 / "
+                "ferry::ingest::prefetcher; egress L4 / ferry::egress::pipeline";
   out.push_back(std::move(f));
 }
 

@@ -177,9 +177,24 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
         "their stream drained, the GPU idling {} per step meanwhile",
         count_text(m.per_step(static_cast<double>(call_count))), call_count == m.step_count() ? "y" : "ies",
         call_count == m.step_count() ? "its" : "their", ms_text(ms(m.per_step(call_idle_ns))));
-  f.fix =
-      "non-blocking copy from pinned memory on a copy stream: ferry::ingest::prefetcher (ingest L2..L4) / "
-      "ferry::egress::pipeline (egress L3..L4)";
+  if (m.pytorch()) {
+    // D2H copies under 1 MiB on average are values read back (.item(), a loss printed), not outputs.
+    const auto d2h = dirs.find(copy_kind::d2h);
+    const bool outputs =
+        d2h != dirs.end() && d2h->second.second >= d2h->second.first * (std::uint64_t{1} << 20);
+    const bool read_backs = d2h != dirs.end() && !outputs;
+    const bool inputs = dirs.contains(copy_kind::h2d);
+    if (inputs || outputs)
+      f.fix = "non-blocking copies from pinned memory: " + torch_copy_fix(inputs, outputs);
+    if (read_backs)
+      f.fix += std::string(f.fix.empty() ? "" : "; ") +
+               "small D2H copies are values read back (.item(), .cpu(), a printed tensor): each waits for "
+               "the GPU work queued before it, so read them less often (every few steps)";
+  } else {
+    f.fix =
+        "non-blocking copy from pinned memory on a copy stream: ferry::ingest::prefetcher (ingest L2..L4) / "
+        "ferry::egress::pipeline (egress L3..L4)";
+  }
   out.push_back(std::move(f));
 }
 
