@@ -258,8 +258,7 @@ nlohmann::json stamp_json(std::string_view tool, const run_stamp& stamp, const d
           {"date", stamp.date},
           {"command", stamp.command},
           {"version", stamp.version},
-          {"device",
-           {{"name", device.name}, {"backend", to_string(device.kind)}, {"pci_bus_id", device.pci_bus_id}}}};
+          {"device", nlohmann::json::parse(to_json(device))}};
 }
 
 nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg, nlohmann::json own,

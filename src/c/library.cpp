@@ -145,14 +145,9 @@ int ferry_device_info_json(ferry_device* dev, char** out) {
   return guard([&] {
     expect_out(out, "ferry_device_info_json");
     const auto& st = *checked(dev, "ferry_device_info_json").state;
-    const ferry::device_info i = st.dev->info();
-    const nlohmann::json j = {{"backend", std::string(ferry::to_string(i.kind))},
-                              {"name", i.name},
-                              {"ordinal", i.ordinal},
-                              {"memory_bytes", i.memory_bytes},
-                              {"pci_bus_id", i.pci_bus_id},
-                              {"copy_engines", i.copy_engines},
-                              {"reason", st.reason}};
+    // device_info's one shape, and why "auto" took the device it did.
+    nlohmann::json j = nlohmann::json::parse(ferry::to_json(st.dev->info()));
+    j["reason"] = st.reason;
     *out = dup_string(j.dump());
   });
 }
@@ -210,33 +205,8 @@ int ferry_probe_run(ferry_device* dev, size_t copy_bytes, int warmup, int iterat
     if (iterations > 0) o.iterations = iterations;
     if (pin_bytes > 0) o.pin_bytes = pin_bytes;
     const ferry::probe::result r = ferry::probe::run(d, o);
-    nlohmann::json j;
-    j["device"] = {{"name", r.device.name},
-                   {"backend", std::string(ferry::to_string(r.device.kind))},
-                   {"ordinal", r.device.ordinal},
-                   {"memory_bytes", r.device.memory_bytes},
-                   {"pci_bus_id", r.device.pci_bus_id},
-                   {"copy_engines", r.device.copy_engines}};
-    auto& links = j["links"] = nlohmann::json::array();
-    for (const auto& l : r.links) {
-      links.push_back({{"name", l.name},
-                       {"direction", std::string(ferry::to_string(l.direction))},
-                       {"host_memory", std::string(ferry::to_string(l.host_memory))},
-                       {"bytes", l.bytes},
-                       {"iterations", l.iterations},
-                       {"median_gbps", l.median_gbps},
-                       {"min_gbps", l.min_gbps},
-                       {"max_gbps", l.max_gbps},
-                       {"checked", l.checked}});
-    }
-    j["both_directions"] = {{"bytes_each_way", r.duplex.bytes_each_way},
-                            {"iterations", r.duplex.iterations},
-                            {"total_gbps", r.duplex.total_gbps},
-                            {"h2d_gbps", r.duplex.h2d_gbps},
-                            {"d2h_gbps", r.duplex.d2h_gbps}};
-    j["pin_cost"] = {{"bytes", r.pin_cost.bytes},
-                     {"alloc_seconds", r.pin_cost.alloc_seconds},
-                     {"free_seconds", r.pin_cost.free_seconds}};
+    // The probe's one shape (what `ferry probe --json` prints, less its run stamp) and the CLI's table.
+    nlohmann::json j = nlohmann::json::parse(ferry::probe::to_json(r));
     j["table"] = ferry::probe::format_table(r);
     *out = dup_string(j.dump());
   });

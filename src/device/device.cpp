@@ -5,6 +5,7 @@
 #include "ferry/device/device.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -81,6 +82,16 @@ std::string_view to_string(backend b) noexcept {
     case backend::cuda: return "cuda";
   }
   return "unknown backend";
+}
+
+std::string to_json(const device_info& i, int indent) {
+  const nlohmann::json j = {{"backend", std::string(to_string(i.kind))},
+                            {"name", i.name},
+                            {"ordinal", i.ordinal},
+                            {"memory_bytes", i.memory_bytes},
+                            {"pci_bus_id", i.pci_bus_id},
+                            {"copy_engines", i.copy_engines}};
+  return j.dump(indent);
 }
 
 std::string_view to_string(memory_kind k) noexcept {

@@ -1,6 +1,7 @@
 #include "ferry/probe/probe.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -335,6 +336,46 @@ std::string format_table(const result& r) {
                        r.pin_cost.free_seconds * 1e3, r.pin_cost.seconds_per_gib() * 1e3);
   }
   return out;
+}
+
+std::string to_json(const result& r, int indent) {
+  using nlohmann::json;
+  json j;
+  j["device"] = json::parse(to_json(r.device));
+  j["memlock"] = {{"soft_bytes", r.memlock.unlimited ? json(nullptr) : json(r.memlock.soft_bytes)},
+                  {"hard_bytes", r.memlock.hard_bytes},
+                  {"unlimited", r.memlock.unlimited},
+                  {"cap_ipc_lock", r.memlock.cap_ipc_lock},
+                  {"enforced", r.memlock.enforced()}};
+  j["options"] = {{"copy_bytes", r.used.copy_bytes},
+                  {"warmup", r.used.warmup},
+                  {"iterations", r.used.iterations},
+                  {"pin_bytes", r.used.pin_bytes},
+                  {"check", r.used.check}};
+  auto& links = j["links"] = json::array();
+  for (const auto& l : r.links) {
+    links.push_back({{"name", l.name},
+                     {"direction", std::string(to_string(l.direction))},
+                     {"host_memory", std::string(to_string(l.host_memory))},
+                     {"bytes", l.bytes},
+                     {"iterations", l.iterations},
+                     {"median_gbps", l.median_gbps},
+                     {"min_gbps", l.min_gbps},
+                     {"max_gbps", l.max_gbps},
+                     {"checked", l.checked}});
+  }
+  j["both_directions"] = {{"bytes_each_way", r.duplex.bytes_each_way},
+                          {"iterations", r.duplex.iterations},
+                          {"total_gbps", r.duplex.total_gbps},
+                          {"h2d_gbps", r.duplex.h2d_gbps},
+                          {"d2h_gbps", r.duplex.d2h_gbps}};
+  // Null rather than absent when not measured, so every probe result has the same keys.
+  j["pin_cost"] = r.pin_cost.bytes == 0 ? json(nullptr)
+                                        : json{{"bytes", r.pin_cost.bytes},
+                                               {"alloc_seconds", r.pin_cost.alloc_seconds},
+                                               {"free_seconds", r.pin_cost.free_seconds},
+                                               {"seconds_per_gib", r.pin_cost.seconds_per_gib()}};
+  return j.dump(indent);
 }
 
 }  // namespace ferry::probe

@@ -32,53 +32,11 @@ struct probe_flags {
   bool no_p2p = false;
 };
 
-nlohmann::json to_json(const probe::result& r, const bench::run_stamp& stamp) {
-  nlohmann::json j;
-  j["tool"] = "ferry probe";
-  j["date"] = stamp.date;
-  j["command"] = stamp.command;
-  j["version"] = stamp.version;
-  j["device"] = {{"name", r.device.name},
-                 {"backend", to_string(r.device.kind)},
-                 {"ordinal", r.device.ordinal},
-                 {"memory_bytes", r.device.memory_bytes},
-                 {"pci_bus_id", r.device.pci_bus_id},
-                 {"copy_engines", r.device.copy_engines}};
-  j["memlock"] = {
-      {"soft_bytes", r.memlock.unlimited ? nlohmann::json(nullptr) : nlohmann::json(r.memlock.soft_bytes)},
-      {"hard_bytes", r.memlock.hard_bytes},
-      {"unlimited", r.memlock.unlimited},
-      {"cap_ipc_lock", r.memlock.cap_ipc_lock},
-      {"enforced", r.memlock.enforced()}};
-  j["options"] = {{"copy_bytes", r.used.copy_bytes},
-                  {"warmup", r.used.warmup},
-                  {"iterations", r.used.iterations},
-                  {"pin_bytes", r.used.pin_bytes},
-                  {"check", r.used.check}};
-  auto& links = j["links"] = nlohmann::json::array();
-  for (const auto& l : r.links) {
-    links.push_back({{"name", l.name},
-                     {"direction", to_string(l.direction)},
-                     {"host_memory", to_string(l.host_memory)},
-                     {"bytes", l.bytes},
-                     {"iterations", l.iterations},
-                     {"median_gbps", l.median_gbps},
-                     {"min_gbps", l.min_gbps},
-                     {"max_gbps", l.max_gbps},
-                     {"checked", l.checked}});
-  }
-  j["both_directions"] = {{"bytes_each_way", r.duplex.bytes_each_way},
-                          {"iterations", r.duplex.iterations},
-                          {"total_gbps", r.duplex.total_gbps},
-                          {"h2d_gbps", r.duplex.h2d_gbps},
-                          {"d2h_gbps", r.duplex.d2h_gbps}};
-  if (r.pin_cost.bytes > 0) {
-    j["pin_cost"] = {{"bytes", r.pin_cost.bytes},
-                     {"alloc_seconds", r.pin_cost.alloc_seconds},
-                     {"free_seconds", r.pin_cost.free_seconds},
-                     {"seconds_per_gib", r.pin_cost.seconds_per_gib()}};
-  }
-  return j;
+// The probe's own JSON (probe::to_json) under the run stamp every bench result carries.
+std::string to_json(const probe::result& r, const bench::run_stamp& stamp) {
+  nlohmann::json j = bench::stamp_json("ferry probe", stamp, r.device);
+  j.update(nlohmann::json::parse(probe::to_json(r)));
+  return j.dump(2);
 }
 
 // Ranges of probe's flags.
@@ -174,7 +132,7 @@ std::function<int()> add_probe_command(CLI::App& app, std::string command) {
     check_probe_memory(*dev, opts);
     status_line status;
     const probe::result r = probe::run(*dev, opts, progress_to(status));
-    emit(flags->output, flags->json ? to_json(r, stamp).dump(2) + "\n" : probe::format_table(r));
+    emit(flags->output, flags->json ? to_json(r, stamp) + "\n" : probe::format_table(r));
     return 0;
   };
 }

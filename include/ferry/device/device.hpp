@@ -272,6 +272,10 @@ struct device_info {
   int copy_engines = 0;            // asynchronous copy engines
 };
 
+/// `i` as a JSON object: backend, name, ordinal, memory_bytes, pci_bus_id, copy_engines. The one shape of
+/// a device wherever ferry writes one (the probe, the benches, the C ABI); `indent` < 0 for one line.
+[[nodiscard]] std::string to_json(const device_info& i, int indent = -1);
+
 /// Cost of pinning host memory so far: the pipelines report it, since it is paid up front.
 struct pinned_stats {
   std::uint64_t bytes = 0;        // pinned bytes currently held

@@ -95,4 +95,9 @@ struct result {
 /// The text table `ferry probe` prints.
 [[nodiscard]] std::string format_table(const result& r);
 
+/// `r` as JSON, the one shape of a probe result: `ferry probe --json` adds its run stamp (tool, date,
+/// command, version) and the C ABI's ferry_probe_run the table. Keys: device (as to_json(device_info)),
+/// memlock, options, links, both_directions, pin_cost (null when the pinning cost was not measured).
+[[nodiscard]] std::string to_json(const result& r, int indent = 2);
+
 }  // namespace ferry::probe
