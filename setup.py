@@ -13,6 +13,7 @@ Environment:
 The version is the CMake project version (python/ferry/_version.py reads it from CMakeLists.txt).
 """
 import os
+import re
 import runpy
 import shlex
 import shutil
@@ -31,6 +32,7 @@ CLI = "ferry"
 # What a library built without the CUDA toolkit says when asked for a GPU (src/cuda/no_cuda.cpp; the
 # same text as python/ferry/_device.py's NO_CUDA_MARK, which tests/python/test_package.py checks).
 NO_CUDA_MARK = b"built without the CUDA toolkit"
+TTY = "/dev/tty"
 
 
 def cache_entries(build: Path) -> dict:
@@ -45,13 +47,14 @@ def cache_entries(build: Path) -> dict:
     return entries
 
 
-def host_only_reason(entries: dict):
+def host_only_reason(entries: dict, configure_output: str):
     """Why a configured build has no cuda backend, or None when it has one: "asked" when the build was
-    configured with FERRY_WITH_CUDA=OFF, "no nvcc" when CMake found no CUDA compiler."""
-    if entries.get("FERRY_WITH_CUDA", "ON").upper() in ("OFF", "0", "FALSE", "NO"):
+    configured with FERRY_WITH_CUDA=OFF (a cached option), "no nvcc" when CMakeLists.txt reported the
+    backend off (its `ferry: cuda backend OFF` status line; the compiler CMakeLists.txt names itself is
+    not cached, so the cache cannot tell)."""
+    if entries.get("FERRY_WITH_CUDA", "ON").upper() in ("OFF", "0", "FALSE", "NO", "N"):
         return "asked"
-    compiler = entries.get("CMAKE_CUDA_COMPILER", "")
-    if not compiler or compiler.endswith("NOTFOUND"):
+    if re.search(r"^-- ferry: cuda backend OFF\b", configure_output, re.M):
         return "no nvcc"
     return None
 
@@ -79,7 +82,7 @@ def shout(message: str) -> None:
     screen with `pip install -v`)."""
     text = "\n" + message + "\n\n"
     try:
-        with open("/dev/tty", "w") as tty:
+        with open(TTY, "w") as tty:
             tty.write(text)
     except OSError:
         pass  # no controlling terminal (CI): stderr, and FERRY_REQUIRE_CUDA=1 to fail instead
@@ -114,8 +117,11 @@ def cmake_build() -> tuple:
         # A failed search is cached; search again, so a reinstall after installing CUDA finds nvcc.
         configure += ["-UCMAKE_CUDA_COMPILER"]
     configure += shlex.split(os.environ.get("FERRY_CMAKE_ARGS", ""))
-    subprocess.check_call(configure)
-    check_cuda(host_only_reason(cache_entries(build)), prebuilt=False)  # before a build of minutes
+    configured = subprocess.run(configure, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(configured.stdout)
+    if configured.returncode != 0:
+        raise SystemExit(f"ferry-gpu: CMake's configure step failed (exit status {configured.returncode})")
+    check_cuda(host_only_reason(cache_entries(build), configured.stdout), prebuilt=False)  # before the build
     jobs = os.environ.get("FERRY_JOBS", str(os.cpu_count() or 2))
     subprocess.check_call(["cmake", "--build", str(build), "--target", "ferry_c", "ferry_cli", "-j", jobs])
     return build / "src" / "c" / LIBRARY, build / "tools" / "ferry" / CLI
@@ -163,4 +169,5 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(version=VERSION, cmdclass={"build_py": BuildWithCMake}, distclass=BinaryDistribution)
+if __name__ == "__main__":  # as pip's build backend runs it; tests/python/test_package.py imports the rest
+    setup(version=VERSION, cmdclass={"build_py": BuildWithCMake}, distclass=BinaryDistribution)
