@@ -20,14 +20,31 @@ scripts/build.sh default
 step "cpu tests"
 ctest --preset cpu -j "$jobs"
 
-step "Python package: python3 -m pip install --no-build-isolation . in a venv of Debian's /usr/bin/python3"
+step "Python package: pip install of ferry-gpu in a venv of Debian's /usr/bin/python3; the ferry command"
 # (The package's tests ran above from the source tree: ctest 'python', /usr/bin/python3 -m pytest tests/python.)
+# The prebuilt library and CLI of the default build go into the package, as setup.py's CMake build would.
 venv=$(mktemp -d)
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 FERRY_PREBUILT_LIBRARY="$PWD/build/default/src/c/libferry_c.so" \
+  FERRY_PREBUILT_CLI="$PWD/build/default/tools/ferry/ferry" \
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps --no-cache-dir .
-(cd "$venv" && env -u PYTHONPATH -u FERRY_LIBRARY FERRY_EXPECT_INSTALLED=1 "$venv/bin/python" -m pytest -q \
-  -p no:cacheprovider "$OLDPWD/tests/python/test_library.py" "$OLDPWD/tests/python/test_header.py")
+(
+  cd "$venv"
+  unset PYTHONPATH FERRY_LIBRARY FERRY_CLI
+  # One version: pip's metadata, ferry.__version__, and the installed `ferry` command's.
+  pip_version=$("$venv/bin/python" -m pip show ferry-gpu | sed -n 's/^Version: //p')
+  py_version=$("$venv/bin/python" -c 'import ferry; print(ferry.__version__)')
+  cli_version=$("$venv/bin/ferry" --version)
+  echo "pip show ferry-gpu: $pip_version; ferry.__version__: $py_version; ferry --version: $cli_version"
+  case "$cli_version" in  # the CLI's may add the commit it was built from: 0.1.0+g1a2b3c4
+    "ferry $pip_version" | "ferry $pip_version+"*) [ "$pip_version" = "$py_version" ] ;;
+    *) false ;;
+  esac
+  "$venv/bin/python" -m ferry probe --backend host --bytes 1MiB --iterations 1 >/dev/null
+  FERRY_EXPECT_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$OLDPWD/tests/python/test_library.py" "$OLDPWD/tests/python/test_header.py" \
+    "$OLDPWD/tests/python/test_package.py" "$OLDPWD/tests/python/test_analyze_schema.py"
+)
 rm -rf "$venv"
 
 step "lint: clang-format and clang-tidy (.clang-format, .clang-tidy; layering is the ctest 'layers')"
