@@ -188,6 +188,7 @@ class CallbackSink(Sink):
             raise TypeError(f"CallbackSink: {fn!r} is not callable")
         self.fn = fn
         self.error: Optional[BaseException] = None
+        # By the output's sequence number, not its tag: a callback may be given one tag many times.
         self._meta: Dict[int, Tuple[Tuple[int, ...], Any]] = {}
         self._delivered: Dict[int, int] = {}
         self._lock = threading.Lock()
@@ -198,17 +199,17 @@ class CallbackSink(Sink):
         h.python_error = _error_getter(weakref.ref(self))
         self._handle = h
 
-    def _expect(self, tag: int, shape: Sequence[int], info: TensorInfo) -> None:
+    def _expect(self, sequence: int, shape: Sequence[int], info: TensorInfo) -> None:
         with self._lock:
-            self._meta[tag] = (tuple(shape), numpy_dtype(info.code, info.bits, info.lanes))
-            self._delivered[tag] = 0
+            self._meta[sequence] = (tuple(shape), numpy_dtype(info.code, info.bits, info.lanes))
+            self._delivered[sequence] = 0
 
     def _call(self, _user: Any, chunk_ptr: Any) -> int:
         try:
             import numpy as np
             c = chunk_ptr.contents
             with self._lock:
-                shape, dtype = self._meta.get(c.tag, ((), None))
+                shape, dtype = self._meta.get(c.sequence, ((), None))
             raw = (ctypes.c_char * c.bytes).from_address(c.data)
             view = memoryview(raw).toreadonly()
             if dtype is not None and c.offset % dtype.itemsize == 0 and c.bytes % dtype.itemsize == 0:
@@ -219,10 +220,10 @@ class CallbackSink(Sink):
                 arr = np.frombuffer(view, dtype=np.uint8)
             self.fn(arr, ChunkInfo(c.tag, c.sequence, c.offset, c.total_bytes, c.chunk, c.chunks))
             with self._lock:
-                self._delivered[c.tag] = self._delivered.get(c.tag, 0) + 1
-                if self._delivered[c.tag] == c.chunks:
-                    self._meta.pop(c.tag, None)
-                    self._delivered.pop(c.tag, None)
+                self._delivered[c.sequence] = self._delivered.get(c.sequence, 0) + 1
+                if self._delivered[c.sequence] == c.chunks:
+                    self._meta.pop(c.sequence, None)
+                    self._delivered.pop(c.sequence, None)
             return 0
         except BaseException as e:  # noqa: BLE001 - reported to the caller of the Egress
             with self._lock:

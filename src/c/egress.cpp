@@ -31,6 +31,8 @@ class abort_gate final : public egress::sink {
     }
     inner_->consume(d);
   }
+  // The caller's sink refuses what it cannot take (a file sink's repeated tag) at submit.
+  void admit(std::uint64_t tag, std::uint64_t total_bytes) override { inner_->admit(tag, total_bytes); }
   void flush() override { inner_->flush(); }
   void shut() noexcept { shut_.store(true, std::memory_order_release); }
 

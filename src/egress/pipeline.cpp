@@ -335,6 +335,9 @@ event pipeline::impl::submit(mem_view data, stream_view producer, std::uint64_t 
       throw_if_ended_locked();
     }
   }
+  // The output will be queued now: the sink may still refuse it (a tag it was given before), and its
+  // refusal leaves the pipeline as it was. Under the turn, so outputs are admitted in sequence order.
+  sink_->admit(tag, data.bytes);
 
   event done = dev_.make_event();
   std::size_t queued = 0;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "ferry/core/atomic_file.hpp"
@@ -37,19 +38,43 @@ namespace {
 // flushed and renamed, so a file appears under its final name only complete. A chunk that fails removes
 // the temporary (no correctly sized file of zeros is left) and its error reaches the caller; the other
 // chunks of that output are dropped.
+//
+// The staged output of a tag is shared by the chunks of one output only: admit() refuses a tag given
+// before, and write() refuses a chunk of another output (another sequence number or chunk count) than
+// the one its tag is being written for. Two outputs sharing one staged file would race to commit it
+// (the second committed a file the first had already renamed and released).
 class staged_outputs {
  public:
+  void admit(std::uint64_t tag, const std::filesystem::path& path, std::string_view sink_name) {
+    const std::lock_guard lock(mutex_);
+    FERRY_EXPECTS(admitted_.insert(tag).second,
+                  fmt::format("{}: tag {} was already submitted to this sink, whose outputs are files named "
+                              "by their tag ({}); give every output its own tag (the step number, say)",
+                              sink_name, tag, path.string()));
+  }
+
   void write(const std::filesystem::path& path, std::uint64_t file_bytes, std::span<const std::byte> header,
              std::uint64_t offset, const output_chunk& d, std::string_view sink_name) {
     FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
                   fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
                               format_bytes(file_bytes)));
-    const std::shared_ptr<output> o = output_of(d.tag);
+    FERRY_EXPECTS(d.chunks > 0 && d.chunk < d.chunks,
+                  fmt::format("{}: chunk {} of {} of tag {}: no such chunk", sink_name, d.chunk, d.chunks, d.tag));
+    const std::shared_ptr<output> o = output_of(d);
+    FERRY_EXPECTS(o->sequence == d.sequence && o->chunks == d.chunks,
+                  fmt::format("{}: tag {} is being written for output {} ({} chunks) and now comes with output "
+                              "{} ({} chunks): every output needs its own tag, as {} names its file",
+                              sink_name, d.tag, o->sequence, o->chunks, d.sequence, d.chunks, path.string()));
     std::shared_ptr<atomic_file> file;
     try {
       {
         const std::lock_guard lock(o->mutex);
         if (o->failed) return;  // an earlier chunk's error already went to the caller
+        // Each chunk once: the last of `chunks` writes commits, and a file is committed only once.
+        FERRY_EXPECTS(o->started < o->chunks,
+                      fmt::format("{}: output {} (tag {}) got more than its {} chunks: chunk {} came again",
+                                  sink_name, d.sequence, d.tag, d.chunks, d.chunk));
+        ++o->started;
         if (!o->file) {
           o->file = std::make_shared<atomic_file>(path);
           o->file->truncate(file_bytes);
@@ -74,16 +99,20 @@ class staged_outputs {
 
  private:
   struct output {
+    output(std::uint64_t seq, std::uint32_t n) : sequence(seq), chunks(n) {}
+    const std::uint64_t sequence;       // the output being written under the tag
+    const std::uint32_t chunks;         // its chunks
     std::mutex mutex;
     std::shared_ptr<atomic_file> file;  // guarded by mutex; the temporary goes with its last owner
+    std::uint32_t started = 0;          // chunks taken to be written; guarded by mutex
     std::uint32_t written = 0;          // chunks written; guarded by mutex
     bool failed = false;                // guarded by mutex
   };
 
-  std::shared_ptr<output> output_of(std::uint64_t tag) {
+  std::shared_ptr<output> output_of(const output_chunk& d) {
     const std::lock_guard lock(mutex_);
-    auto& o = outputs_[tag];
-    if (!o) o = std::make_shared<output>();
+    auto& o = outputs_[d.tag];
+    if (!o) o = std::make_shared<output>(d.sequence, d.chunks);
     return o;
   }
   void forget(std::uint64_t tag) {
@@ -98,6 +127,7 @@ class staged_outputs {
 
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<output>> outputs_;  // guarded by mutex_
+  std::unordered_set<std::uint64_t> admitted_;                          // guarded by mutex_
 };
 
 namespace {
@@ -164,6 +194,7 @@ struct checksum_sink::state {
   };
   mutable std::mutex mutex;
   std::unordered_map<std::uint64_t, output> outputs;  // by tag; guarded by mutex
+  std::unordered_set<std::uint64_t> admitted;         // tags submitted; guarded by mutex
   std::uint64_t completed = 0;                        // guarded by mutex
 };
 
@@ -196,6 +227,14 @@ void checksum_sink::consume(const output_chunk& d) {
   if (++o.seen == o.chunks) ++state_->completed;
 }
 
+void checksum_sink::admit(std::uint64_t tag, std::uint64_t) {
+  const std::lock_guard lock(state_->mutex);
+  FERRY_EXPECTS(state_->admitted.insert(tag).second,
+                fmt::format("checksum_sink: tag {} was already submitted to this sink, which keeps one "
+                            "checksum per tag; give every output its own tag (the step number, say)",
+                            tag));
+}
+
 std::uint64_t checksum_sink::checksum(std::uint64_t tag) const {
   const std::lock_guard lock(state_->mutex);
   const auto it = state_->outputs.find(tag);
@@ -222,6 +261,8 @@ raw_file_sink::raw_file_sink(std::filesystem::path dir, std::string prefix)
 std::filesystem::path raw_file_sink::path_of(std::uint64_t tag) const {
   return dir_ / fmt::format("{}{}.bin", prefix_, tag);
 }
+
+void raw_file_sink::admit(std::uint64_t tag, std::uint64_t) { staged_->admit(tag, path_of(tag), "raw_file_sink"); }
 
 void raw_file_sink::consume(const output_chunk& d) {
   staged_->write(path_of(d.tag), d.total_bytes, {}, d.offset, d, "raw_file_sink");
@@ -274,10 +315,20 @@ std::filesystem::path npy_sink::path_of(std::uint64_t tag) const {
   return dir_ / fmt::format("{}{}.npy", prefix_, tag);
 }
 
-void npy_sink::consume(const output_chunk& d) {
-  FERRY_EXPECTS(d.total_bytes == data_bytes_,
+void npy_sink::expect_size(std::uint64_t tag, std::uint64_t total_bytes) const {
+  FERRY_EXPECTS(total_bytes == data_bytes_,
                 fmt::format("npy_sink: output with tag {} is {} bytes, but shape {} of {} needs {} bytes",
-                            d.tag, d.total_bytes, shape_tuple(shape_), dtype_, data_bytes_));
+                            tag, total_bytes, shape_tuple(shape_), dtype_, data_bytes_));
+}
+
+void npy_sink::admit(std::uint64_t tag, std::uint64_t total_bytes) {
+  // The size first: an output refused for its size does not take its tag.
+  expect_size(tag, total_bytes);
+  staged_->admit(tag, path_of(tag), "npy_sink");
+}
+
+void npy_sink::consume(const output_chunk& d) {
+  expect_size(d.tag, d.total_bytes);
   const std::span<const std::byte> header = d.offset == 0 ? as_bytes(header_) : std::span<const std::byte>{};
   staged_->write(path_of(d.tag), header_.size() + d.total_bytes, header, header_.size() + d.offset, d,
                  "npy_sink");

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,6 +21,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "egress_test_support.hpp"
 #include "ferry/core/error.hpp"
@@ -425,6 +429,222 @@ TEST_P(egress_sinks, npy_files_load_in_numpy) {
 
 INSTANTIATE_TEST_SUITE_P(backends, egress_sinks, ::testing::ValuesIn(backends_under_test()),
                          backend_test_name);
+
+// ---- tags: per-tag state is never shared by two outputs ---------------------------------------------
+
+// `values` as the bytes of float32s.
+std::vector<std::byte> floats(std::initializer_list<float> values) {
+  std::vector<std::byte> out(values.size() * sizeof(float));
+  std::memcpy(out.data(), std::data(values), out.size());
+  return out;
+}
+
+// `bytes` on the device, written there through a pinned staging buffer.
+buffer on_device(device& dev, const std::vector<std::byte>& bytes, const stream& s) {
+  buffer staging = dev.alloc_pinned(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), staging.host_bytes());
+  buffer out = dev.alloc_device(bytes.size());
+  dev.copy(out, staging, s);
+  return out;
+}
+
+// The options of Python's Egress (several sink workers) with small slots.
+options small_slots() {
+  options o;
+  o.slot_bytes = 4096;
+  o.slots = 8;
+  o.sink_workers = 4;
+  return o;
+}
+
+// The crash as a user met it, from Python: `for j in range(4): e.submit(torch.ones(4), tag=1)` then
+// close(), on a file sink. Two workers shared the tag's staged file and the second to finish committed
+// the file the first had already renamed and released: SIGSEGV, every time. Runs in a forked child so
+// that a crash fails this test alone; exits 0 when the three repeats were refused at submit naming the
+// tag and the first output was written whole, with nothing else left in the directory.
+[[noreturn]] void submit_one_tag_four_times(bool npy) {
+  const auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    std::fflush(stderr);
+    ::_exit(1);
+  };
+  const fs::path dir =
+      fs::temp_directory_path() / ("ferry_tag_test_" + std::to_string(::getpid()) + (npy ? "_npy" : "_raw"));
+  int code = 0;
+  std::string why;
+  try {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto dev = make_device_under_test(backend::host);
+    stream s = dev->make_stream();
+    const std::vector<std::byte> ones = floats({1, 1, 1, 1});
+    const buffer data = on_device(*dev, ones, s);
+    std::shared_ptr<sink> out;
+    fs::path written;
+    std::vector<std::byte> expected;
+    if (npy) {
+      auto n = std::make_shared<npy_sink>(dir, std::vector<std::size_t>{4}, "<f4");
+      written = n->path_of(1);
+      expected.assign(reinterpret_cast<const std::byte*>(n->header().data()),
+                      reinterpret_cast<const std::byte*>(n->header().data() + n->header().size()));
+      out = n;
+    } else {
+      auto r = std::make_shared<raw_file_sink>(dir);
+      written = r->path_of(1);
+      out = r;
+    }
+    expected.insert(expected.end(), ones.begin(), ones.end());
+    std::vector<std::string> refused;
+    {
+      pipeline pipe(*dev, out, small_slots());
+      for (int j = 0; j < 4; ++j) {
+        try {
+          static_cast<void>(pipe.submit(data, s, 1));
+        } catch (const logic_error& e) {
+          refused.emplace_back(e.what());
+        }
+      }
+      pipe.close();
+    }
+    if (refused.size() != 3) {
+      code = 1;
+      why = fmt::format("{} of 3 repeats of tag 1 were refused at submit", refused.size());
+    }
+    for (const std::string& m : refused) {
+      if (m.find("tag 1 ") == std::string::npos || m.find(written.string()) == std::string::npos) {
+        code = 1;
+        why = "the refusal names neither tag 1 nor its file: " + m;
+      }
+    }
+    if (code == 0 && read_file(written) != expected) {
+      code = 1;
+      why = written.string() + " does not hold the output";
+    }
+    if (code == 0 && names_in(dir) != std::vector<std::string>{written.filename().string()}) {
+      code = 1;
+      why = "more than " + written.filename().string() + " in the directory";
+    }
+  } catch (const std::exception& e) {
+    code = 1;
+    why = std::string("unexpected exception: ") + e.what();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (code != 0) fail(why);
+  ::_exit(0);
+}
+
+// Named *DeathTest so GoogleTest runs them before any other test starts threads.
+TEST(file_sink_tags_DeathTest, npy_sink_refuses_a_repeated_tag_at_submit_instead_of_crashing) {
+  EXPECT_EXIT(submit_one_tag_four_times(true), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(file_sink_tags_DeathTest, raw_file_sink_refuses_a_repeated_tag_at_submit_instead_of_crashing) {
+  EXPECT_EXIT(submit_one_tag_four_times(false), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(egress_sinks, submits_that_leave_the_tag_at_its_default_are_refused_from_the_second_on) {
+  with_watchdog(std::chrono::seconds(60), [&] {
+    scratch_dir dir;
+    auto out = std::make_shared<raw_file_sink>(dir.path());
+    stream s = dev().make_stream();
+    const auto first = floats({1, 2});
+    const auto second = floats({3, 4, 5});
+    const buffer a = on_device(dev(), first, s);
+    const buffer b = on_device(dev(), second, s);
+    pipeline pipe(dev(), out, small_slots());
+    static_cast<void>(pipe.submit(a, s));
+    const std::string refused = message_of<logic_error>([&] { static_cast<void>(pipe.submit(b, s)); });
+    EXPECT_MESSAGE_HAS(refused, "raw_file_sink: tag 0 was already submitted");
+    EXPECT_MESSAGE_HAS(refused, out->path_of(0).string());
+    // Refused before anything was queued: the pipeline goes on, and takes the output under a new tag.
+    EXPECT_EQ(pipe.stats().outputs, 1u);
+    static_cast<void>(pipe.submit(b, s, 5));
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.try_submit(b, s, 5)); }), "tag 5");
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.submit_for(a, s, 0, 1s)); }),
+                       "tag 0");
+    pipe.close();
+    EXPECT_EQ(pipe.stats().outputs, 2u);
+    EXPECT_EQ(read_file(out->path_of(0)), first);
+    EXPECT_EQ(read_file(out->path_of(5)), second);
+    EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"output_0.bin", "output_5.bin"}));
+  });
+}
+
+TEST_P(egress_sinks, a_sink_refuses_a_tag_another_pipeline_gave_it) {
+  with_watchdog(std::chrono::seconds(60), [&] {
+    scratch_dir dir;
+    auto out = std::make_shared<npy_sink>(dir.path(), std::vector<std::size_t>{2}, "<f4");
+    stream s = dev().make_stream();
+    const buffer a = on_device(dev(), floats({1, 2}), s);
+    {
+      pipeline first(dev(), out, small_slots());
+      static_cast<void>(first.submit(a, s, 3));
+      first.close();
+    }
+    pipeline second(dev(), out, small_slots());
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(second.submit(a, s, 3)); }),
+                       "npy_sink: tag 3 was already submitted");
+    second.close();
+  });
+}
+
+TEST_P(egress_sinks, an_npy_output_of_the_wrong_size_is_refused_at_submit_and_keeps_its_tag_free) {
+  with_watchdog(std::chrono::seconds(60), [&] {
+    scratch_dir dir;
+    auto out = std::make_shared<npy_sink>(dir.path(), std::vector<std::size_t>{2}, "<f4");
+    stream s = dev().make_stream();
+    const buffer wrong = on_device(dev(), floats({1, 2, 3}), s);
+    const buffer right = on_device(dev(), floats({4, 5}), s);
+    pipeline pipe(dev(), out, small_slots());
+    const std::string refused = message_of<logic_error>([&] { static_cast<void>(pipe.submit(wrong, s, 0)); });
+    EXPECT_MESSAGE_HAS(refused, "12 bytes");
+    EXPECT_MESSAGE_HAS(refused, "needs 8 bytes");
+    static_cast<void>(pipe.submit(right, s, 0));  // the pipeline did not fail, and tag 0 is still free
+    pipe.close();
+    const auto file = read_file(out->path_of(0));
+    ASSERT_EQ(file.size(), out->header().size() + 8);
+    EXPECT_TRUE(std::equal(file.begin() + static_cast<std::ptrdiff_t>(out->header().size()), file.end(),
+                           floats({4, 5}).begin()));
+  });
+}
+
+TEST_P(egress_sinks, checksum_sink_refuses_a_repeated_tag_at_submit) {
+  with_watchdog(std::chrono::seconds(60), [&] {
+    auto sums = std::make_shared<checksum_sink>();
+    stream s = dev().make_stream();
+    // Larger than a slot, so each output is chunked: the chunks of one output share its checksum.
+    std::vector<std::byte> big(3 * small_slots().slot_bytes + 8);
+    fill_bytes(big, 7);
+    const buffer a = on_device(dev(), big, s);
+    pipeline pipe(dev(), sums, small_slots());
+    static_cast<void>(pipe.submit(a, s, 9));
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.submit(a, s, 9)); }),
+                       "checksum_sink: tag 9 was already submitted");
+    pipe.close();
+    EXPECT_EQ(sums->completed(), 1u);
+    EXPECT_EQ(sums->checksum(9), checksum_of(big));
+  });
+}
+
+// Chunks handed to a file sink directly (not through a pipeline, which admits each tag once): a chunk of
+// another output under a tag being written is an error naming the tag, and the output being written
+// still completes.
+TEST(raw_file_sink, a_chunk_of_another_output_under_the_same_tag_is_refused) {
+  scratch_dir dir;
+  raw_file_sink sink(dir.path());
+  const auto bytes = random_bytes(2048, 8);
+  auto chunks = chunks_of(bytes, 4, 1024);
+  ASSERT_EQ(chunks.size(), 2u);
+  sink.consume(chunks[0]);
+  output_chunk other = chunks[1];
+  other.sequence = 1;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(other); }), "tag 4 is being written for output 0");
+  output_chunk one_chunk = chunks_of(bytes, 4, 4096)[0];
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(one_chunk); }), "tag 4");
+  sink.consume(chunks[1]);
+  EXPECT_EQ(read_file(sink.path_of(4)), bytes);
+}
 
 }  // namespace
 }  // namespace ferry::egress

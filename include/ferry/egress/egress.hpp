@@ -53,6 +53,18 @@ class sink {
   /// Processes one delivery. Must not keep `d.bytes` after returning, nor call the pipeline's flush or
   /// close (they would wait for this delivery).
   virtual void consume(const output_chunk& d) = 0;
+  /// Called by pipeline::submit (try_submit, submit_for) on the submitting thread, once per output of
+  /// `total_bytes` bytes, before any of its chunks is queued; the default takes every output. Throwing
+  /// (a logic_error naming the problem) refuses the output: submit rethrows it, nothing of the output was
+  /// queued and the pipeline stays usable. Sinks that keep state per tag (a file per tag, a checksum per
+  /// tag) refuse a tag they were already given here, so two outputs never share that state. Called for
+  /// outputs that will be queued only (not for a try_submit that finds no free slot), but an output cut
+  /// short by close() or a failure after this call keeps its tag taken. May be called by several
+  /// pipelines that share the sink at once. A sink that wraps another forwards it.
+  virtual void admit(std::uint64_t tag, std::uint64_t total_bytes) {
+    static_cast<void>(tag);
+    static_cast<void>(total_bytes);
+  }
   /// Called by every pipeline::flush() and by close() (unless the pipeline failed), on the caller's
   /// thread, after every output submitted before it was consumed; never by two threads at once.
   virtual void flush() {}
@@ -116,8 +128,11 @@ class pipeline {
   /// slots streams through: submit queues each chunk as a slot frees up. Throws the first error of a sink
   /// or copy (after which the pipeline is failed), stopped_error after close() (also when close() is
   /// called while it is blocked), logic_error for a non-device or empty view or a producer stream of
-  /// another device. When it throws after queuing some chunks of the output (a streamed output cut short
-  /// by close or a failure), it first waits until those copies are done, so `data` is free again.
+  /// another device, and what the sink's admit throws (the file and checksum sinks refuse a tag they
+  /// were given before: `tag` names the output to the sink, and defaults to 0); those logic_errors queue
+  /// nothing and leave the pipeline usable. When it throws after queuing some chunks of the output (a
+  /// streamed output cut short by close or a failure), it first waits until those copies are done, so
+  /// `data` is free again.
   [[nodiscard]] event submit(mem_view data, stream_view producer, std::uint64_t tag = 0);
   /// As submit, but returns an empty event, having queued nothing, instead of blocking when the output
   /// would have to wait: all its chunks must find free slots at once, and another thread must not be in
@@ -183,6 +198,8 @@ class checksum_sink final : public sink {
   /// Throws logic_error for a chunk whose offset is not a multiple of 8, or that does not fit the
   /// output its tag already names (a tag reused, or a chunk delivered twice).
   void consume(const output_chunk& d) override;
+  /// Refuses (logic_error naming it) a tag already submitted to this sink: there is one checksum per tag.
+  void admit(std::uint64_t tag, std::uint64_t total_bytes) override;
   /// Checksum of the output submitted with `tag` (tags must be unique); throws logic_error if unknown
   /// or not yet complete.
   [[nodiscard]] std::uint64_t checksum(std::uint64_t tag) const;
@@ -205,12 +222,20 @@ class checksum_sink final : public sink {
 /// replaced then). Throws std::system_error naming the path and the system's reason when the file
 /// cannot be created, sized or written; the temporary is then removed and the output's later chunks
 /// are dropped.
+///
+/// Tags: a file sink writes each tag once. A tag already submitted to the sink (by any pipeline, its
+/// file complete or not) is refused at submit with a logic_error naming the tag and its file, before
+/// anything of that output is copied: two outputs never share one file. pipeline::submit's tag
+/// defaults to 0, so give every output its own tag (the step number, say). A chunk of an output other
+/// than the one its tag is being written for, passed to consume directly, is a logic_error too.
 class staged_outputs;
 
 class raw_file_sink final : public sink {
  public:
   raw_file_sink(std::filesystem::path dir, std::string prefix = "output_");
   void consume(const output_chunk& d) override;
+  /// Refuses a tag already submitted to this sink (see above).
+  void admit(std::uint64_t tag, std::uint64_t total_bytes) override;
   [[nodiscard]] std::filesystem::path path_of(std::uint64_t tag) const;
 
  private:
@@ -221,9 +246,10 @@ class raw_file_sink final : public sink {
 
 /// Writes each output to `dir/<prefix><tag>.npy`, a NumPy .npy (format 1.0) file with the given shape and
 /// dtype descriptor (e.g. "<f4"), which numpy.load reads; like raw_file_sink, under a temporary name
-/// until complete. Throws logic_error at consume when an output's size does not match the shape, and
-/// std::system_error (path and reason) as raw_file_sink does. The
-/// header is padded with spaces and a newline so that the data starts at a multiple of 64 bytes.
+/// until complete, and each tag once (as raw_file_sink). An output whose size does not match the shape
+/// is refused at submit (and is a logic_error at consume); std::system_error (path and reason) as
+/// raw_file_sink. The header is padded with spaces and a newline so that the data starts at a multiple
+/// of 64 bytes.
 class npy_sink final : public sink {
  public:
   /// Accepted dtypes: byte order '<', '>' or '|', then b1, i1/i2/i4/i8, u1/u2/u4/u8, f2/f4/f8 or c8/c16.
@@ -231,11 +257,15 @@ class npy_sink final : public sink {
   npy_sink(std::filesystem::path dir, std::vector<std::size_t> shape, std::string dtype = "<f4",
            std::string prefix = "output_");
   void consume(const output_chunk& d) override;
+  /// Refuses a tag already submitted to this sink, and an output whose size does not match the shape.
+  void admit(std::uint64_t tag, std::uint64_t total_bytes) override;
   [[nodiscard]] std::filesystem::path path_of(std::uint64_t tag) const;
   /// The .npy header every file starts with: magic, version, length and the padded dictionary.
   [[nodiscard]] const std::string& header() const noexcept { return header_; }
 
  private:
+  void expect_size(std::uint64_t tag, std::uint64_t total_bytes) const;
+
   std::filesystem::path dir_;
   std::vector<std::size_t> shape_;
   std::string dtype_;

@@ -125,7 +125,8 @@ class Egress:
             if self._handle is None:
                 self._create()
             if isinstance(self.sink, CallbackSink):
-                self.sink._expect(tag, info.shape, info)
+                # The library numbers outputs from 0 as they are queued, as _submitted counts them.
+                self.sink._expect(self._submitted, info.shape, info)
             self._release_done()
             ev = EventHandle()
             self._call(lambda h: lib.ferry_egress_submit(h, info.data, info.nbytes, handle, tag, byref(ev)))
