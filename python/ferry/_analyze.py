@@ -108,7 +108,7 @@ class Analysis:
         "findings": [Finding],
     }
 
-    def __init__(self, handle: AnalysisHandle):
+    def __init__(self, handle: AnalysisHandle) -> None:
         self._handle: Optional[AnalysisHandle] = handle
         self.raw: Dict[str, Any] = json.loads(lib.ferry_analysis_json(handle).decode("utf-8"))
         self.source: str = self.raw.get("source", "")
@@ -188,7 +188,7 @@ class ProbeResult:
     SCHEMA: Dict[str, Any] = {"device": dict, "memlock": dict, "options": dict, "links": [Link],
                               "both_directions": dict, "pin_cost": dict, "table": str}
 
-    def __init__(self, raw: Dict[str, Any]):
+    def __init__(self, raw: Dict[str, Any]) -> None:
         self.raw = raw
         self.device: Dict[str, Any] = raw["device"]
         self.links: List[Link] = [_build(Link, x) for x in raw["links"]]

@@ -53,7 +53,7 @@ class Handle(c_void_p):
     cannot reach ferry_prefetch_next. None passes as NULL (the destroy functions accept it)."""
 
     @classmethod
-    def from_param(cls, obj):
+    def from_param(cls, obj: Any) -> Any:
         if obj is None or isinstance(obj, cls):
             return obj
         raise TypeError(f"expected a {cls.__name__}, got {type(obj).__name__}")
@@ -171,7 +171,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
 class FerryError(RuntimeError):
     """An error reported by ferry's library; `status` is its ferry_status code."""
 
-    def __init__(self, message: str, status: int = STATUS["FERRY_ERROR_INTERNAL"]):
+    def __init__(self, message: str, status: int = STATUS["FERRY_ERROR_INTERNAL"]) -> None:
         super().__init__(message)
         self.status = status
 

@@ -36,7 +36,7 @@ class Device:
     visible. The host backend runs ferry's pipelines without a GPU: its "device memory" is host memory,
     so CPU tensors stand in for GPU tensors there."""
 
-    def __init__(self, backend: str = "auto", ordinal: int = 0):
+    def __init__(self, backend: str = "auto", ordinal: int = 0) -> None:
         if backend not in ("auto", "cuda", "host"):
             raise ValueError(f"ferry.Device(backend={backend!r}): expected 'auto', 'cuda' or 'host'")
         if not isinstance(ordinal, int) or ordinal < 0:
@@ -110,7 +110,7 @@ class Stream:
     """A stream owned by ferry. `handle` is its native handle (a cudaStream_t on the cuda backend), which
     every ferry call taking a stream accepts; `__cuda_stream__` exposes it to other CUDA libraries."""
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Device) -> None:
         self.device = device
         self._pid = _runtime.current_pid()
         h = StreamHandle()
@@ -141,7 +141,7 @@ class Event:
     """Completion of work ferry queued (an egress copy). `query()` polls, `synchronize()` blocks (without
     the GIL), `wait(stream)` makes a stream wait on the device without blocking the host."""
 
-    def __init__(self, device: Device, handle: EventHandle, stream_resolver: Callable[[Any], int]):
+    def __init__(self, device: Device, handle: EventHandle, stream_resolver: Callable[[Any], int]) -> None:
         self.device = device
         self._handle: Optional[EventHandle] = handle
         self._pid = _runtime.current_pid()

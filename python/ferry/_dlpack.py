@@ -5,7 +5,10 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, Structure, c_int32, c_int64, c_uint8, c_uint16, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
+
+if TYPE_CHECKING:
+    import numpy
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -80,7 +83,7 @@ def _c_contiguous(shape, strides) -> bool:
     return True
 
 
-def read_capsule(capsule) -> TensorInfo:
+def read_capsule(capsule: Any) -> TensorInfo:
     """Reads an unconsumed "dltensor" capsule without consuming it (its producer still frees it)."""
     ptr = _get_pointer(capsule, b"dltensor")
     m = DLManagedTensor.from_address(ptr)
@@ -97,13 +100,13 @@ def read_capsule(capsule) -> TensorInfo:
                       strides=strides)
 
 
-def make_capsule(managed: int):
+def make_capsule(managed: int) -> Any:
     """A "dltensor" capsule over a DLManagedTensor made by ferry. It has no destructor: the caller hands
     it to a consumer at once, and runs the deleter itself (ferry_dlpack_delete) if the consumer refuses."""
     return _new_capsule(managed, b"dltensor", None)
 
 
-def numpy_dtype(code: int, bits: int, lanes: int):
+def numpy_dtype(code: int, bits: int, lanes: int) -> Optional["numpy.dtype[Any]"]:
     """The numpy dtype of a DLPack dtype, or None where numpy has none (bfloat16, vector lanes)."""
     import numpy as np
     if lanes != 1:

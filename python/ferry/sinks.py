@@ -26,7 +26,7 @@ class ChunkInfo(NamedTuple):
 class Sink:
     """Base of the sinks. A sink serves one Egress at a time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._handle: Optional[SinkHandle] = None
         self._pid = _runtime.current_pid()
         self._owner: Optional["weakref.ReferenceType[Any]"] = None
@@ -54,7 +54,7 @@ class Sink:
 class NullSink(Sink):
     """Discards every output (measures the pipeline alone)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         h = SinkHandle()
         lib.ferry_sink_null(byref(h))
@@ -65,7 +65,7 @@ class ChecksumSink(Sink):
     """ferry's 64-bit checksum of every output, whatever its chunking: compare `checksum(tag)` with
     `ChecksumSink.of(array_or_bytes)` of the expected data."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         h = SinkHandle()
         lib.ferry_sink_checksum(byref(h))
@@ -99,7 +99,7 @@ class ChecksumSink(Sink):
 class RawFileSink(Sink):
     """Writes each output to `directory/<prefix><tag>.bin` (the directory must exist)."""
 
-    def __init__(self, directory: Union[str, "os.PathLike[str]"], prefix: str = "output_"):
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], prefix: str = "output_") -> None:
         super().__init__()
         self.directory = os.fspath(directory)
         self.prefix = prefix
@@ -138,7 +138,7 @@ class NpySink(Sink):
     the same shape and dtype: given here, or taken from the first output when left None."""
 
     def __init__(self, directory: Union[str, "os.PathLike[str]"], shape: Optional[Sequence[int]] = None,
-                 dtype: Optional[str] = None, prefix: str = "output_"):
+                 dtype: Optional[str] = None, prefix: str = "output_") -> None:
         super().__init__()
         self.directory = os.fspath(directory)
         self.prefix = prefix
@@ -182,7 +182,7 @@ class CallbackSink(Sink):
     the call alone, one call at a time per worker. An exception fails the Egress and is raised in the
     caller at its next submit, flush or close."""
 
-    def __init__(self, fn: Callable[[Any, ChunkInfo], Any]):
+    def __init__(self, fn: Callable[[Any, ChunkInfo], Any]) -> None:
         super().__init__()
         if not callable(fn):
             raise TypeError(f"CallbackSink: {fn!r} is not callable")
