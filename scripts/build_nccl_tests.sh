@@ -2,7 +2,7 @@
 # Builds NVIDIA nccl-tests' all_reduce_perf for the GPU machines (sm_90, CUDA runtime linked statically,
 # NCCL from the CUDA toolkit's nccl.h, found at run time through LD_LIBRARY_PATH) OUTSIDE this repository:
 # no third-party source enters it. Usage: scripts/build_nccl_tests.sh NCCL_TESTS_CHECKOUT [BUILD_DIR]
-# (default /tmp/nccl-tests-build); prints the binary's path, for FERRY_NCCL_TESTS=... scripts/gpu_carry.sh.
+# (default /tmp/nccl-tests-build); prints the binary's path, for FERRY_NCCL_TESTS=... scripts/gpu.sh carry.
 set -euo pipefail
 src=${1:?usage: build_nccl_tests.sh NCCL_TESTS_CHECKOUT [BUILD_DIR]}
 build=${2:-/tmp/nccl-tests-build}
