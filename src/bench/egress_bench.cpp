@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "ferry/core/bounded_queue.hpp"
 #include "ferry/core/clock.hpp"
@@ -33,7 +34,8 @@ std::uint64_t seed_of(int step) { return static_cast<std::uint64_t>(step) + 1; }
 // when checking is off. Counts checked bytes and wrong outputs; safe from many threads.
 class processor {
  public:
-  processor(bool check, double extra_ms_per_mib) : check_(check), extra_ms_per_mib_(extra_ms_per_mib) {}
+  processor(bool check, double extra_ms_per_mib, bool inject_wrong_byte = false)
+      : check_(check), extra_ms_per_mib_(extra_ms_per_mib), inject_(inject_wrong_byte) {}
 
   void process(std::span<const std::byte> bytes, std::uint64_t seed, std::uint64_t offset) {
     FERRY_RANGE("process output", trace::color::orange);
@@ -42,6 +44,12 @@ class processor {
           extra_ms_per_mib_ * 1e6 * static_cast<double>(bytes.size()) / (1 << 20))));
     }
     if (check_) {
+      std::vector<std::byte> flipped;
+      if (inject_ && !bytes.empty() && !injected_.exchange(true)) {
+        flipped.assign(bytes.begin(), bytes.end());
+        flipped[flipped.size() / 2] ^= std::byte{1};
+        bytes = flipped;
+      }
       if (find_pattern_mismatch(bytes, seed, offset)) mismatches_.fetch_add(1, std::memory_order_relaxed);
     } else {
       sink_.fetch_xor(egress::checksum_of(bytes), std::memory_order_relaxed);
@@ -54,6 +62,8 @@ class processor {
  private:
   bool check_;
   double extra_ms_per_mib_;
+  bool inject_;
+  std::atomic<bool> injected_{false};
   std::atomic<std::uint64_t> checked_{0};
   std::atomic<std::uint64_t> mismatches_{0};
   std::atomic<std::uint64_t> sink_{0};  // keeps the checksums observable, so they are computed
@@ -456,7 +466,7 @@ egress_result run_egress(device& dev, const egress_options& cfg, progress_fn pro
                 fmt::format("egress bench needs at least 1 pool buffer (got {})", cfg.pool_buffers));
   const auto& table = level_table();
   auto run = [&](std::size_t index, level_window& window, ladder_row& row) {
-    processor proc(cfg.check, cfg.process_ms_per_mib);
+    processor proc(cfg.check, cfg.process_ms_per_mib, cfg.inject_wrong_byte);
     row.set_extra("pin_seconds", 0);
     {
       workload w(dev, cfg, window, proc);
@@ -495,7 +505,7 @@ pure_copy_result run_egress_pure_copy(device& dev, const egress_options& cfg, in
   dev.fill_pattern_async(out, seed, producer);
   producer.synchronize();
 
-  processor proc(cfg.check, 0);  // the copy path alone: no modelled processing
+  processor proc(cfg.check, 0, cfg.inject_wrong_byte);  // the copy path alone: no modelled processing
   const egress::options opts = ferry_options(cfg);
   auto sink = std::make_shared<egress::callback_sink>(
       [&proc](const egress::output_chunk& c) { proc.process(c.bytes, seed, c.offset); });

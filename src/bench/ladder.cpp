@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <ctime>
 #include <tuple>
 
@@ -33,8 +34,9 @@ std::string known_levels(const std::vector<level_info>& levels) {
   return out;
 }
 
-// One table cell, right-aligned to the column's width.
+// One table cell, right-aligned to the column's width; "-" where the column does not apply to the row.
 std::string cell(const ladder_column& c, const ladder_row& row) {
+  if (c.applies && !c.applies(row)) return fmt::format("{:>{}}", "-", c.width);
   const double v = c.value(row);
   const std::string text =
       c.percent ? fmt::format("{:.{}f}%", v * 100, c.precision) : fmt::format("{:.{}f}", v, c.precision);
@@ -46,6 +48,20 @@ std::string link_key(copy_direction d) {
   std::string name = link_name(d);
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
   return name;
+}
+
+// A row that moves no bytes (the ceiling) has no bandwidth and no share of the link.
+bool moves_bytes(const ladder_row& r) { return r.bytes > 0; }
+
+// The pinned link of direction `d` in the emulator's options; 0 for a direction it does not model apart.
+double pinned_gbps(const host_device_options& o, copy_direction d) {
+  switch (d) {
+    case copy_direction::host_to_device: return o.h2d_gbps;
+    case copy_direction::device_to_host: return o.d2h_gbps;
+    case copy_direction::device_to_device: return o.d2d_gbps;
+    case copy_direction::host_to_host: return 0;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -88,8 +104,8 @@ std::vector<ladder_column> standard_columns(copy_direction d, std::vector<ladder
   std::vector<ladder_column> out{
       {"steps/s", 8, 3, false, [](const ladder_row& r) { return r.steps_per_s; }},
       {"x ideal", 8, 3, false, [](const ladder_row& r) { return r.ratio_to_ideal; }},
-      {link_name(d) + " GB/s", 9, 2, false, [](const ladder_row& r) { return r.gbps; }},
-      {"% link", 7, 1, true, [](const ladder_row& r) { return r.link_fraction; }},
+      {link_name(d) + " GB/s", 9, 2, false, [](const ladder_row& r) { return r.gbps; }, moves_bytes},
+      {"% link", 7, 1, true, [](const ladder_row& r) { return r.link_fraction; }, moves_bytes},
       {"GPU idle", 8, 1, true, [](const ladder_row& r) { return r.gpu_idle; }},
   };
   for (auto& c : more) out.push_back(std::move(c));
@@ -135,6 +151,12 @@ level_window::level_window(device& dev, const ladder_options& cfg, const std::st
 
 void level_window::compute_started(int step, stream_view s) {
   starts_[static_cast<std::size_t>(step)].record(s);
+  if (!on_step_) return;
+  // Several threads may start steps (a rank each): report each new highest step once.
+  int seen = begun_.load();
+  while (step + 1 > seen && !begun_.compare_exchange_weak(seen, step + 1)) {
+  }
+  if (step + 1 > seen) on_step_(step + 1);
 }
 
 void level_window::compute_done(int step, stream_view s) { stops_[static_cast<std::size_t>(step)].record(s); }
@@ -183,9 +205,17 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
   result.compute = cfg.compute;
   result.config_json = ladder_options_json(spec, cfg, std::move(own_config), step_bytes);
   result.probed_gbps = probe::pinned_ceiling(dev, spec.direction, step_bytes, cfg.probed_gbps, progress);
+  if (cfg.emulator && dev.kind() == backend::host) {
+    result.emulated_gbps = pinned_gbps(*cfg.emulator, spec.direction);
+    result.reference_gbps = pinned_gbps(host_device_options{}, spec.direction);
+  }
   const bool h2d = spec.direction == copy_direction::host_to_device;
   const bool d2h = spec.direction == copy_direction::device_to_host;
 
+  const std::uint64_t level_steps =
+      static_cast<std::uint64_t>(cfg.warmup) + static_cast<std::uint64_t>(cfg.steps);
+  const std::uint64_t total_steps = level_steps * order.size();
+  std::uint64_t steps_before = 0;  // of the levels run so far
   double ideal = 0;
   for (const std::size_t index : order) {
     if (cfg.stop != nullptr && cfg.stop->load()) {
@@ -204,6 +234,11 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
     std::optional<level_trace> traced;
     {
       level_window window(dev, cfg, spec.name, level.name);
+      if (cfg.on_step) {
+        window.on_step([&cfg, steps_before, total_steps](int begun) {
+          cfg.on_step(steps_before + static_cast<std::uint64_t>(begun), total_steps);
+        });
+      }
       run(index, window, row);
       traced = window.finish(h2d ? result.probed_gbps : 0, d2h ? result.probed_gbps : 0);
     }
@@ -214,6 +249,7 @@ ladder_result run_ladder(device& dev, const ladder_spec& spec, const ladder_opti
     row.link_fraction = result.probed_gbps > 0 ? row.gbps / result.probed_gbps : 0;
     if (is_ideal) ideal = row.steps_per_s;
     result.rows.push_back(std::move(row));
+    steps_before += level_steps;
   }
   for (auto& r : result.rows) r.ratio_to_ideal = ideal > 0 ? r.steps_per_s / ideal : 0;
   return result;
@@ -223,10 +259,27 @@ std::string format_table(const ladder_result& r) {
   FERRY_EXPECTS(r.spec != nullptr, "format_table of a ladder result that no ladder made (its spec is null)");
   const ladder_spec& spec = *r.spec;
   std::string out = fmt::format(
-      "{} ladder on {} ({}): {} {} per step, compute {:.1f} ms per step, probed {} {:.2f} GB/s\n\n",
-      spec.name, r.device.name, to_string(r.device.kind), spec.step_bytes_name, format_bytes(r.step_bytes),
+      "{} ladder on {} ({}): {} {} per step, compute {:.1f} ms per step, probed {} {:.2f} GB/s\n", spec.name,
+      r.device.name, to_string(r.device.kind), spec.step_bytes_name, format_bytes(r.step_bytes),
       std::chrono::duration<double, std::milli>(r.compute).count(),
       spec.probed_name.empty() ? "pinned " + link_name(spec.direction) : spec.probed_name, r.probed_gbps);
+  if (r.emulated_gbps > 0) {
+    // The probe measured the emulator's model, not this machine's memory: say what the model is, and why
+    // the ladders slow it down.
+    const double slower = r.reference_gbps / r.emulated_gbps;
+    const std::string dir = link_name(spec.direction);
+    out += std::abs(slower - 1) < 1e-6
+               ? fmt::format(
+                     "emulated link: the emulator models pinned {} at {:.2f} GB/s (a PCIe gen5 x16 link)\n",
+                     dir, r.emulated_gbps)
+               : fmt::format(
+                     "emulated link: the emulator models pinned {} at {:.2f} GB/s, a PCIe gen5 x16 link's "
+                     "{:.1f} "
+                     "GB/s slowed {:g} times, so that this small {} keeps the reference workload's "
+                     "proportions of copy to compute\n",
+                     dir, r.emulated_gbps, r.reference_gbps, slower, spec.step_bytes_name);
+  }
+  out += "\n";
   out += fmt::format("{:<{}}", "level", spec.level_width);
   for (const auto& c : spec.columns) out += fmt::format(" {:>{}}", c.header, c.width);
   out += "\n";
@@ -290,6 +343,7 @@ nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp) {
 
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : r.rows) {
+    const bool moved = moves_bytes(row);
     nlohmann::json j{{"level", row.level},
                      {"steps", row.steps},
                      {"seconds", row.seconds},
@@ -297,8 +351,8 @@ nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp) {
                      {"ratio_to_ideal", row.ratio_to_ideal},
                      {"direction", to_string(row.direction)},
                      {"bytes", row.bytes},
-                     {"gbps", row.gbps},
-                     {"link_fraction", row.link_fraction},
+                     {"gbps", moved ? nlohmann::json(row.gbps) : nlohmann::json(nullptr)},
+                     {"link_fraction", moved ? nlohmann::json(row.link_fraction) : nlohmann::json(nullptr)},
                      {"gpu_idle", row.gpu_idle},
                      {"checked", row.checked},
                      {"wrong", row.wrong},
@@ -320,6 +374,11 @@ nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp) {
   out["checked_unit"] = spec.checked_unit;
   out["config"] = r.config_json;
   out["probed_gbps"] = r.probed_gbps;
+  out["emulated_link"] = r.emulated_gbps > 0
+                             ? nlohmann::json{{"gbps", r.emulated_gbps},
+                                              {"reference_gbps", r.reference_gbps},
+                                              {"slowdown", r.reference_gbps / r.emulated_gbps}}
+                             : nlohmann::json(nullptr);
   out["rows"] = std::move(rows);
   add_aliases(out);
   return out;

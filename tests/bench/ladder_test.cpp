@@ -3,6 +3,7 @@
 // the shared figures follow from what a level did.
 #include "ferry/bench/ladder.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/bench/egress_bench.hpp"
@@ -92,13 +94,17 @@ void expect_table_matches_json(const std::string& table, const nlohmann::json& j
       SCOPED_TRACE(level + " " + c.header);
       std::string text;
       cells >> text;
+      const auto key = key_of_column().find(c.header);
+      ASSERT_NE(key, key_of_column().end()) << "a column the test does not know: " << c.header;
+      ASSERT_TRUE(r.contains(key->second)) << r.dump();
+      if (text == "-") {  // the column does not apply to the row: null in the JSON, and only there
+        EXPECT_TRUE(r[key->second].is_null()) << r.dump();
+        continue;
+      }
       if (c.percent) {
         ASSERT_EQ(text.back(), '%');
         text.pop_back();
       }
-      const auto key = key_of_column().find(c.header);
-      ASSERT_NE(key, key_of_column().end()) << "a column the test does not know: " << c.header;
-      ASSERT_TRUE(r.contains(key->second)) << r.dump();
       const double want = r[key->second].get<double>() * (c.percent ? 100 : 1);
       EXPECT_LE(std::abs(std::stod(text) - want), 0.5 * std::pow(10.0, -c.precision) + 1e-9)
           << text << " vs " << want;
@@ -226,6 +232,8 @@ TEST(ladder, the_harness_fills_the_shared_fields_from_what_a_level_did) {
   cfg.steps = 3;
   cfg.levels = {"copy", "ideal"};
   cfg.probed_gbps = 4;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> begun;  // (steps begun, total) as reported
+  cfg.on_step = [&begun](std::uint64_t n, std::uint64_t total) { begun.emplace_back(n, total); };
   constexpr std::size_t bytes = 4096;
   std::vector<std::size_t> ran;
   auto run = [&](std::size_t index, bench::level_window& window, bench::ladder_row& row) {
@@ -271,7 +279,38 @@ TEST(ladder, the_harness_fills_the_shared_fields_from_what_a_level_did) {
   EXPECT_EQ(j.at("tool"), "ferry bench toy");
   EXPECT_EQ(j.at("rows").at(0).at("d2h_gbps"), j.at("rows").at(0).at("gbps"));
   EXPECT_EQ(j.at("rows").at(0).at("checked_steps"), 4u);
+  // The ceiling moves no bytes: no bandwidth and no share of the link, "-" in the table and null here.
+  EXPECT_TRUE(j.at("rows").at(1).at("gbps").is_null()) << j.dump();
+  EXPECT_TRUE(j.at("rows").at(1).at("link_fraction").is_null()) << j.dump();
+  EXPECT_TRUE(j.at("rows").at(1).at("d2h_gbps").is_null()) << j.dump();
+  EXPECT_TRUE(j.at("emulated_link").is_null());  // not asked to say what the emulator models
   expect_table_matches_json(bench::format_table(r), j, spec);
+  // Every step of both levels (1 warm-up + 3 timed each) was reported once, in order, against the total.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> want;
+  for (std::uint64_t n = 1; n <= 8; ++n) want.emplace_back(n, 8);
+  EXPECT_EQ(begun, want);
+}
+
+TEST(ladder, on_the_emulator_the_table_and_json_say_what_link_it_models) {
+  auto dev = make_host_device();
+  auto cfg = tiny_ingest();
+  cfg.levels = {"ideal"};
+  const host_device_options emulator = bench::ladder_host_options();
+  cfg.emulator = emulator;
+  const auto r = bench::run_ingest(*dev, cfg);
+  EXPECT_DOUBLE_EQ(r.emulated_gbps, emulator.h2d_gbps);
+  EXPECT_DOUBLE_EQ(r.reference_gbps, host_device_options{}.h2d_gbps);
+  const std::string table = bench::format_table(r);
+  EXPECT_NE(
+      table.find(fmt::format("emulated link: the emulator models pinned H2D at {:.2f} GB/s, a PCIe gen5 "
+                             "x16 link's 53.6 GB/s slowed 24 times",
+                             emulator.h2d_gbps)),
+      std::string::npos)
+      << table;
+  const nlohmann::json j = bench::ladder_json(r, bench::stamp_now("ferry bench ingest"));
+  EXPECT_NEAR(j.at("emulated_link").at("slowdown").get<double>(), 24, 1e-9);
+  EXPECT_DOUBLE_EQ(j.at("emulated_link").at("gbps").get<double>(), emulator.h2d_gbps);
+  expect_table_matches_json(table, j, bench::ingest_spec());
 }
 
 TEST(ladder, shared_settings_out_of_range_are_refused_naming_the_ladder_and_the_value) {

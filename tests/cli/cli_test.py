@@ -93,7 +93,17 @@ SUBCOMMANDS = {
 }
 # Flags whose value is text, checked by their own code (tested below or in the library's tests).
 TEXT_FLAGS = {"--backend", "--shape", "--levels", "--trace", "--html", "--output", "--step", "-o", "--codec",
-              "--link", "--bootstrap"}
+              "--link", "--bootstrap", "--fail-on"}
+
+
+def exit_statuses():
+    """{name: status} as tools/ferry/exit_status.hpp names them: the one list the CLI returns."""
+    with open(os.path.join(ROOT, "tools", "ferry", "exit_status.hpp")) as f:
+        return {m.group(1): int(m.group(2))
+                for m in re.finditer(r"inline constexpr int (\w+) = (\d+);", f.read())}
+
+
+STATUS = exit_statuses()
 
 
 def load_json(path):
@@ -371,6 +381,89 @@ class output_paths(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.tmp)), ["a.json", "file"])
 
 
+class statuses(unittest.TestCase):
+    def test_the_header_names_each_status_once(self):
+        self.assertEqual(STATUS, {"ok": 0, "error": 1, "usage": 2, "wrong_data": 3, "finding": 4,
+                                  "interrupted": 130})
+
+    def test_wrong_bytes_are_status_3_and_a_usage_error_2(self):
+        ladder = ["bench", "egress", "--backend", "host", "--levels", "ideal,L0", "--steps", "1", "--warmup", "0"]
+        good = run([*ladder, "--json"], timeout=120)
+        self.assertEqual(good.returncode, STATUS["ok"], good.stderr)
+        self.assertEqual([r["wrong"] for r in json.loads(good.stdout)["rows"]], [0, 0])
+        wrong = run([*ladder, "--json", "--inject-wrong-byte"], timeout=120)
+        self.assertEqual(wrong.returncode, STATUS["wrong_data"], wrong.stderr)
+        self.assertEqual([r["wrong"] for r in json.loads(wrong.stdout)["rows"]], [0, 1])  # measured and printed
+        pure = run(["bench", "egress", "--backend", "host", "--pure-copy", "2", "--inject-wrong-byte"], timeout=120)
+        self.assertEqual(pure.returncode, STATUS["wrong_data"], pure.stderr)
+        self.assertIn("1 mismatches", pure.stdout)
+        for usage in ([*ladder, "--steps", "0"], [*ladder, "--inject-wrong-byte", "--no-check"], ["frob"]):
+            with self.subTest(args=usage):
+                r = run(usage, timeout=30)
+                self.assertEqual(r.returncode, STATUS["usage"], r.stderr)
+                self.assertEqual(r.stdout, "")
+        missing = run(["analyze", os.path.join(ROOT, "no-such-trace.json")])
+        self.assertEqual(missing.returncode, STATUS["error"], missing.stderr)
+
+
+class analyze_for_ci(unittest.TestCase):
+    def test_fail_on_a_present_finding_is_status_4_after_the_analysis(self):
+        prefetch = os.path.join(ROOT, "tests", "trace", "data", "kineto_prefetch.json")
+        for trace, fail_on, status in ((KINETO, "gpu_idle", "finding"), (KINETO, "device_sync,sync_copy", "finding"),
+                                       (KINETO, "any", "finding"), (KINETO, "device_sync", "ok"),
+                                       (prefetch, "any", "ok"), (prefetch, "compute_bound", "finding")):
+            with self.subTest(trace=os.path.basename(trace), fail_on=fail_on):
+                r = run(["analyze", trace, "--fail-on", fail_on, "--json"])
+                self.assertEqual(r.returncode, STATUS[status], r.stderr)
+                rules = [f["rule"] for f in json.loads(r.stdout)["findings"]]  # printed whole either way
+                if status == "finding":
+                    self.assertRegex(r.stderr, r"--fail-on: .*finding")
+                    self.assertTrue(any(rule in rules for rule in fail_on.split(",")) or fail_on == "any")
+
+    def test_an_unknown_rule_is_refused_naming_the_known_ones_before_reading(self):
+        for value in ("gpu-idle", "gpu_idle,nope", ","):
+            with self.subTest(value=value):
+                r = run(["analyze", os.path.join(ROOT, "no-such-trace.json"), "--fail-on", value])
+                self.assertEqual(r.returncode, STATUS["usage"], r.stderr)
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn("--fail-on", lines[0])
+                for known in ("gpu_idle", "sync_copy", "drain_tail", "any"):
+                    self.assertIn(known, lines[0])
+                self.assertNotIn("no-such-trace", r.stderr)
+
+    def test_a_pytorch_trace_gets_pytorch_fixes(self):
+        r = run(["analyze", KINETO])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("DataLoader(num_workers=..., pin_memory=True)", r.stdout)
+        self.assertIn(".to(device, non_blocking=True)", r.stdout)
+        self.assertIn("ferry.torch.Prefetcher", r.stdout)
+        self.assertNotIn("ferry::", r.stdout)
+
+
+class emulator_numbers(unittest.TestCase):
+    def test_the_emulated_link_is_shown_and_the_ceiling_has_no_link_figures(self):
+        args = ["bench", "ingest", "--backend", "host", "--levels", "ideal,L2", "--steps", "2", "--warmup", "0"]
+        text = run(args, timeout=120)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertRegex(text.stdout, r"emulated link: the emulator models pinned H2D at \d+\.\d\d GB/s, a PCIe "
+                                      r"gen5 x16 link's 53\.6 GB/s slowed 24 times")
+        lines = text.stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("level"))
+        header, rows = lines[at], {line.split()[0]: line.split() for line in lines[at + 1:at + 3]}
+        self.assertIn("H2D GB/s", header)
+        self.assertEqual(rows["ideal"][3:5], ["-", "-"])  # H2D GB/s and % link do not apply
+        self.assertNotIn("-", rows["L2"][3:5])
+        j = json.loads(run([*args, "--json"], timeout=120).stdout)
+        self.assertAlmostEqual(j["emulated_link"]["slowdown"], 24)
+        self.assertAlmostEqual(j["emulated_link"]["reference_gbps"], 53.6)
+        ideal, l2 = j["rows"]
+        self.assertIsNone(ideal["gbps"])
+        self.assertIsNone(ideal["link_fraction"])
+        self.assertIsNone(ideal["h2d_gbps"])
+        self.assertGreater(l2["gbps"], 0)
+
+
 class interrupts(unittest.TestCase):
     def start_ladder(self, trace_dir):
         return subprocess.Popen(
@@ -462,6 +555,36 @@ class terminal(unittest.TestCase):
         self.assertEqual(p.returncode, 0)
         self.assertIn(b"\r\x1b[K", seen)
         self.assertIn(b"bench: ideal", seen)
+
+    def read_pty(self, args):
+        """Runs `args` with stdout and stderr on one terminal, as a user's shell does; returns all it wrote."""
+        master, slave = pty.openpty()
+        p = subprocess.Popen(args, stdout=slave, stderr=slave, cwd=ROOT)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        p.wait(timeout=120)
+        os.close(master)
+        self.assertEqual(p.returncode, 0, seen)
+        return seen
+
+    def test_the_status_line_is_cleared_before_the_table_and_counts_steps(self):
+        # 4 steps of 400 ms: the status line is redrawn while they run, with the steps done of the total.
+        seen = self.read_pty([FERRY, "bench", "ingest", "--backend", "host", "--levels", "ideal", "--steps", "4",
+                              "--warmup", "0", "--compute-ms", "400"])
+        table = seen.index(b"ingest ladder on")
+        # What the terminal shows on the table's first line before it: after the last newline, whatever
+        # the last erase (carriage return, erase to end of line) left.
+        line = seen[:table].rsplit(b"\n", 1)[-1].rsplit(b"\r\x1b[K", 1)[-1]
+        self.assertEqual(line, b"", seen[:table])
+        self.assertRegex(seen[:table], rb"step [1-4] of 4")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 // `ferry analyze FILE`: reads a ferry trace (`ferry bench ... --trace`) or a PyTorch profiler (Kineto)
 // trace and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
+// --fail-on RULE,... turns a finding into an exit status, so CI can gate on it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <set>
+#include <sstream>
 
 #include "commands.hpp"
+#include "exit_status.hpp"
 #include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
@@ -29,12 +35,39 @@ struct analyze_flags {
   double link_h2d = 0;
   double link_d2h = 0;
   std::uint64_t max_bytes = 0;
+  std::string fail_on;  // RULE[,RULE...] or "any"
 };
+
+// --fail-on's rules, checked before the trace is read: each a rule id, or "any" for every rule.
+std::set<std::string> parse_fail_on(const std::string& text) {
+  std::set<std::string> out;
+  if (text.empty()) return out;
+  const std::vector<std::string>& known = trace::rule_ids();
+  std::stringstream in(text);
+  std::string rule;
+  while (std::getline(in, rule, ',')) {
+    if (rule == "any") {
+      // compute_bound is the verdict that nothing needs fixing: gating on it is asked by name only.
+      for (const std::string& r : known)
+        if (r != "compute_bound") out.insert(r);
+      continue;
+    }
+    if (std::find(known.begin(), known.end(), rule) == known.end())
+      throw flag_error(fmt::format("--fail-on {}: \"{}\" is not a rule; expected any, or one or more of {}",
+                                   escape_control(text), escape_control(rule), fmt::join(known, ", ")));
+    out.insert(rule);
+  }
+  if (out.empty())
+    throw flag_error(fmt::format("--fail-on \"{}\": no rule given; expected any, or one or more of {}",
+                                 escape_control(text), fmt::join(known, ", ")));
+  return out;
+}
 
 // The largest --max-bytes: what reading may inflate to must fit in memory several times over anyway.
 constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 40;
 
 int run_analyze(const analyze_flags& f) {
+  const std::set<std::string> fail_on = parse_fail_on(f.fail_on);
   check_output(f.html, "--html");
   check_output(f.output, "--output");
   trace::read_limits limits;
@@ -58,7 +91,15 @@ int run_analyze(const analyze_flags& f) {
   }
   // Names in the text come from the trace: a hostile one must not drive the terminal. JSON escapes them.
   emit(f.output, f.json ? trace::to_json(a) + "\n" : escape_control(trace::format_text(a), true));
-  return 0;
+  std::vector<std::string> failed;
+  for (const trace::finding& x : a.findings)
+    if (fail_on.contains(x.rule) && std::find(failed.begin(), failed.end(), x.rule) == failed.end())
+      failed.push_back(x.rule);
+  if (failed.empty()) return exit_status::ok;
+  fmt::print(stderr, "ferry: --fail-on: the analysis has {} finding{}: {} (exit status {})\n",
+             failed.size() == 1 ? "a" : "these", failed.size() == 1 ? "" : "s", fmt::join(failed, ", "),
+             exit_status::finding);
+  return exit_status::finding;
 }
 
 }  // namespace
@@ -87,6 +128,10 @@ std::function<int()> add_analyze_command(CLI::App& app) {
                   "Probed pinned H2D GB/s to compare copies with (ferry probe)");
   add_double_flag(*cmd, "--link-d2h", f->link_d2h, 0, max_gbps,
                   "Probed pinned D2H GB/s to compare copies with (ferry probe)");
+  cmd->add_option("--fail-on", f->fail_on,
+                  fmt::format("Exit with status {} when the analysis has a finding of one of these rules "
+                              "(comma-separated; 'any': every rule but compute_bound): {}",
+                              exit_status::finding, fmt::join(trace::rule_ids(), ", ")));
   add_bytes_flag(*cmd, "--max-bytes", f->max_bytes, 1, max_trace_bytes,
                  fmt::format("Refuse trace files larger than this (default {})",
                              format_bytes(trace::read_limits{}.max_bytes)));

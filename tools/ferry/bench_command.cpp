@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "exit_status.hpp"
 #include "ferry/bench/egress_bench.hpp"
 #include "ferry/bench/ingest_bench.hpp"
 #include "ferry/core/atomic_file.hpp"
@@ -53,6 +54,7 @@ struct egress_flags : ladder_flags {
   std::size_t slots = 0;
   int pure_copy = 0;
   double probed_d2h = 0;
+  bool inject_wrong_byte = false;
 };
 
 struct ingest_flags : ladder_flags {
@@ -105,6 +107,12 @@ progress_fn progress_to(status_line& status) {
     status.line("bench: " + line);
     status.set("bench: " + line);
   };
+}
+
+// A ladder's steps on the status line: done of total, and the time left.
+template <class Config>
+void count_steps_on(status_line& status, Config& cfg) {
+  cfg.on_step = [&status](std::uint64_t begun, std::uint64_t total) { status.steps(begun, total); };
 }
 
 // Applies the flags every ladder shares to its config.
@@ -171,8 +179,8 @@ void add_ladder_flags(CLI::App& app, ladder_flags& f, const Config& cuda, const 
   add_trace_flags(app, f.trace, defaults([](const Config& c) { return c.trace.capacity; }));
 }
 
-// Prints a ladder run (table or JSON, with its traces written when asked). Exit status: 130 when Ctrl-C
-// stopped it (what finished is printed), else 2 when a level got wrong bytes, else 0.
+// Prints a ladder run (table or JSON, with its traces written when asked). Exit status: interrupted when
+// Ctrl-C stopped it (what finished is printed), else wrong_data when a level got wrong bytes, else ok.
 int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const bench::run_stamp& stamp) {
   const bool interrupted = r.interrupted || interrupt_flag().load();
   if (f.json) {
@@ -189,15 +197,15 @@ int report_ladder(const ladder_flags& f, const bench::ladder_result& r, const be
     if (!f.trace.file.empty())
       static_cast<void>(write_level_traces(r.traces, f.trace, r.spec->levels, false));
   }
-  if (interrupted) return interrupted_status;
-  return r.wrong() == 0 ? 0 : 2;
+  if (interrupted) return exit_status::interrupted;
+  return r.wrong() == 0 ? exit_status::ok : exit_status::wrong_data;
 }
 
-// Prints a one-shot result: JSON or its line of text; 2 when bytes arrived wrong.
+// Prints a one-shot result: JSON or its line of text; wrong_data when bytes arrived wrong.
 int report_once(const ladder_flags& f, const nlohmann::json& j, const std::string& text,
                 std::uint64_t mismatches) {
   emit(f.output, f.json ? j.dump(2) + "\n" : text);
-  return mismatches == 0 ? 0 : 2;
+  return mismatches == 0 ? exit_status::ok : exit_status::wrong_data;
 }
 
 // The levels a run will record: those asked for, or the ladder's default list.
@@ -223,6 +231,8 @@ int run_egress(const egress_flags& f, const std::string& command) {
   FERRY_EXPECTS(
       f.trace.file.empty() || f.pure_copy == 0,
       "--trace records the ladder's levels; it does not apply to --pure-copy (drop one of the two)");
+  if (f.inject_wrong_byte && f.no_check)
+    throw flag_error("--inject-wrong-byte tests the check that --no-check turns off; drop one of the two");
   check_levels(bench::egress_spec(), levels_of(f, bench::default_egress_options(backend::host)));
   check_outputs(f, levels_of(f, bench::default_egress_options(backend::host)));
   const bench::run_stamp stamp = bench::stamp_now(command);
@@ -234,6 +244,7 @@ int run_egress(const egress_flags& f, const std::string& command) {
   if (f.slot_bytes != 0) cfg.slot_bytes = f.slot_bytes;
   if (f.slots != 0) cfg.slots = f.slots;
   cfg.probed_gbps = f.probed_d2h;
+  cfg.inject_wrong_byte = f.inject_wrong_byte;
   check_egress_memory(*dev, cfg, f.pure_copy > 0);
 
   status_line status;
@@ -243,6 +254,8 @@ int run_egress(const egress_flags& f, const std::string& command) {
     return report_once(f, bench::to_json(r, cfg, stamp), bench::format_text(r), r.mismatches);
   }
   graceful_interrupts(true);
+  count_steps_on(status, cfg);
+  cfg.emulator = bench::ladder_host_options();
   const bench::egress_result r = bench::run_egress(*dev, cfg, progress_to(status));
   return report_ladder(f, r, stamp);
 }
@@ -287,6 +300,8 @@ int run_ingest(const ingest_flags& f, const std::string& command) {
     return report_once(f, bench::to_json(r, stamp), bench::format_text(r), r.mismatches);
   }
   graceful_interrupts(true);
+  count_steps_on(status, cfg);
+  cfg.emulator = bench::ladder_host_options();
   const bench::ingest_result r = bench::run_ingest(*dev, cfg, progress_to(status));
   return report_ladder(f, r, stamp);
 }
@@ -322,6 +337,11 @@ std::function<int()> add_bench_command(CLI::App& app, std::string command) {
                   format_bytes(pure.slot_bytes), pure.slots, pure.workers));
   add_double_flag(*eg, "--probed-d2h", f->probed_d2h, 0, max_gbps,
                   "Pinned D2H GB/s to compare with (default: measured first)");
+  eg->add_flag(
+      "--inject-wrong-byte", f->inject_wrong_byte,
+      fmt::format("Self-test of the check: flip one byte of each level's first delivered output; the "
+                  "run then counts it and exits with status {}",
+                  exit_status::wrong_data));
 
   auto g = std::make_shared<ingest_flags>();
   const bench::ingest_options in_cuda = bench::default_ingest_options(backend::cuda);

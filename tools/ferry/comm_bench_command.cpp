@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "exit_status.hpp"
 #include "ferry/bench/allreduce_bench.hpp"
 #include "ferry/bench/ddp_bench.hpp"
 #include "ferry/comm/bootstrap.hpp"
@@ -243,7 +244,7 @@ int run_allreduce(const allreduce_flags& f, const std::string& command) {
     emit(f.output,
          f.json ? bench::to_json(r, o, stamp).dump(2) + "\n" : escape_control(bench::format_text(r), true));
   }
-  return r.wrong() == 0 ? 0 : 2;
+  return r.wrong() == 0 ? exit_status::ok : exit_status::wrong_data;
 }
 
 struct ddp_flags : group_flags {
@@ -303,10 +304,13 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
       status.line("bench: " + line);
       status.set("bench: " + line);
     };
+    cfg.on_step = [&status](std::uint64_t begun, std::uint64_t total) { status.steps(begun, total); };
   }
   bench::ddp_result r = bench::run_ddp(g.ranks, cfg, progress);
   const bool interrupted = r.interrupted || interrupt_flag().load();
-  const int status_code = interrupted ? interrupted_status : r.wrong() == 0 ? 0 : 2;
+  const int status_code = interrupted      ? exit_status::interrupted
+                          : r.wrong() == 0 ? exit_status::ok
+                                           : exit_status::wrong_data;
   if (!reports) return status_code;
   const std::string processes =
       job->size() > 1 ? fmt::format(" over {} processes ({})", job->size(), job->transport()) : "";

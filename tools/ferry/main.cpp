@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "exit_status.hpp"
 #include "ferry/bench/ladder.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_bench = ferry::cli::add_bench_command(app, command);
   std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
   // Usage errors (an unknown subcommand, a flag out of range) are one line and exit status 2, before
-  // any work.
+  // any work. Every status is in exit_status.hpp.
   try {
     check_subcommands(app, argc, argv);
     try {
@@ -116,12 +117,12 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
       fmt::print(stderr, "ferry: error: {}\n", ferry::escape_control(e.what()));
-      return 2;
+      return ferry::cli::exit_status::usage;
     }
     ferry::cli::check_flags();
   } catch (const ferry::cli::flag_error& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
-    return 2;
+    return ferry::cli::exit_status::usage;
   }
   ferry::cli::install_interrupt_handlers();
   try {
@@ -130,10 +131,10 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("analyze")) return run_analyze();
   } catch (const ferry::cli::flag_error& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
-    return 2;
+    return ferry::cli::exit_status::usage;
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry: error: {}\n", ferry::escape_control(e.what()));
-    return 1;
+    return ferry::cli::exit_status::error;
   }
-  return 0;
+  return ferry::cli::exit_status::ok;
 }

@@ -36,6 +36,9 @@ struct egress_options : ladder_options {
   // Modelled extra processing time (the processing thread sleeps) per MiB of output, on top of checking
   // it: a stand-in for a heavier post-processing step. 0 on cuda.
   double process_ms_per_mib = 0;
+  // A self-test of the check: each level flips one byte of the first output chunk it processes before
+  // checking it, so a run that checks must count one wrong chunk per level that delivers outputs.
+  bool inject_wrong_byte = false;
 
   /// The reference workload's rate (compute per step), every level, 8 host processing threads (L1..L4
   /// and ferry's sink workers). With check off, every delivered byte is checksummed instead of verified.

@@ -43,6 +43,13 @@ struct ladder_options {
   /// When set (by a Ctrl-C handler, say), the ladder runs no further level: the level under way
   /// finishes and the result holds the levels that finished, with `interrupted` set. Null: never.
   const std::atomic<bool>* stop = nullptr;
+  /// Called as each step's compute begins with the steps begun so far and the run's total (every
+  /// level's warm-up and timed steps), from the thread that runs the step: a status line's count and
+  /// time left. Empty: never.
+  std::function<void(std::uint64_t begun, std::uint64_t total)> on_step;
+  /// The options the emulated device was made with, when the ladder runs on one (ladder_host_options):
+  /// the table and the JSON show the link it models beside the probed one, and how it is scaled.
+  std::optional<host_device_options> emulator;
 
   ladder_options() = default;
   /// A ladder's defaults: the reference workload's compute per step, and every level of the ladder.
@@ -121,10 +128,12 @@ struct ladder_column {
   int precision = 3;     // digits after the point; 0 for counts
   bool percent = false;  // a fraction printed as a percentage ("12.3%")
   std::function<double(const ladder_row&)> value;
+  /// Whether the column means anything for a row ("-" where it does not); empty: for every row.
+  std::function<bool(const ladder_row&)> applies = {};
 };
 
 /// The columns every ladder's table starts with: steps/s, x ideal, <link> GB/s, % link, GPU idle; then
-/// `more`, the ladder's own.
+/// `more`, the ladder's own. The link columns print "-" for a row that moves no bytes (the ceiling).
 [[nodiscard]] std::vector<ladder_column> standard_columns(copy_direction d,
                                                           std::vector<ladder_column> more = {});
 
@@ -171,6 +180,10 @@ struct ladder_result {
   std::vector<level_trace> traces;  // with tracing: one per level, in order
   nlohmann::json config_json;       // the ladder's config as run, as JSON
   bool interrupted = false;         // ladder_options::stop ended the run early: rows hold what finished
+  /// On the emulated device (ladder_options::emulator): the pinned link it models in the ladder's
+  /// direction, and the same link of the unscaled emulator (a PCIe gen5 x16 host link); 0 elsewhere.
+  double emulated_gbps = 0;
+  double reference_gbps = 0;
   /// The row of `level`, or null.
   [[nodiscard]] const ladder_row* find(std::string_view level) const noexcept;
   /// Wrong items over every row: a run is good when this is 0.
@@ -189,6 +202,7 @@ class level_window {
   /// Warm-up plus timed steps.
   [[nodiscard]] int total_steps() const noexcept { return warmup_ + steps_; }
   /// Step `step`'s compute begins (and ends) here on `s`: GPU idle counts the time between as busy.
+  /// compute_started also reports the steps begun (on_step).
   void compute_started(int step, stream_view s);
   void compute_done(int step, stream_view s);
   /// Opens the window after the warm-up: synchronizes the device, starts tracing and the clocks.
@@ -198,11 +212,16 @@ class level_window {
   void end(ladder_row& row);
   /// The recorded timeline, with the link ceilings it is compared with, analyzed (tracing only).
   [[nodiscard]] std::optional<level_trace> finish(double link_h2d_gbps, double link_d2h_gbps);
+  /// Calls `fn` with the steps of this window begun so far (1 + the highest step started) each time
+  /// that grows; from the thread that starts the step.
+  void on_step(std::function<void(int begun)> fn) { on_step_ = std::move(fn); }
 
  private:
   device& dev_;
   int warmup_;
   int steps_;
+  std::function<void(int)> on_step_;
+  std::atomic<int> begun_{0};
   level_tracer tracer_;
   std::vector<event> starts_, stops_;
   std::chrono::steady_clock::time_point t0_{};
@@ -260,8 +279,9 @@ struct run_stamp {
 [[nodiscard]] nlohmann::json ladder_options_json(const ladder_spec& spec, const ladder_options& cfg,
                                                  nlohmann::json own, std::uint64_t step_bytes);
 
-/// A ladder run as JSON: the stamp, the ladder and its direction, its config, the probed link and the rows
-/// (the shared fields, the extras, and the keys earlier results used).
+/// A ladder run as JSON: the stamp, the ladder and its direction, its config, the probed link, the
+/// emulated link (null on a GPU) and the rows (the shared fields, the extras, and the keys earlier
+/// results used). A row that moves no bytes (the ceiling) has null link figures (gbps, link_fraction).
 [[nodiscard]] nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp);
 
 }  // namespace ferry::bench
