@@ -53,6 +53,48 @@ scripts/lint.sh
 step "ferry probe on the emulated device (smoke)"
 build/default/tools/ferry/ferry probe --backend host --bytes 4MiB --iterations 2 --pin-bytes 1MiB --json >/dev/null
 
+step "the emulated device as a laptop user has it: non-root, RLIMIT_MEMLOCK of 8 MiB (bench egress, Python Egress and Prefetcher)"
+# The emulator falls back to unlocked memory past RLIMIT_MEMLOCK, with one note on stderr. Root would not
+# show it (CAP_IPC_LOCK lifts the limit), so this runs as nobody, from a world-readable copy of what it
+# needs: a checkout under /root, or mktemp's 0700 directories, are closed to that user.
+as_user=$(mktemp -d)
+as_user_log=$(mktemp)
+mkdir "$as_user/bin" "$as_user/python"
+cp build/default/tools/ferry/ferry build/default/src/c/libferry_c.so "$as_user/bin/"
+cp -r python/ferry "$as_user/python/"
+cp CMakeLists.txt "$as_user/"  # laid out as a source checkout, where the package reads its version there
+find "$as_user" -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX "$as_user"
+drop_root=()
+[ "$(id -u)" = 0 ] && drop_root=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+as_user_run() {
+  (cd "$as_user" && prlimit --memlock=8388608:8388608 ${drop_root[@]+"${drop_root[@]}"} \
+    env HOME="$as_user" PYTHONDONTWRITEBYTECODE=1 FERRY_LIBRARY="$as_user/bin/libferry_c.so" PYTHONPATH="$as_user/python" "$@")
+}
+if ! as_user_run bin/ferry bench egress --backend host --shape 2x3x64x64 --steps 2 --warmup 1 --compute-ms 1 \
+    >/dev/null 2>"$as_user_log" ||
+  ! as_user_run /usr/bin/python3 - >/dev/null 2>>"$as_user_log" <<'PY'
+import torch
+import ferry
+from ferry.torch import Egress, NullSink, Prefetcher
+dev = ferry.Device("host")
+with Egress(NullSink(), device=dev) as e:  # the default pool: 8 slots of 64 MiB
+    for _ in range(3):
+        e.submit(torch.ones(1 << 20))
+batches = [torch.full((1024, 1024), float(i)) for i in range(4)]  # 4 MiB each
+assert [float(b[0, 0]) for b in Prefetcher(batches, device=dev)] == [0.0, 1.0, 2.0, 3.0]
+PY
+then
+  cat "$as_user_log"
+  exit 1
+fi
+# Both went past the limit, and each said so once.
+[ "$(grep -c '^ferry: note: the emulated device uses unlocked memory' "$as_user_log")" = 2 ] || {
+  cat "$as_user_log"
+  exit 1
+}
+rm -rf "$as_user" "$as_user_log"
+
 step "downstream find_package(ferry) build"
 cmake --install build/default --prefix build/install >/dev/null
 cmake -S examples/downstream -B build/downstream -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null

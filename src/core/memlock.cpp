@@ -67,11 +67,16 @@ memlock_info read_memlock() {
   return info;
 }
 
+bool fits_memlock(std::uint64_t request_bytes, std::uint64_t locked_bytes,
+                  const memlock_info& info) noexcept {
+  if (!info.enforced()) return true;
+  return request_bytes <= unlimited_bytes - locked_bytes && request_bytes + locked_bytes <= info.soft_bytes;
+}
+
 void check_memlock(std::uint64_t request_bytes, std::uint64_t locked_bytes, const memlock_info& info) {
-  if (!info.enforced()) return;
+  if (fits_memlock(request_bytes, locked_bytes, info)) return;
   const bool overflows = request_bytes > unlimited_bytes - locked_bytes;
   const std::uint64_t needed = overflows ? unlimited_bytes : request_bytes + locked_bytes;
-  if (!overflows && needed <= info.soft_bytes) return;
   std::string message = fmt::format(
       "pinning {} (on top of {} already pinned by ferry) exceeds RLIMIT_MEMLOCK of {}; raise it with "
       "`ulimit -l` (hard limit {}) or run with CAP_IPC_LOCK",

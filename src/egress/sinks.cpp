@@ -58,13 +58,15 @@ class staged_outputs {
     FERRY_EXPECTS(file_bytes <= static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()),
                   fmt::format("{}: {} of {} is larger than a file can be", sink_name, path.string(),
                               format_bytes(file_bytes)));
-    FERRY_EXPECTS(d.chunks > 0 && d.chunk < d.chunks,
-                  fmt::format("{}: chunk {} of {} of tag {}: no such chunk", sink_name, d.chunk, d.chunks, d.tag));
+    FERRY_EXPECTS(
+        d.chunks > 0 && d.chunk < d.chunks,
+        fmt::format("{}: chunk {} of {} of tag {}: no such chunk", sink_name, d.chunk, d.chunks, d.tag));
     const std::shared_ptr<output> o = output_of(d);
-    FERRY_EXPECTS(o->sequence == d.sequence && o->chunks == d.chunks,
-                  fmt::format("{}: tag {} is being written for output {} ({} chunks) and now comes with output "
-                              "{} ({} chunks): every output needs its own tag, as {} names its file",
-                              sink_name, d.tag, o->sequence, o->chunks, d.sequence, d.chunks, path.string()));
+    FERRY_EXPECTS(
+        o->sequence == d.sequence && o->chunks == d.chunks,
+        fmt::format("{}: tag {} is being written for output {} ({} chunks) and now comes with output "
+                    "{} ({} chunks): every output needs its own tag, as {} names its file",
+                    sink_name, d.tag, o->sequence, o->chunks, d.sequence, d.chunks, path.string()));
     std::shared_ptr<atomic_file> file;
     try {
       {
@@ -100,8 +102,8 @@ class staged_outputs {
  private:
   struct output {
     output(std::uint64_t seq, std::uint32_t n) : sequence(seq), chunks(n) {}
-    const std::uint64_t sequence;       // the output being written under the tag
-    const std::uint32_t chunks;         // its chunks
+    const std::uint64_t sequence;  // the output being written under the tag
+    const std::uint32_t chunks;    // its chunks
     std::mutex mutex;
     std::shared_ptr<atomic_file> file;  // guarded by mutex; the temporary goes with its last owner
     std::uint32_t started = 0;          // chunks taken to be written; guarded by mutex
@@ -262,7 +264,9 @@ std::filesystem::path raw_file_sink::path_of(std::uint64_t tag) const {
   return dir_ / fmt::format("{}{}.bin", prefix_, tag);
 }
 
-void raw_file_sink::admit(std::uint64_t tag, std::uint64_t) { staged_->admit(tag, path_of(tag), "raw_file_sink"); }
+void raw_file_sink::admit(std::uint64_t tag, std::uint64_t) {
+  staged_->admit(tag, path_of(tag), "raw_file_sink");
+}
 
 void raw_file_sink::consume(const output_chunk& d) {
   staged_->write(path_of(d.tag), d.total_bytes, {}, d.offset, d, "raw_file_sink");

@@ -85,6 +85,16 @@ TEST(memlock, check_does_not_overflow) {
   EXPECT_THROW(ferry::check_memlock(2, unlimited - 1, info), ferry::out_of_memory);
 }
 
+TEST(memlock, fits_answers_as_check_does) {
+  auto info = enforced_limit(8 * MiB, 8 * MiB);
+  EXPECT_TRUE(ferry::fits_memlock(4 * MiB, 4 * MiB, info));
+  EXPECT_FALSE(ferry::fits_memlock(4 * MiB, 4 * MiB + 1, info));
+  EXPECT_FALSE(ferry::fits_memlock(unlimited, 8 * MiB, info));
+  EXPECT_FALSE(ferry::fits_memlock(2, unlimited - 1, info));
+  info.cap_ipc_lock = true;
+  EXPECT_TRUE(ferry::fits_memlock(64 * GiB, 64 * GiB, info));
+}
+
 TEST(memlock, check_ignores_limit_not_enforced) {
   auto info = enforced_limit(8 * MiB, 8 * MiB);
   info.cap_ipc_lock = true;

@@ -1,6 +1,6 @@
 // Behaviour of the emulated host device that the conformance suite cannot ask of a GPU: the link model
 // (bandwidth, latency, copy engines, duplex), blocking pageable copies, the emulated memory cap, page
-// locking against RLIMIT_MEMLOCK, jitter, and the lifetime rules of its threads.
+// locking against RLIMIT_MEMLOCK (or unlocked memory past it), jitter, and the lifetime rules of its threads.
 #include <gtest/gtest.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
@@ -319,39 +319,50 @@ TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pageable.data()) % 4096, 0u);
 }
 
-// Runs in a forked child, so the lowered limit and the dropped capability die with it. Exits 0 when the
-// emulator refused to pin past the limit with an error naming RLIMIT_MEMLOCK; otherwise says why on
-// stderr and exits 1. The child makes no threads and leaves through _exit.
-[[noreturn]] void pin_past_a_lowered_memlock_limit() {
-  const auto fail = [](const std::string& why) {
-    std::fprintf(stderr, "%s\n", why.c_str());
-    std::fflush(stderr);
-    ::_exit(1);
-  };
-  // 1 MiB, or the hard limit where that is lower; every size below is a whole number of pages of it.
+// Ends a forked child with `why` on stderr and exit status 1.
+[[noreturn]] void fail_child(const std::string& why) {
+  std::fprintf(stderr, "%s\n", why.c_str());
+  std::fflush(stderr);
+  ::_exit(1);
+}
+
+// In a forked child: lowers RLIMIT_MEMLOCK to 1 MiB (or the hard limit where that is lower, a whole
+// number of 16 KiB) and drops CAP_IPC_LOCK, with which (root) the kernel ignores the limit, as an
+// unprivileged user has it. Returns the limit; ends the child when the kernel does not enforce it.
+std::size_t lower_memlock_as_a_user_has_it() {
   rlimit rl{};
-  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail("getrlimit failed");
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail_child("getrlimit failed");
   const bool hard_above = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > MiB;
   const std::size_t limit = hard_above ? MiB : rl.rlim_max / (16 * KiB) * (16 * KiB);
-  if (limit == 0) fail("the hard RLIMIT_MEMLOCK is below 16 KiB");
+  if (limit == 0) fail_child("the hard RLIMIT_MEMLOCK is below 16 KiB");
   rl.rlim_cur = limit;
-  if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail("setrlimit failed");
+  if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) fail_child("setrlimit failed");
 
-  // With CAP_IPC_LOCK (root) the kernel ignores the limit, so drop it from the effective set.
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3]{};
-  if (::syscall(SYS_capget, &header, caps) != 0) fail("capget failed");
+  if (::syscall(SYS_capget, &header, caps) != 0) fail_child("capget failed");
   caps[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-  if (::syscall(SYS_capset, &header, caps) != 0) fail("capset could not drop CAP_IPC_LOCK");
+  if (::syscall(SYS_capset, &header, caps) != 0) fail_child("capset could not drop CAP_IPC_LOCK");
   // Asked of the kernel directly: a sanitizer's mlock interceptor would answer yes without asking.
   void* probe = ::mmap(nullptr, 2 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (probe == MAP_FAILED) fail("mmap failed");
+  if (probe == MAP_FAILED) fail_child("mmap failed");
   if (::syscall(SYS_mlock, probe, 2 * MiB) == 0)
-    fail("the kernel does not enforce the lowered RLIMIT_MEMLOCK");
+    fail_child("the kernel does not enforce the lowered RLIMIT_MEMLOCK");
   ::munmap(probe, 2 * MiB);
+  return limit;
+}
 
+// Runs in a forked child, so the lowered limit and the dropped capability die with it. Exits 0 when the
+// emulator, asked to lock its pinned memory as a GPU must (require_locked_pinned), refused to pin past
+// the limit with an error naming RLIMIT_MEMLOCK; otherwise says why on stderr and exits 1. The child
+// makes no threads and leaves through _exit.
+[[noreturn]] void pin_past_a_lowered_memlock_limit() {
+  const auto fail = fail_child;
+  const std::size_t limit = lower_memlock_as_a_user_has_it();
   try {
-    auto dev = make_host_device(quiet_options());
+    host_device_options o = quiet_options();
+    o.require_locked_pinned = true;
+    auto dev = make_host_device(o);
     { buffer fits = dev->alloc_pinned(limit / 4); }
     // Past the limit by this device's own count: check_memlock refuses before mlock is tried.
     try {
@@ -389,9 +400,64 @@ TEST(host_memory, pinned_buffers_are_locked_in_memory_until_freed) {
   ::_exit(0);
 }
 
-// Named *DeathTest so GoogleTest runs it before any other test starts threads.
-TEST(host_memlock_DeathTest, pinning_past_rlimit_memlock_is_out_of_memory_naming_it) {
+// What the emulator does by default for a user whose RLIMIT_MEMLOCK is low (8 MiB is the usual default):
+// pinned buffers past it are unlocked memory, usable as pinned memory, with one note on stderr for the
+// whole process. Runs in a forked child; stderr goes to a file that the child reads back. Exits 0 when
+// all is as it should be, else 1 with the reason on the original stderr.
+[[noreturn]] void pin_past_the_limit_falls_back_to_unlocked_memory() {
+  const std::size_t limit = lower_memlock_as_a_user_has_it();
+  const int saved_stderr = ::dup(2);
+  std::FILE* captured = std::tmpfile();
+  if (saved_stderr < 0 || captured == nullptr || ::dup2(::fileno(captured), 2) < 0)
+    fail_child("cannot capture stderr");
+  std::string why;
+  try {
+    auto dev = make_host_device(quiet_options());
+    auto other = make_host_device(quiet_options());
+    stream s = dev->make_stream();
+    buffer within = dev->alloc_pinned(limit / 4);        // locked
+    buffer past = dev->alloc_pinned(4 * limit);          // unlocked: past the limit by the device's count
+    buffer again = dev->alloc_pinned(4 * limit);         // unlocked too: no second note
+    buffer other_past = other->alloc_pinned(2 * limit);  // nor for another device
+    // Pinned memory in every way the device's users see: copies through it are exact.
+    buffer d = dev->alloc_device(4 * limit);
+    std::memset(past.host_bytes(), 0x5A, 4 * limit);
+    std::memset(again.host_bytes(), 0, 4 * limit);
+    dev->copy_async(d, past, 4 * limit, s);
+    dev->copy_async(again, d, 4 * limit, s);
+    s.synchronize();
+    if (std::memcmp(past.host_bytes(), again.host_bytes(), 4 * limit) != 0) why = "the copy differs";
+  } catch (const std::exception& e) {
+    why = std::string("unexpected exception: ") + e.what();
+  }
+  // Every buffer was freed (unlocked ones not munlocked, not counted as leaked) before the devices went.
+  std::fflush(stderr);
+  ::dup2(saved_stderr, 2);
+  std::string text(1 << 16, '\0');
+  std::rewind(captured);
+  text.resize(std::fread(text.data(), 1, text.size(), captured));
+  if (!why.empty()) fail_child(why + "\nstderr:\n" + text);
+  std::size_t notes = 0;
+  for (std::size_t at = text.find("ferry: note:"); at != std::string::npos;
+       at = text.find("ferry: note:", at + 1))
+    ++notes;
+  if (notes != 1) fail_child("expected one note on stderr, got " + std::to_string(notes) + ":\n" + text);
+  for (const char* part : {"unlocked memory", "RLIMIT_MEMLOCK", "ulimit -l"}) {
+    if (text.find(part) == std::string::npos)
+      fail_child(std::string("the note lacks \"") + part + "\": " + text);
+  }
+  if (std::count(text.begin(), text.end(), '\n') != 1)
+    fail_child("stderr holds more than the note:\n" + text);
+  ::_exit(0);
+}
+
+TEST(host_memlock_DeathTest,
+     pinning_past_rlimit_memlock_is_out_of_memory_naming_it_when_locking_is_required) {
   EXPECT_EXIT(pin_past_a_lowered_memlock_limit(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(host_memlock_DeathTest, pinning_past_rlimit_memlock_falls_back_to_unlocked_memory_with_one_note) {
+  EXPECT_EXIT(pin_past_the_limit_falls_back_to_unlocked_memory(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(host_streams, adopt_stream_accepts_only_live_streams_of_this_device) {

@@ -560,7 +560,8 @@ TEST_P(egress_sinks, submits_that_leave_the_tag_at_its_default_are_refused_from_
     // Refused before anything was queued: the pipeline goes on, and takes the output under a new tag.
     EXPECT_EQ(pipe.stats().outputs, 1u);
     static_cast<void>(pipe.submit(b, s, 5));
-    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.try_submit(b, s, 5)); }), "tag 5");
+    EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.try_submit(b, s, 5)); }),
+                       "tag 5");
     EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(pipe.submit_for(a, s, 0, 1s)); }),
                        "tag 0");
     pipe.close();
@@ -639,7 +640,8 @@ TEST(raw_file_sink, a_chunk_of_another_output_under_the_same_tag_is_refused) {
   sink.consume(chunks[0]);
   output_chunk other = chunks[1];
   other.sequence = 1;
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(other); }), "tag 4 is being written for output 0");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(other); }),
+                     "tag 4 is being written for output 0");
   output_chunk one_chunk = chunks_of(bytes, 4, 4096)[0];
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { sink.consume(one_chunk); }), "tag 4");
   sink.consume(chunks[1]);

@@ -6,7 +6,6 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/host_memory.hpp"
-#include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 
 namespace ferry::cli {
@@ -43,15 +42,8 @@ void check_memory(const device& dev, const memory_need& need) {
                                     dev.kind() == backend::host ? " (the emulated device's included)" : "",
                                     format_bytes(available)));
   }
-  // The emulated device pins by locking pages, so RLIMIT_MEMLOCK applies to it (the CUDA driver pins
-  // through its own path).
-  if (dev.kind() == backend::host && need.pinned_bytes > 0) {
-    try {
-      check_memlock(need.pinned_bytes, 0, read_memlock());
-    } catch (const out_of_memory& e) {
-      throw out_of_memory(fmt::format("{}: {}", need.what, e.what()));
-    }
-  }
+  // RLIMIT_MEMLOCK is not checked here: the emulated device falls back to unlocked memory past it (with
+  // a note), and the CUDA driver pins through its own path and names the limit when pinning fails.
 }
 
 void check_probe_memory(const device& dev, const probe::options& opts) {

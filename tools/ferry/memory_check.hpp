@@ -22,9 +22,10 @@ struct memory_need {
   std::uint64_t pinned_bytes = 0;
 };
 
-/// Throws ferry::out_of_memory when `need` exceeds the device's memory, the host's available memory
-/// (MemAvailable), or for pinned memory RLIMIT_MEMLOCK where the kernel enforces it. The message names
-/// the settings, what they need and what there is.
+/// Throws ferry::out_of_memory when `need` exceeds the device's memory or the host's available memory
+/// (MemAvailable). The message names the settings, what they need and what there is. RLIMIT_MEMLOCK is
+/// left to the device: the emulator falls back to unlocked memory past it, the CUDA backend names it
+/// when pinning fails.
 void check_memory(const device& dev, const memory_need& need);
 
 /// probe: the pinning-cost buffer, then 2 pinned + 2 pageable host buffers and 2 device buffers.

@@ -24,6 +24,11 @@ struct memlock_info {
 /// unreadable /proc reads as "no CAP_IPC_LOCK".
 [[nodiscard]] memlock_info read_memlock();
 
+/// True when locking `request_bytes` more, on top of `locked_bytes` already locked by this process, stays
+/// within the limit that the kernel enforces (always when !info.enforced()): check_memlock would pass.
+[[nodiscard]] bool fits_memlock(std::uint64_t request_bytes, std::uint64_t locked_bytes,
+                                const memlock_info& info) noexcept;
+
 /// Throws ferry::out_of_memory when locking `request_bytes` more, on top of `locked_bytes` already
 /// locked by this process, would exceed the limit that the kernel enforces. The message names the
 /// request, what is already locked, the limit, and how to raise it. Does nothing when !info.enforced().

@@ -501,6 +501,11 @@ struct host_device_options {
   double jitter_probability = 0.0;  // chance that an operation is delayed
   std::chrono::nanoseconds jitter_max{0};
   bool model_link = true;  // false: copies (peer copies too) run at memcpy speed
+  // Pinned memory is mlock()ed, as a GPU's is locked. Where RLIMIT_MEMLOCK does not allow it (an
+  // unprivileged user's 8 MiB), false uses unlocked memory instead, with a one-line note on stderr once
+  // per process (the emulator needs no locked memory); true refuses as a GPU would: out_of_memory
+  // naming RLIMIT_MEMLOCK.
+  bool require_locked_pinned = false;
   // The link between the devices of one make_host_devices group; NVLink-like by default.
   peer_link_profile peer{};
 };

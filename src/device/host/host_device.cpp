@@ -6,7 +6,8 @@
 // - host_stream: a stream is a thread draining a FIFO of operations; streams run concurrently. It keeps
 //   the stream's modelled clock, which timing events read: elapsed_ms is modelled time, not wall time.
 // - host_event: an event numbers its records, and a wait is bound to the record current at its call.
-// - host_memory: device memory is capped host memory; pinned memory is mlock()ed.
+// - host_memory: device memory is capped host memory; pinned memory is mlock()ed (unlocked past
+//   RLIMIT_MEMLOCK unless host_device_options::require_locked_pinned).
 // - link_model: copies really copy, paced to a modelled link with one copy engine per direction.
 // - peer_link: peer copies between the devices of one make_host_devices group, paced to the link they
 //   share (a send and a receive engine per device).
@@ -72,7 +73,7 @@ class host_device final : public device {
       : device(backend::host, options.ordinal),
         opt_(for_device(options)),
         link_(options),
-        memory_(options.device_memory_bytes),
+        memory_(options.device_memory_bytes, options.require_locked_pinned),
         tracer_(options.ordinal),
         peers_(std::move(peers)),
         peer_index_(index) {
@@ -110,11 +111,11 @@ class host_device final : public device {
                                                         events_.size()));
     }
     const std::uint64_t device_used = memory_.device_used();
-    const std::uint64_t locked = memory_.locked();
-    FERRY_ASSERT_NOTHROW(device_used == 0 && locked == 0,
+    const std::uint64_t pinned = memory_.pinned();
+    FERRY_ASSERT_NOTHROW(device_used == 0 && pinned == 0,
                          fmt::format("host device destroyed while buffers of {} device and {} pinned memory "
                                      "live: destroy buffers before their device",
-                                     format_bytes(device_used), format_bytes(locked)));
+                                     format_bytes(device_used), format_bytes(pinned)));
   }
 
   [[nodiscard]] device_info info() const override {

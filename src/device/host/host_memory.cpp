@@ -1,4 +1,5 @@
-// The host backend's memory: device memory capped as a GPU's, pinned memory really locked.
+// The host backend's memory: device memory capped as a GPU's, pinned memory really locked where
+// RLIMIT_MEMLOCK allows (else unlocked, with a note, or refused when locking is required).
 #include "host_memory.hpp"
 
 #include <fmt/format.h>
@@ -6,9 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <system_error>
 
 #include "ferry/core/error.hpp"
@@ -41,6 +45,18 @@ void* aligned_alloc_or_null(std::size_t alignment, std::size_t bytes) noexcept {
   return ::posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
 }
 
+// Once per process, however many devices and buffers fall back: an unprivileged user's 8 MiB limit
+// would otherwise print it for every pool.
+void note_unlocked_once(const std::string& why) {
+  static std::atomic<bool> noted{false};
+  if (noted.exchange(true)) return;
+  std::fprintf(stderr,
+               "ferry: note: the emulated device uses unlocked memory for pinned buffers: %s. The emulator "
+               "needs none locked; a GPU does (raise `ulimit -l` there)\n",
+               why.c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 void* host_memory::alloc(std::size_t bytes, memory_kind kind) {
@@ -69,6 +85,14 @@ void host_memory::free(void* p, std::size_t bytes, memory_kind kind) noexcept {
     }
     case memory_kind::pinned: {
       const std::size_t footprint = pinned_footprint(bytes);
+      {
+        const std::lock_guard lock(memory_mu_);
+        if (unlocked_.erase(p) != 0) {
+          unlocked_bytes_ -= footprint;
+          std::free(p);
+          return;
+        }
+      }
       FERRY_ASSERT_NOTHROW(::munlock(p, footprint) == 0,
                            fmt::format("munlock of a pinned buffer of {} failed: {}", format_bytes(bytes),
                                        std::generic_category().message(errno)));
@@ -89,6 +113,11 @@ std::uint64_t host_memory::device_used() const {
 std::uint64_t host_memory::locked() const {
   const std::lock_guard lock(memory_mu_);
   return locked_;
+}
+
+std::uint64_t host_memory::pinned() const {
+  const std::lock_guard lock(memory_mu_);
+  return locked_ + unlocked_bytes_;
 }
 
 void* host_memory::alloc_device(std::size_t bytes) {
@@ -126,17 +155,29 @@ void* host_memory::alloc_pinned(std::size_t bytes) {
   const std::lock_guard pin_lock(pin_mu_);
   const memlock_info limit = read_memlock();
   const std::uint64_t already = locked();
-  check_memlock(footprint, already, limit);
+  const bool within_limit = fits_memlock(footprint, already, limit);
+  if (require_locked_) check_memlock(footprint, already, limit);
   void* p = aligned_alloc_or_null(page_size(), footprint);
   if (p == nullptr) {
     throw out_of_memory(
         fmt::format("pinned allocation of {} failed: the host is out of memory", format_bytes(bytes)));
   }
+  if (!within_limit) {
+    return alloc_unlocked(p, footprint,
+                          fmt::format("locking {} more than the {} it holds exceeds RLIMIT_MEMLOCK of {}",
+                                      format_bytes(footprint), format_bytes(already), limit.describe()));
+  }
   if (::mlock(p, footprint) != 0) {
     const int err = errno;
-    std::free(p);
     // Other locked memory of the process (another device, a framework) counts against the same limit,
-    // which is how this can fail after check_memlock passed.
+    // which is how this can fail after the check passed.
+    if (!require_locked_) {
+      return alloc_unlocked(
+          p, footprint,
+          fmt::format("mlock of {} failed: {}; RLIMIT_MEMLOCK is {}", format_bytes(footprint),
+                      std::generic_category().message(err), limit.describe()));
+    }
+    std::free(p);
     throw out_of_memory(fmt::format(
         "pinning {} of host memory failed: mlock: {}; this device holds {} locked "
         "already and RLIMIT_MEMLOCK is {} (raise it with ulimit -l, or "
@@ -145,6 +186,19 @@ void* host_memory::alloc_pinned(std::size_t bytes) {
   }
   const std::lock_guard lock(memory_mu_);
   locked_ += footprint;
+  return p;
+}
+
+void* host_memory::alloc_unlocked(void* p, std::size_t footprint, const std::string& why) {
+  try {
+    const std::lock_guard lock(memory_mu_);
+    unlocked_.insert(p);
+    unlocked_bytes_ += footprint;
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
+  note_unlocked_once(why);
   return p;
 }
 
