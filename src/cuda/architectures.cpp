@@ -41,7 +41,8 @@ std::string describe_cuda_architectures(std::string_view list) {
     if (entry.empty()) continue;
     const std::size_t dash = entry.find('-');
     const std::string_view number = entry.substr(0, dash);
-    const std::string_view kind = dash == std::string_view::npos ? std::string_view{} : entry.substr(dash + 1);
+    const std::string_view kind =
+        dash == std::string_view::npos ? std::string_view{} : entry.substr(dash + 1);
     if (!all_digits(number) || (!kind.empty() && kind != "real" && kind != "virtual")) {
       other.emplace_back(entry);
       continue;

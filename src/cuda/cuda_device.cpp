@@ -82,12 +82,13 @@ class cuda_device final : public device {
     // Refuse here, naming the GPU and the build, rather than at the first kernel a bench or codec launches.
     if (const cudaError_t load = cuda_kernels::check_kernels_load(); load != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
-      throw cuda_error(static_cast<int>(load),
-                       fmt::format("GPU {} ({}, compute capability {}.{}) cannot run ferry's kernels: this build "
-                                   "carries {} ({}: {}); rebuild for it with -DCMAKE_CUDA_ARCHITECTURES={}{} (cmake, or "
-                                   "FERRY_CMAKE_ARGS for pip install) or use the host backend",
-                                   ordinal_, prop.name, prop.major, prop.minor, cuda_architectures(),
-                                   cudaGetErrorName(load), cudaGetErrorString(load), prop.major, prop.minor));
+      throw cuda_error(
+          static_cast<int>(load),
+          fmt::format("GPU {} ({}, compute capability {}.{}) cannot run ferry's kernels: this build "
+                      "carries {} ({}: {}); rebuild for it with -DCMAKE_CUDA_ARCHITECTURES={}{} (cmake, or "
+                      "FERRY_CMAKE_ARGS for pip install) or use the host backend",
+                      ordinal_, prop.name, prop.major, prop.minor, cuda_architectures(),
+                      cudaGetErrorName(load), cudaGetErrorString(load), prop.major, prop.minor));
     }
   }
 
