@@ -576,15 +576,18 @@ class terminal(unittest.TestCase):
         return seen
 
     def test_the_status_line_is_cleared_before_the_table_and_counts_steps(self):
-        # 4 steps of 400 ms: the status line is redrawn while they run, with the steps done of the total.
-        seen = self.read_pty([FERRY, "bench", "ingest", "--backend", "host", "--levels", "ideal", "--steps", "4",
-                              "--warmup", "0", "--compute-ms", "400"])
+        # 6 steps of 300 ms at L0, which waits for each step: the status line is redrawn as each step
+        # starts, with the steps of the total, and from the fifth (1.2 s after the first) with the time left
+        # at the pace so far.
+        seen = self.read_pty([FERRY, "bench", "ingest", "--backend", "host", "--levels", "L0", "--steps", "6",
+                              "--warmup", "0", "--compute-ms", "300"])
         table = seen.index(b"ingest ladder on")
         # What the terminal shows on the table's first line before it: after the last newline, whatever
         # the last erase (carriage return, erase to end of line) left.
         line = seen[:table].rsplit(b"\n", 1)[-1].rsplit(b"\r\x1b[K", 1)[-1]
         self.assertEqual(line, b"", seen[:table])
-        self.assertRegex(seen[:table], rb"step [1-4] of 4")
+        self.assertRegex(seen[:table], rb"step [1-6] of 6")
+        self.assertRegex(seen[:table], rb"step [5-6] of 6, about \d+ s left")
 
 
 if __name__ == "__main__":

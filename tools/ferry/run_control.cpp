@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -80,8 +81,9 @@ std::string steps_text(std::uint64_t done, std::uint64_t total, std::uint64_t fi
   const double seconds = std::chrono::duration<double>(elapsed).count();
   if (done <= first_done || done >= total || seconds < 1) return out;
   const double left = seconds / static_cast<double>(done - first_done) * static_cast<double>(total - done);
-  if (left < 120) return out + fmt::format(", about {:.0f} s left", left);
-  return out + fmt::format(", about {:.0f} min left", left / 60);
+  // Rounded up: "about 0 s left" while a step still runs would read as done.
+  if (left < 120) return out + fmt::format(", about {:.0f} s left", std::ceil(left));
+  return out + fmt::format(", about {:.0f} min left", std::ceil(left / 60));
 }
 
 status_line::status_line(bool force)

@@ -43,9 +43,10 @@ struct ladder_options {
   /// When set (by a Ctrl-C handler, say), the ladder runs no further level: the level under way
   /// finishes and the result holds the levels that finished, with `interrupted` set. Null: never.
   const std::atomic<bool>* stop = nullptr;
-  /// Called as each step's compute begins with the steps begun so far and the run's total (every
+  /// Called as each step's compute is queued with the steps begun so far and the run's total (every
   /// level's warm-up and timed steps), from the thread that runs the step: a status line's count and
-  /// time left. Empty: never.
+  /// time left. A level whose host does not wait for its steps (ideal) queues them all at once. Empty:
+  /// never.
   std::function<void(std::uint64_t begun, std::uint64_t total)> on_step;
   /// The options the emulated device was made with, when the ladder runs on one (ladder_host_options):
   /// the table and the JSON show the link it models beside the probed one, and how it is scaled.
