@@ -122,14 +122,23 @@ void find_pageable_async_copy(const model& m, std::vector<finding>& out) {
       "(see sync_copy); at the pinned link the copies would take {} per step less",
       fmt::join(parts, "; "), ms_text(ms(m.per_step(static_cast<double>(blocked_ns)))),
       ms_text(ms(m.per_step(idle_ns))), ms_text(ms(m.per_step(cost_ns))));
-  f.fix = m.pytorch()
-              ? "pin the host side: " +
-                    torch_copy_fix(dirs.contains(copy_kind::h2d), dirs.contains(copy_kind::d2h))
-              : "pin the host buffers: ferry::ingest::prefetcher / ferry::egress::pipeline own pinned slots "
-                "(ingest L2, egress L3/L4-pinned)";
-  if (2 * small_d2h >= copies.size())
+  const bool read_backs = 2 * small_d2h >= copies.size();
+  if (m.pytorch()) {
+    // Outputs are D2H copies of 1 MiB and more on average; smaller ones are values read back (below).
+    const auto d2h = dirs.find(copy_kind::d2h);
+    const bool outputs =
+        d2h != dirs.end() && d2h->second.bytes >= d2h->second.count * (std::uint64_t{1} << 20);
+    const bool inputs = dirs.contains(copy_kind::h2d);
+    if (inputs || outputs || !read_backs) f.fix = "pin the host side: " + torch_copy_fix(inputs, outputs);
+  } else {
+    f.fix =
+        "pin the host buffers: ferry::ingest::prefetcher / ferry::egress::pipeline own pinned slots (ingest "
+        "L2, egress L3/L4-pinned)";
+  }
+  if (read_backs)
     f.fix +=
-        "; small D2H copies into pageable memory are values read back (.item(), .cpu(), .tolist(), a "
+        std::string(f.fix.empty() ? "" : "; ") +
+        "small D2H copies into pageable memory are values read back (.item(), .cpu(), .tolist(), a "
         "printed tensor): each waits for all the GPU work queued before it, so read them less often, or copy "
         "them into pinned memory with non_blocking=True and read them after an event";
   out.push_back(std::move(f));

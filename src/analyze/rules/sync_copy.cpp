@@ -127,6 +127,7 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
   // when it matters (material_fraction of the step): a value read back that waits for the stream to drain.
   std::vector<span> calls;
   std::size_t call_count = 0;
+  std::map<copy_kind, std::pair<std::size_t, std::uint64_t>> call_dirs;  // count, bytes
   for (std::size_t i : copies) {
     const event& c = t.events[i];
     if (!c.async || !pageable_side(c) || c.correlation == 0) continue;
@@ -136,6 +137,9 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
     if (m.main_thread() && call.thread != *m.main_thread()) continue;
     calls.push_back({call.start_ns, call.end_ns});
     ++call_count;
+    auto& d = call_dirs[c.copy];
+    ++d.first;
+    d.second += c.bytes;
   }
   double call_idle_ns = static_cast<double>(m.idle_during(std::move(calls)));
   if (ms(m.per_step(call_idle_ns)) < material_fraction * m.summary().mean.wall_ms)
@@ -166,19 +170,26 @@ void find_sync_copy(const model& m, std::vector<finding>& out) {
   f.title = fmt::format("{} blocking cop{} per step hold{} back the next launch",
                         count_text(m.per_step(static_cast<double>(all))), all == m.step_count() ? "y" : "ies",
                         all == m.step_count() ? "s" : "");
-  f.evidence = fmt::format(
-      "{}; the main thread was blocked {} per step waiting for them; the copies took {} per step, {} of it "
-      "with no kernel running, and the GPU idled {} per step after them while the main thread still waited",
-      fmt::join(parts, ", "), ms_text(ms(m.per_step(blocked_ns))), ms_text(ms(m.per_step(copy_ns))),
-      ms_text(ms(m.per_step(lone_ns))), ms_text(ms(m.per_step(held_ns))));
+  if (count > 0)
+    f.evidence = fmt::format(
+        "{}; the main thread was blocked {} per step waiting for them; the copies took {} per step, {} of it "
+        "with no kernel running, and the GPU idled {} per step after them while the main thread still waited",
+        fmt::join(parts, ", "), ms_text(ms(m.per_step(blocked_ns))), ms_text(ms(m.per_step(copy_ns))),
+        ms_text(ms(m.per_step(lone_ns))), ms_text(ms(m.per_step(held_ns))));
   if (call_count > 0)
     f.evidence += fmt::format(
-        "; {} asynchronous cop{} per step into or out of pageable memory blocked in {} issuing call until "
+        "{}{} asynchronous cop{} per step into or out of pageable memory blocked in {} issuing call until "
         "their stream drained, the GPU idling {} per step meanwhile",
-        count_text(m.per_step(static_cast<double>(call_count))), call_count == m.step_count() ? "y" : "ies",
-        call_count == m.step_count() ? "its" : "their", ms_text(ms(m.per_step(call_idle_ns))));
+        count > 0 ? "; " : "", count_text(m.per_step(static_cast<double>(call_count))),
+        call_count == m.step_count() ? "y" : "ies", call_count == m.step_count() ? "its" : "their",
+        ms_text(ms(m.per_step(call_idle_ns))));
   if (m.pytorch()) {
-    // D2H copies under 1 MiB on average are values read back (.item(), a loss printed), not outputs.
+    // What blocked, by direction: the blocking copies and the pageable ones whose call blocked. D2H copies
+    // under 1 MiB on average are values read back (.item(), a loss printed), not outputs.
+    for (const auto& [k, d] : call_dirs) {
+      dirs[k].first += d.first;
+      dirs[k].second += d.second;
+    }
     const auto d2h = dirs.find(copy_kind::d2h);
     const bool outputs =
         d2h != dirs.end() && d2h->second.second >= d2h->second.first * (std::uint64_t{1} << 20);
