@@ -200,12 +200,13 @@ try:
     j = json.load(open(os.path.join(out, "egress.json")))
     print(f'egress ladder on {j["device"]["name"]}: probed pinned D2H {j["probed_d2h_gbps"]:.2f} GB/s')
     for r in j["rows"]:
-        # The ceiling (ideal) moves no bytes: its link figures are null.
+        # The ceiling (ideal) moves and checks nothing: its link figures and mismatch count are null.
         gbps = "-" if r["d2h_gbps"] is None else f'{r["d2h_gbps"]:.2f}'
         link = "-" if r["link_fraction"] is None else f'{100*r["link_fraction"]:.1f}'
+        bad = "-" if r["mismatches"] is None else r["mismatches"]
         print(f'  {r["level"]:<10} {r["steps_per_s"]:7.3f} steps/s  x{r["ratio_to_ideal"]:.3f}  '
               f'{gbps:>6} GB/s  {link:>5}% link  idle {100*r["gpu_idle"]:5.1f}%  '
-              f'mismatch {r["mismatches"]}')
+              f'mismatch {bad}')
 except Exception as e:
     print("egress.json unreadable:", e)
 try:

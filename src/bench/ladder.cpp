@@ -52,6 +52,8 @@ std::string link_key(copy_direction d) {
 
 // A row that moves no bytes (the ceiling) has no bandwidth and no share of the link.
 bool moves_bytes(const ladder_row& r) { return r.bytes > 0; }
+// A row that checked nothing (egress's ceiling: no output) has no count of wrong items.
+bool checked_any(const ladder_row& r) { return r.checked > 0; }
 
 // The pinned link of direction `d` in the emulator's options; 0 for a direction it does not model apart.
 double pinned_gbps(const host_device_options& o, copy_direction d) {
@@ -118,7 +120,8 @@ ladder_column extra_column(std::string header, int width, int precision, std::st
 }
 
 ladder_column wrong_column(int width) {
-  return {"mismatch", width, 0, false, [](const ladder_row& r) { return static_cast<double>(r.wrong); }};
+  return {"mismatch", width, 0, false, [](const ladder_row& r) { return static_cast<double>(r.wrong); },
+          checked_any};
 }
 
 std::size_t level_index(const ladder_spec& spec, std::string_view level) {
@@ -355,7 +358,7 @@ nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp) {
                      {"link_fraction", moved ? nlohmann::json(row.link_fraction) : nlohmann::json(nullptr)},
                      {"gpu_idle", row.gpu_idle},
                      {"checked", row.checked},
-                     {"wrong", row.wrong},
+                     {"wrong", checked_any(row) ? nlohmann::json(row.wrong) : nlohmann::json(nullptr)},
                      {"bottleneck", row.bottleneck},
                      {"finding", row.finding}};
     for (const auto& e : row.extras) {

@@ -141,7 +141,7 @@ struct ladder_column {
 /// A column of the extra figure `name` (ladder_row::extra).
 [[nodiscard]] ladder_column extra_column(std::string header, int width, int precision, std::string name);
 
-/// The column of wrong items ("mismatch").
+/// The column of wrong items ("mismatch"); "-" for a row that checked nothing.
 [[nodiscard]] ladder_column wrong_column(int width);
 
 /// "H2D", "D2H", "D2D", "H2H": a direction as the tables name its link.
@@ -282,7 +282,8 @@ struct run_stamp {
 
 /// A ladder run as JSON: the stamp, the ladder and its direction, its config, the probed link, the
 /// emulated link (null on a GPU) and the rows (the shared fields, the extras, and the keys earlier
-/// results used). A row that moves no bytes (the ceiling) has null link figures (gbps, link_fraction).
+/// results used). A row that moves no bytes (the ceiling) has null link figures (gbps, link_fraction),
+/// and one that checked nothing a null count of wrong items (wrong).
 [[nodiscard]] nlohmann::json ladder_json(const ladder_result& r, const run_stamp& stamp);
 
 }  // namespace ferry::bench
