@@ -50,6 +50,8 @@ find_ctest() {
     die "no ctest on PATH nor in python3's cmake package (set CTEST)"
   fi
   [ -f "$c/CTestTestfile.cmake" ] || die "$c/CTestTestfile.cmake is missing: run scripts/gpu.sh carry here first"
+  FERRY_CARRY_DIR=$(cd "$c" && pwd -P)
+  export FERRY_CARRY_DIR
 }
 
 # ctest_step NAME CTEST-ARGS...: the carried tests that CTEST-ARGS select, log in $out/NAME.log, rc in rc[NAME].

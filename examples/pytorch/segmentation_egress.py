@@ -402,7 +402,7 @@ def run_ferry(args, dev, w):
 
     win = lc.Window()
     out = Egress(sink, slots=args.slots, slot_bytes=args.slot_mib << 20, workers=args.ferry_workers,
-                 ordered=False)
+                 ordered=False, device=dev.torch_device)  # --device cpu: ferry's emulated device
     try:
         for i in range(w.total):
             if i == args.warmup:

@@ -159,8 +159,9 @@ def batches(name, args, dev):
         yield from ReferencePrefetcher(make_loader(args, dev, pin=True), dev)
     elif name == "ferry":
         from ferry.torch import Prefetcher
+        # device: --device cpu runs ferry on its emulated device, also on a machine whose torch sees a GPU.
         yield from Prefetcher(make_loader(args, dev, pin=False), depth=args.depth, workers=args.ferry_workers,
-                              slots=args.slots)
+                              slots=args.slots, device=dev.torch_device)
     else:
         raise ValueError(name)
 

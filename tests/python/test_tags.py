@@ -3,7 +3,7 @@ tag given twice is refused at submit with an error naming it. It used to crash t
 two sink workers shared one staged file and the second committed a file the first had released."""
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -93,13 +93,15 @@ def test_a_callable_sink_may_get_one_tag_for_outputs_of_different_shapes(device,
     # A callback has no per-tag file, so a tag may repeat; each output still arrives in its own shape
     # (the shape was once kept by tag, and a later output's replaced an earlier one's still in flight).
     got = []
+    all_submitted = threading.Event()
 
-    def slow(view, chunk):
-        time.sleep(0.02)  # the three outputs are in flight together
+    def held(view, chunk):
+        assert all_submitted.wait(30)  # the three outputs are in flight together
         got.append((chunk.sequence, chunk.tag, view.shape))
 
     outs = [make_tensor((4,), seed=1), make_tensor((2, 3), seed=2), make_tensor((5,), seed=3)]
-    with Egress(slow, slots=4, slot_bytes=4096, workers=2, device=device) as e:
+    with Egress(held, slots=4, slot_bytes=4096, workers=2, device=device) as e:
         for t in outs:
             e.submit(t, tag=0)
+        all_submitted.set()
     assert sorted(got) == [(0, 0, (4,)), (1, 0, (2, 3)), (2, 0, (5,))]

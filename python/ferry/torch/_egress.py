@@ -45,8 +45,10 @@ class Egress:
     script, the Egress closed at exit) stops the submitting and delivers what is in flight, so every
     output submitted lands whole; a second Ctrl-C during that abandons what is still queued (no output
     is handed to the sink after it, and a file sink leaves none of those under a final name), waits only
-    for the deliveries under way and raises KeyboardInterrupt. A Ctrl-C during close() or flush() is seen
-    at once, not when the wait ends.
+    for the deliveries under way and raises KeyboardInterrupt; a third ends the process at once with
+    status 130 (the outputs under way stay under their temporary names). A Ctrl-C during close() or
+    flush() is seen at once, not when the wait ends, and one that lands while a finalizer runs (an Event
+    freed in the loop) is delivered again rather than lost.
 
     On ferry's host backend (no GPU) CPU tensors stand in for GPU tensors and ferry.Stream objects for
     CUDA streams."""
@@ -67,6 +69,7 @@ class Egress:
         self._handle: Optional[EgressHandle] = None
         self._closed = False
         self._interrupted = False  # a Ctrl-C was seen: the next one abandons what is queued
+        self._abandoned = False  # a Ctrl-C or abort() dropped what was queued
         self._lock = threading.Lock()
         # (Event, tensor) until the copy out of the tensor is done
         self._held: Deque[Tuple[Event, Any]] = collections.deque()
@@ -200,12 +203,17 @@ class Egress:
         """Shuts the gate in front of the sink and waits (a further Ctrl-C ends the wait) for the close to
         return: deliveries under way finish, the queued ones are dropped."""
         _abort(self._handle)
+        self._abandoned = True
         if closing is None:
             closing = _runtime.Blocking(lambda: self._call(lib.ferry_egress_close), "ferry-egress-close")
         try:
             closing.wait()
         except KeyboardInterrupt:
-            return  # a third Ctrl-C: stop waiting for the deliveries under way
+            # A third Ctrl-C: stop now. The deliveries under way are inside the library's threads, which
+            # must not run on into the interpreter's teardown; a file sink leaves them under their
+            # temporary names, never under a final one.
+            _runtime.exit_now("interrupted a third time: exiting now (outputs under way are left under "
+                              "their temporary names)")
         except Exception:  # noqa: BLE001 - the abandoning itself (FERRY_ERROR_STOPPED), or a sink error
             pass            # before it: both moot once the caller gives up what is queued
         self._held.clear()
