@@ -1,5 +1,5 @@
 // The words a refused GPU is told about the code this build carries (the load check itself needs a GPU
-// the build does not serve: docs/PERFORMANCE.md records that run).
+// the build does not serve: docs/perf/2026-11-26/h200-arch/ records that run).
 #include <gtest/gtest.h>
 
 #include "ferry/cuda/cuda.hpp"

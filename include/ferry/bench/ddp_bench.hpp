@@ -1,6 +1,6 @@
-// `ferry bench ddp`: the device-to-device ladder of BACKGROUND.md. Data-parallel training of a synthetic
-// model with ViT-L/32's parameters over a group of ranks (one thread per rank), next to the same model on
-// each GPU alone with no communication ("single", the ceiling).
+// `ferry bench ddp`: the device-to-device ladder of README.md ("The ladders: L0..L4", part 3). Data-parallel
+// training of a synthetic model with ViT-L/32's parameters over a group of ranks (one thread per rank), next
+// to the same model on each GPU alone with no communication ("single", the ceiling).
 //
 // The model: torchvision's vit_l_32 parameter shapes in registration order (vit_l32_params: 306.5 M
 // parameters, 1.23 GB of fp32 gradients), times `scale`. Its compute units are the patch embedding, the 24

@@ -1,5 +1,5 @@
-// `ferry bench egress`: the device-to-host ladder of BACKGROUND.md re-created on the device interface,
-// next to the compute-only ceiling ("ideal") and ferry's own egress pipeline.
+// `ferry bench egress`: the device-to-host ladder of README.md ("The ladders: L0..L4") re-created on the
+// device interface, next to the compute-only ceiling ("ideal") and ferry's own egress pipeline.
 //
 // The workload is a synthetic segmentation model: every step occupies the compute stream for the
 // configured compute time (a spin kernel standing in for the network), then writes the step's output

@@ -1,5 +1,5 @@
-// `ferry bench ingest`: the host-to-device ladder of BACKGROUND.md re-created on the device interface,
-// next to the compute-only ceiling ("ideal") and ferry's loader + prefetcher.
+// `ferry bench ingest`: the host-to-device ladder of README.md ("The ladders: L0..L4") re-created on the
+// device interface, next to the compute-only ceiling ("ideal") and ferry's loader + prefetcher.
 //
 // The workload is a synthetic training step: every step occupies the compute stream for the configured
 // compute time (a spin kernel standing in for ResNet-18 forward + backward + Adam), then reads the whole

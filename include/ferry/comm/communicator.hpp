@@ -67,7 +67,8 @@ class comm_error : public std::runtime_error {
 /// The modelled link of the host backend: an all-reduce of S bytes over n ranks takes
 /// latency + S * 2(n-1)/n / bus_gbps (nccl-tests' bus bandwidth), an all-gather the (n-1)/n share of the
 /// S gathered bytes (n * count elements) and a broadcast all of its S bytes; a barrier takes the latency.
-/// Presets match the two links of BACKGROUND.md's 2x H200 pair.
+/// Presets match the two links of the 2x H200 pair measured on 2026-11-23
+/// (docs/perf/2026-11-23/h200x2-comm/).
 struct comm_link {
   std::string name = "nvlink";
   double bus_gbps = 330.0;  // GB/s (1e9 bytes), the bus bandwidth of a large all-reduce

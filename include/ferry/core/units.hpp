@@ -19,7 +19,7 @@ inline constexpr std::size_t GiB = std::size_t{1} << 30;
 /// "850 ns", "12.3 us", "1.20 ms", "3.45 s": a duration in nanoseconds with three significant digits.
 [[nodiscard]] std::string format_duration_ns(std::uint64_t ns);
 
-/// Bandwidth in decimal GB/s (1e9 bytes per second), the unit CUDA tools and BACKGROUND.md use.
+/// Bandwidth in decimal GB/s (1e9 bytes per second), the unit CUDA tools and nccl-tests use.
 /// Returns 0 when `seconds` is not a positive finite number.
 [[nodiscard]] double gb_per_s(std::uint64_t bytes, double seconds) noexcept;
 
