@@ -538,28 +538,15 @@ class terminal(unittest.TestCase):
         self.assertNotIn(b"\r", piped.stderr)
         self.assertNotIn(b"\x1b", piped.stderr)
         self.assertIn(b"bench: ideal", piped.stderr)
-        master, slave = pty.openpty()
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT)
-        os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        p.wait(timeout=120)
-        os.close(master)
-        self.assertEqual(p.returncode, 0)
+        seen = self.read_pty(args, stdout_too=False)
         self.assertIn(b"\r\x1b[K", seen)
         self.assertIn(b"bench: ideal", seen)
 
-    def read_pty(self, args):
-        """Runs `args` with stdout and stderr on one terminal, as a user's shell does; returns all it wrote."""
+    def read_pty(self, args, stdout_too=True):
+        """Runs `args` with stderr (and stdout, unless `stdout_too` is False: then it goes nowhere) on a
+        terminal, as a user's shell does; returns all it wrote there."""
         master, slave = pty.openpty()
-        p = subprocess.Popen(args, stdout=slave, stderr=slave, cwd=ROOT)
+        p = subprocess.Popen(args, stdout=slave if stdout_too else subprocess.DEVNULL, stderr=slave, cwd=ROOT)
         os.close(slave)
         seen = b""
         while True:
