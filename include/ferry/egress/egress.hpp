@@ -227,7 +227,8 @@ class checksum_sink final : public sink {
 /// file complete or not) is refused at submit with a logic_error naming the tag and its file, before
 /// anything of that output is copied: two outputs never share one file. pipeline::submit's tag
 /// defaults to 0, so give every output its own tag (the step number, say). A chunk of an output other
-/// than the one its tag is being written for, passed to consume directly, is a logic_error too.
+/// than the one its tag is being written for, passed to consume directly, is a logic_error too. The
+/// sink remembers every tag it admitted for its life (a few dozen bytes a tag, one per file written).
 class staged_outputs;
 
 class raw_file_sink final : public sink {
