@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "ferry/comm/bootstrap.hpp"
+#include "ferry/comm/bus_factor.hpp"
 #include "ferry/comm/f32_ops.hpp"
 #include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
@@ -24,8 +25,6 @@ using comm::codec_kind;
 
 // "fp32" for the lossless codec (the all-reduce of fp32 itself), else the codec's name.
 std::string codec_name(codec_kind c) { return c == codec_kind::none ? "fp32" : std::string(to_string(c)); }
-
-double bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
 // What one rank measured for one row.
 struct rank_row {
@@ -126,7 +125,7 @@ allreduce_timing timing_of(double seconds, std::uint64_t fp32_bytes, std::uint64
   allreduce_timing t;
   t.time_us = seconds * 1e6;
   t.algbw = seconds > 0 ? static_cast<double>(wire_bytes) / seconds / 1e9 : 0;
-  t.busbw = t.algbw * bus_factor(n);
+  t.busbw = t.algbw * comm::all_reduce_bus_factor(n);
   t.effbw = seconds > 0 ? static_cast<double>(fp32_bytes) / seconds / 1e9 : 0;
   return t;
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "ferry/comm/bus_factor.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 
@@ -182,7 +183,7 @@ link_table link_table::from_times(int ranks, std::span<const std::uint64_t> byte
   FERRY_EXPECTS(ranks >= 1, fmt::format("link table for {} ranks; at least 1 is needed", ranks));
   link_table t;
   t.ranks = ranks;
-  const double factor = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 1.0;
+  const double factor = all_reduce_bus_factor(ranks);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     FERRY_EXPECTS(std::isfinite(seconds[i]) && seconds[i] > 0,
                   fmt::format("link table: the all-reduce of {} took {} s; a time must be positive",
@@ -198,9 +199,12 @@ void link_table::check() const {
   FERRY_EXPECTS(!points.empty(), "link table has no point; measure at least one all-reduce size");
   for (std::size_t i = 0; i < points.size(); ++i) {
     FERRY_EXPECTS(points[i].bytes > 0, fmt::format("link table point {} has 0 bytes", i));
-    FERRY_EXPECTS(std::isfinite(points[i].bus_gbps) && points[i].bus_gbps > 0,
-                  fmt::format("link table point {} ({}) has bus bandwidth {} GB/s; it must be positive", i,
-                              format_bytes(points[i].bytes), points[i].bus_gbps));
+    // One rank's bus factor is 0 (bus_factor.hpp), so a table measured at one rank holds 0 GB/s points.
+    const bool one_rank_zero = ranks == 1 && points[i].bus_gbps == 0;
+    FERRY_EXPECTS(one_rank_zero || (std::isfinite(points[i].bus_gbps) && points[i].bus_gbps > 0),
+                  fmt::format("link table point {} ({}) has bus bandwidth {} GB/s; it must be positive "
+                              "(or 0 at one rank)",
+                              i, format_bytes(points[i].bytes), points[i].bus_gbps));
     FERRY_EXPECTS(i == 0 || points[i].bytes > points[i - 1].bytes,
                   fmt::format("link table points must grow in size: point {} ({}) follows {}", i,
                               format_bytes(points[i].bytes), format_bytes(points[i - 1].bytes)));
@@ -209,8 +213,8 @@ void link_table::check() const {
 
 double link_table::all_reduce_seconds(std::uint64_t bytes) const {
   check();
-  if (ranks == 1 || bytes == 0) return 0;
-  const double factor = 2.0 * (ranks - 1) / ranks;
+  const double factor = all_reduce_bus_factor(ranks);
+  if (factor == 0 || bytes == 0) return 0;  // one rank moves nothing
   const link_point& lo = points.front();
   if (bytes <= lo.bytes) return static_cast<double>(lo.bytes) * factor / (lo.bus_gbps * 1e9);
   double gbps = points.back().bus_gbps;

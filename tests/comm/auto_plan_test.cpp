@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ferry/comm/bus_factor.hpp"
+#include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 
@@ -129,6 +132,35 @@ TEST(auto_plan_link, a_table_from_measured_times_holds_their_bus_bandwidth) {
   EXPECT_DOUBLE_EQ(t.points[0].bus_gbps, 1e6 * 1.5 / 2e-4 / 1e9);
   EXPECT_DOUBLE_EQ(t.all_reduce_seconds(64'000'000), 3e-4);
   EXPECT_DOUBLE_EQ(t.all_reduce_seconds(1'000'000), 2e-4);
+}
+
+// One factor for every user (bus_factor.hpp): nccl-tests' 2(n-1)/n, 0 at one rank; the link model, the
+// link table and the benches all read it, so a one-rank table holds 0 GB/s and costs nothing.
+TEST(bus_factor, is_nccl_tests_share_and_zero_at_one_rank) {
+  EXPECT_EQ(all_reduce_bus_factor(1), 0.0);
+  EXPECT_DOUBLE_EQ(all_reduce_bus_factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(all_reduce_bus_factor(4), 1.5);
+  EXPECT_DOUBLE_EQ(all_reduce_bus_factor(8), 1.75);
+  EXPECT_EQ(all_gather_bus_factor(1), 0.0);
+  EXPECT_DOUBLE_EQ(all_gather_bus_factor(4), 0.75);
+  EXPECT_EQ(broadcast_bus_factor(), 1.0);
+  EXPECT_THROW((void)all_reduce_bus_factor(0), logic_error);
+  EXPECT_THROW((void)all_gather_bus_factor(-1), logic_error);
+  // The link model's transfer share is the same factor: at one rank only the latency is left.
+  comm_link l;
+  l.latency = std::chrono::microseconds(7);
+  EXPECT_EQ(l.modelled_time(collective::all_reduce, 1 << 20, 1), std::chrono::microseconds(7));
+  EXPECT_GT(l.modelled_time(collective::all_reduce, 1 << 20, 2), std::chrono::microseconds(7));
+}
+
+TEST(auto_plan_link, a_table_measured_at_one_rank_holds_zero_bus_bandwidth_and_costs_nothing) {
+  const std::vector<std::uint64_t> bytes{1'000'000, 64'000'000};
+  const std::vector<double> seconds{2e-4, 3e-4};
+  const link_table t = link_table::from_times(1, bytes, seconds);  // held algbw (factor 1) before
+  EXPECT_EQ(t.points[0].bus_gbps, 0.0);
+  EXPECT_EQ(t.points[1].bus_gbps, 0.0);
+  EXPECT_EQ(t.all_reduce_seconds(64'000'000), 0.0);
+  EXPECT_THROW((link_table{2, {{1000, 0}}}.check()), logic_error);  // 0 only at one rank
 }
 
 TEST(auto_plan_link, bad_tables_are_refused_naming_the_point) {

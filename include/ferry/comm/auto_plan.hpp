@@ -55,10 +55,11 @@ struct link_point {
 /// The link's all-reduce speed over sizes, for a group of `ranks` ranks. The time of an all-reduce of S
 /// bytes is S * 2(n-1)/n / busbw(S), busbw interpolated linearly in log(size) between the points and held
 /// at the last point's above it; below the smallest point the time is the smallest point's (a latency
-/// floor). One rank: no communication, every all-reduce takes 0.
+/// floor). One rank: no communication, every all-reduce takes 0, and the bus factor is 0
+/// (all_reduce_bus_factor), so a table measured at one rank holds 0 GB/s points.
 struct link_table {
   int ranks = 2;
-  std::vector<link_point> points;  // sorted by bytes, at least one, every bus_gbps > 0
+  std::vector<link_point> points;  // sorted by bytes, at least one, every bus_gbps > 0 (or 0 at one rank)
 
   /// A table from measured (bytes, seconds) pairs of an all-reduce over `ranks` ranks. Throws logic_error
   /// for sizes and times of different counts, a time that is not positive, or a table check() refuses.
@@ -67,7 +68,7 @@ struct link_table {
   /// Seconds of one all-reduce of `bytes` bytes. Throws logic_error for a table check() refuses.
   [[nodiscard]] double all_reduce_seconds(std::uint64_t bytes) const;
   /// Throws logic_error naming the problem: ranks < 1, no point, points not growing in size, a bus
-  /// bandwidth that is not a positive finite number.
+  /// bandwidth that is not a positive finite number (0 is allowed at one rank).
   void check() const;
 };
 
