@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ferry/comm/auto_plan.hpp"
+#include "ferry/comm/bus_factor.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/f32_ops.hpp"
 #include "ferry/comm/reducer.hpp"
@@ -563,7 +564,7 @@ class rank_model {
                         p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3, per_bucket_us_,
                         many_buckets_, probe_hidden_.first * 100, probe_hidden_.second));
     }
-    event e = comm_.broadcast(dev_words, dev_words, words * 2, comm::dtype::f32, 0, compute_);
+    event e = comm_.broadcast(dev_words, dev_words, words, comm::dtype::u64, 0, compute_);
     e.synchronize();
     dev_.copy(host_words, dev_words, compute_);
     const comm::comm_plan p = comm::from_words({w, words}, run_.elements, alignment);
@@ -656,8 +657,7 @@ class rank_model {
     // This rank's words go in its own place of the gathered buffer (the in-place layout).
     const mem_view own = gathered.view(static_cast<std::size_t>(rank_) * bytes, bytes);
     dev_.copy(own, host.view(0, bytes), compute_);
-    // The words travel as pairs of floats: an all-gather copies bytes and does no arithmetic.
-    comm_.all_gather(own, gathered, words * 2, comm::dtype::f32, compute_).synchronize();
+    comm_.all_gather(own, gathered, words, comm::dtype::u64, compute_).synchronize();
     dev_.copy(host, gathered, compute_);
     std::vector<std::uint64_t> all(n * words);
     std::memcpy(all.data(), host.host_bytes(), n * bytes);
@@ -862,7 +862,7 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
       const std::vector<std::uint64_t> size{step_bytes / 4 * 4};
       seconds[i] = time_all_reduce(c, b.view(), size, 3, s).front();
     });
-    run_cfg.probed_gbps = static_cast<double>(step_bytes) * 2 * (n - 1) / n / seconds[0] / 1e9;
+    run_cfg.probed_gbps = static_cast<double>(step_bytes) * comm::all_reduce_bus_factor(n) / seconds[0] / 1e9;
   }
   if (run_cfg.probed_gbps <= 0) run_cfg.probed_gbps = 1;  // one rank: no link; rows show 0 % of nothing
 

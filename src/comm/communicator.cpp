@@ -9,6 +9,7 @@
 #include <source_location>
 #include <string>
 
+#include "ferry/comm/bus_factor.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
@@ -16,7 +17,11 @@
 namespace ferry::comm {
 namespace {
 
-bool valid(dtype t) noexcept { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+bool valid(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::i32 || t == dtype::i64 ||
+         t == dtype::u64;
+}
+bool is_integer(dtype t) noexcept { return t == dtype::i32 || t == dtype::i64 || t == dtype::u64; }
 bool valid(reduce_op op) noexcept { return op == reduce_op::sum || op == reduce_op::avg; }
 
 // The two ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte.
@@ -33,6 +38,9 @@ std::size_t size_of(dtype t) noexcept {
     case dtype::f32: return 4;
     case dtype::f16: return 2;
     case dtype::bf16: return 2;
+    case dtype::i32: return 4;
+    case dtype::i64: return 8;
+    case dtype::u64: return 8;
   }
   return 0;
 }
@@ -42,6 +50,9 @@ std::string_view to_string(dtype t) noexcept {
     case dtype::f32: return "f32";
     case dtype::f16: return "f16";
     case dtype::bf16: return "bf16";
+    case dtype::i32: return "i32";
+    case dtype::i64: return "i64";
+    case dtype::u64: return "u64";
   }
   return "unknown dtype";
 }
@@ -68,8 +79,12 @@ dtype parse_dtype(std::string_view text) {
   if (text == "f32" || text == "fp32" || text == "float") return dtype::f32;
   if (text == "f16" || text == "fp16" || text == "half") return dtype::f16;
   if (text == "bf16") return dtype::bf16;
+  if (text == "i32") return dtype::i32;
+  if (text == "i64") return dtype::i64;
+  if (text == "u64") return dtype::u64;
   detail::throw_logic_error(
-      fmt::format("unknown dtype \"{}\": expected f32 (fp32, float), f16 (fp16, half) or bf16", text),
+      fmt::format("unknown dtype \"{}\": expected f32 (fp32, float), f16 (fp16, half), bf16, i32, i64 or u64",
+                  text),
       std::source_location::current());
 }
 
@@ -90,12 +105,11 @@ std::chrono::nanoseconds comm_link::modelled_time(collective c, std::size_t byte
   FERRY_EXPECTS(
       std::isfinite(bus_gbps) && bus_gbps > 0,
       fmt::format("comm_link \"{}\": bus_gbps = {} must be a positive finite number", name, bus_gbps));
-  const double n = ranks;
   double share = 0;
   switch (c) {
-    case collective::all_reduce: share = 2 * (n - 1) / n; break;
-    case collective::all_gather: share = (n - 1) / n; break;
-    case collective::broadcast: share = 1; break;
+    case collective::all_reduce: share = all_reduce_bus_factor(ranks); break;
+    case collective::all_gather: share = all_gather_bus_factor(ranks); break;
+    case collective::broadcast: share = broadcast_bus_factor(); break;
     case collective::barrier: share = 0; break;
   }
   const double seconds = static_cast<double>(bytes) * share / (bus_gbps * 1e9);
@@ -119,8 +133,8 @@ void communicator::expect_usable(collective op, stream_view s) const {
 
 std::size_t communicator::expect_elements(collective op, std::size_t count, dtype type,
                                           std::size_t multiple) const {
-  FERRY_EXPECTS(valid(type), fmt::format("{} on rank {}: dtype {} is not f32, f16 or bf16", to_string(op),
-                                         rank_, static_cast<int>(type)));
+  FERRY_EXPECTS(valid(type), fmt::format("{} on rank {}: dtype {} is not f32, f16, bf16, i32, i64 or u64",
+                                         to_string(op), rank_, static_cast<int>(type)));
   FERRY_EXPECTS(count > 0, fmt::format("{} of 0 elements on rank {}: a collective moves at least 1 element",
                                        to_string(op), rank_));
   const std::size_t limit = std::numeric_limits<std::size_t>::max() / size_of(type) / multiple;
@@ -159,6 +173,10 @@ event communicator::all_reduce(mem_view send, mem_view recv, std::size_t count, 
   const std::size_t bytes = expect_elements(c, count, type, 1);
   FERRY_EXPECTS(valid(op), fmt::format("all_reduce on rank {}: reduce_op {} is not sum or avg", rank_,
                                        static_cast<int>(op)));
+  FERRY_EXPECTS(op != reduce_op::avg || !is_integer(type),
+                fmt::format("all_reduce on rank {}: avg of {} elements; an integer mean would round, so "
+                            "integer dtypes reduce by sum only (divide on the host)",
+                            rank_, to_string(type)));
   expect_buffer(c, send, "send", bytes, count, type);
   expect_buffer(c, recv, "recv", bytes, count, type);
   FERRY_EXPECTS(send.data == recv.data || !overlap(send.data, bytes, recv.data, bytes),

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -34,9 +35,6 @@ namespace {
 
 // The producer streams remembered between launches; more distinct streams than this flush early.
 constexpr std::size_t max_producers = 8;
-
-// Parameter indices travel through the broadcast as fp32 values, exact below 2^24.
-constexpr std::size_t max_params = std::size_t{1} << 24;
 
 // One wire buffer for every bucket of a lossy codec, sized for the largest: the buckets' encode, all-reduce
 // and decode run one after another on the communication stream, so they never use it at once. Empty when
@@ -95,9 +93,6 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
   FERRY_EXPECTS(options_.powersgd.rank >= 1,
                 fmt::format("reducer_options::powersgd.rank = {}: must be >= 1", options_.powersgd.rank));
-  FERRY_EXPECTS(sizes_.size() < max_params,
-                fmt::format("reducer of {} parameters: at most {} (indices travel as exact fp32 values)",
-                            sizes_.size(), max_params - 1));
   bucket_plan first = make_reverse_plan(sizes_, options_.plan);
   device& dev = comm.dev();
   marked_.assign(sizes_.size(), 0);
@@ -108,8 +103,8 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
   if (options_.timing) step_start_ = dev.make_timing_event();
   rebuild_due_ = options_.rebuild;
   if (rebuild_due_) {
-    order_dev_ = dev.alloc_device(sizes_.size() * sizeof(float));
-    order_host_ = dev.alloc_pinned(sizes_.size() * sizeof(float));
+    order_dev_ = dev.alloc_device(sizes_.size() * sizeof(std::uint64_t));
+    order_host_ = dev.alloc_pinned(sizes_.size() * sizeof(std::uint64_t));
   }
   std::vector<codec_kind> codecs(first.buckets.size(), options_.codec);
   install(first, std::move(codecs));
@@ -203,22 +198,22 @@ void reducer::exchange_order() {
   device& dev = comm_->dev();
   const stream_view cs = comm_stream_.view();
   const std::size_t n = sizes_.size();
-  auto* staged = reinterpret_cast<float*>(order_host_.host_bytes());
+  // Indices travel as what they are (u64), exact for any number of parameters.
+  auto* staged = reinterpret_cast<std::uint64_t*>(order_host_.host_bytes());
   if (comm_->rank() == 0) {
-    for (std::size_t k = 0; k < n; ++k) staged[k] = static_cast<float>(observed_[k]);
+    for (std::size_t k = 0; k < n; ++k) staged[k] = observed_[k];
     dev.copy_async(order_dev_.view(), order_host_.view(), cs);
   }
-  static_cast<void>(comm_->broadcast(order_dev_.view(), order_dev_.view(), n, dtype::f32, 0, cs));
+  static_cast<void>(comm_->broadcast(order_dev_.view(), order_dev_.view(), n, dtype::u64, 0, cs));
   dev.copy_async(order_host_.view(), order_dev_.view(), cs);
   cs.synchronize();
   std::vector<std::size_t> order(n);
   for (std::size_t k = 0; k < n; ++k) {
-    const float v = staged[k];
+    const std::uint64_t v = staged[k];
     FERRY_EXPECTS(
-        v >= 0 && v < static_cast<float>(n) && static_cast<float>(static_cast<std::size_t>(v)) == v,
-        fmt::format("rank {}: the ready order broadcast by rank 0 holds {} at position {}, not a "
-                    "parameter index of this reducer's {}; do the ranks register the same parameters?",
-                    comm_->rank(), v, k, n));
+        v < n, fmt::format("rank {}: the ready order broadcast by rank 0 holds {} at position {}, not a "
+                           "parameter index of this reducer's {}; do the ranks register the same parameters?",
+                           comm_->rank(), v, k, n));
     order[k] = static_cast<std::size_t>(v);
   }
   bucket_plan rebuilt = make_bucket_plan(sizes_, order, options_.plan);

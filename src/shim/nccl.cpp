@@ -35,7 +35,10 @@ static_assert(nccl_success == ncclSuccess && nccl_unhandled_cuda_error == ncclUn
 static_assert(sizeof(nccl_data_type) == sizeof(ncclDataType_t) && sizeof(nccl_red_op) == sizeof(ncclRedOp_t));
 static_assert(static_cast<int>(nccl_data_type::float16) == ncclFloat16 &&
               static_cast<int>(nccl_data_type::float32) == ncclFloat32 &&
-              static_cast<int>(nccl_data_type::bfloat16) == ncclBfloat16);
+              static_cast<int>(nccl_data_type::bfloat16) == ncclBfloat16 &&
+              static_cast<int>(nccl_data_type::int32) == ncclInt32 &&
+              static_cast<int>(nccl_data_type::int64) == ncclInt64 &&
+              static_cast<int>(nccl_data_type::uint64) == ncclUint64);
 static_assert(static_cast<int>(nccl_red_op::sum) == ncclSum && static_cast<int>(nccl_red_op::avg) == ncclAvg);
 #if NCCL_VERSION_CODE >= 22800
 static_assert(sizeof(nccl_config) == sizeof(ncclConfig_t));

@@ -41,6 +41,12 @@ TEST(comm_names, dtypes_collectives_and_reductions_have_names_and_sizes) {
   for (const char* t : {"f32", "fp32", "float"}) EXPECT_EQ(parse_dtype(t), dtype::f32) << t;
   for (const char* t : {"f16", "fp16", "half"}) EXPECT_EQ(parse_dtype(t), dtype::f16) << t;
   EXPECT_EQ(parse_dtype("bf16"), dtype::bf16);
+  EXPECT_EQ(parse_dtype("i32"), dtype::i32);
+  EXPECT_EQ(parse_dtype("i64"), dtype::i64);
+  EXPECT_EQ(parse_dtype("u64"), dtype::u64);
+  EXPECT_EQ(size_of(dtype::i32), 4U);
+  EXPECT_EQ(size_of(dtype::i64), 8U);
+  EXPECT_EQ(size_of(dtype::u64), 8U);
   EXPECT_TRUE(has(logic_message([] { static_cast<void>(parse_dtype("int8")); }), "unknown dtype \"int8\""));
 }
 

@@ -13,6 +13,7 @@
 
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/float16.hpp"
+#include "ferry/core/error.hpp"
 #include "host_ranks.hpp"
 
 namespace ferry::comm {
@@ -229,6 +230,78 @@ TEST_P(gather_test, broadcast_from_every_root_gives_every_rank_roots_elements) {
         for (std::size_t i = 0; i < count; ++i) roots[i] = fine_value(root, i);
         ASSERT_EQ(got, encode(dtype::f16, roots)) << "rank " << r << " root " << root;
       });
+    }
+  }
+}
+
+// Integer element i of rank r as 64 bits: large (above 2^53, where a double or a pair of floats would lose
+// bits, and far above fp32's exact 2^24), so a sum over the ranks wraps past the type's top.
+std::uint64_t int_value(int rank, std::size_t i) {
+  return 0xF000'0000'0000'0000ULL + i * 0x1'0000'0001ULL +
+         static_cast<std::uint64_t>(rank) * 0x0123'4567'89AB'CDEFULL;
+}
+
+// `count` elements of integer dtype `t` (i32 keeps the low 32 bits), as the bytes a rank holds.
+std::vector<std::byte> int_bytes(dtype t, const std::vector<std::uint64_t>& v) {
+  std::vector<std::byte> out(v.size() * size_of(t));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (t == dtype::i32) {
+      const auto w = static_cast<std::uint32_t>(v[i]);
+      std::memcpy(out.data() + i * 4, &w, 4);
+    } else {
+      std::memcpy(out.data() + i * 8, &v[i], 8);
+    }
+  }
+  return out;
+}
+
+// Integer dtypes cross between ranks as what they are: sums are exact modulo 2^bits (two's complement for
+// i32/i64, as NCCL's ncclInt32/ncclInt64/ncclUint64), gathers and broadcasts move every bit.
+TEST_P(gather_test, integer_dtypes_sum_gather_and_broadcast_exactly) {
+  const int n = GetParam();
+  host_ranks g(n);
+  constexpr std::size_t count = 1500;  // more than one block of the reduction
+  for (const dtype t : {dtype::i32, dtype::i64, dtype::u64}) {
+    on_every_rank(n, [&](int r) {
+      device& d = g.dev(r);
+      const stream s = d.make_stream();
+      const std::size_t part = count * size_of(t);
+      std::vector<std::uint64_t> mine(count), sum(count), roots(count), all;
+      for (std::size_t i = 0; i < count; ++i) {
+        mine[i] = int_value(r, i);
+        roots[i] = int_value(n - 1, i);
+        for (int k = 0; k < n; ++k) sum[i] += int_value(k, i);  // wraps modulo 2^64 (2^32 once truncated)
+      }
+      for (int k = 0; k < n; ++k)
+        for (std::size_t i = 0; i < count; ++i) all.push_back(int_value(k, i));
+      const buffer a = d.alloc_device(part);
+      const buffer b = d.alloc_device(part * static_cast<std::size_t>(n));
+      upload(d, a, int_bytes(t, mine), s);
+      g[r].all_reduce(a, a, count, t, reduce_op::sum, s).synchronize();
+      ASSERT_EQ(download(d, a, part, s), int_bytes(t, sum)) << to_string(t) << " sum on rank " << r;
+      upload(d, a, int_bytes(t, mine), s);
+      g[r].all_gather(a, b, count, t, s).synchronize();
+      ASSERT_EQ(download(d, b, part * static_cast<std::size_t>(n), s), int_bytes(t, all))
+          << to_string(t) << " gather on rank " << r;
+      g[r].broadcast(a, a, count, t, n - 1, s).synchronize();
+      ASSERT_EQ(download(d, a, part, s), int_bytes(t, roots)) << to_string(t) << " broadcast on rank " << r;
+    });
+  }
+}
+
+TEST(host_collectives, an_integer_average_is_refused_naming_the_dtype) {
+  host_ranks g(1);
+  device& d = g.dev(0);
+  const stream s = d.make_stream();
+  const buffer a = d.alloc_device(64);
+  for (const dtype t : {dtype::i32, dtype::i64, dtype::u64}) {
+    try {
+      static_cast<void>(g[0].all_reduce(a, a, 2, t, reduce_op::avg, s));
+      ADD_FAILURE() << "avg of " << to_string(t) << " was accepted";
+    } catch (const logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("avg of ") + std::string(to_string(t))),
+                std::string::npos)
+          << e.what();
     }
   }
 }

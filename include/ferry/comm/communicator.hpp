@@ -34,10 +34,12 @@ namespace ferry::comm {
 
 class bootstrap;
 
-/// Element types of a collective.
-enum class dtype : std::uint8_t { f32, f16, bf16 };
+/// Element types of a collective. The integers carry host values between ranks exactly (indices, counts,
+/// plan words): NCCL's ncclInt32/ncclInt64/ncclUint64. Their sum wraps modulo 2^bits (two's complement), as
+/// on the GPU; avg is refused for them (an integer mean would round, differently per backend).
+enum class dtype : std::uint8_t { f32, f16, bf16, i32, i64, u64 };
 /// Reduction of an all-reduce. avg divides the sum by the group's size (a group of one sums: the same
-/// values, without a pass that divides by 1).
+/// values, without a pass that divides by 1); floating-point types only.
 enum class reduce_op : std::uint8_t { sum, avg };
 /// The collectives, for messages and statistics.
 enum class collective : std::uint8_t { all_reduce, all_gather, broadcast, barrier };
@@ -46,7 +48,8 @@ enum class collective : std::uint8_t { all_reduce, all_gather, broadcast, barrie
 [[nodiscard]] std::string_view to_string(dtype t) noexcept;
 [[nodiscard]] std::string_view to_string(reduce_op op) noexcept;
 [[nodiscard]] std::string_view to_string(collective c) noexcept;
-/// Parses "f32"/"fp32"/"float", "f16"/"fp16"/"half", "bf16"; throws logic_error naming the text.
+/// Parses "f32"/"fp32"/"float", "f16"/"fp16"/"half", "bf16", "i32", "i64", "u64"; throws logic_error naming
+/// the text.
 [[nodiscard]] dtype parse_dtype(std::string_view text);
 
 /// A collective failed or timed out; the group it belonged to is aborted. Making a group that fails (NCCL

@@ -26,8 +26,8 @@ inline constexpr nccl_result nccl_invalid_usage = 5;
 inline constexpr nccl_result nccl_remote_error = 6;
 inline constexpr nccl_result nccl_in_progress = 7;
 
-/// ncclDataType_t: the element types ferry reduces.
-enum class nccl_data_type : int { float16 = 6, float32 = 7, bfloat16 = 9 };
+/// ncclDataType_t: the element types ferry reduces or moves (the integers carry host values between ranks).
+enum class nccl_data_type : int { int32 = 2, int64 = 4, uint64 = 5, float16 = 6, float32 = 7, bfloat16 = 9 };
 /// ncclRedOp_t: the reductions ferry uses (ncclAvg needs NCCL 2.10).
 enum class nccl_red_op : int { sum = 0, avg = 4 };
 

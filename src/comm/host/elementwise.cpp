@@ -33,6 +33,26 @@ void load(dtype type, const std::byte* src, std::size_t m, float* out) noexcept 
   }
 }
 
+// An integer all-reduce's sum of elements [begin, end), in U (the unsigned type of the element's width):
+// unsigned arithmetic wraps modulo 2^bits, which is the two's complement sum of signed elements too, as on
+// the GPU, without signed overflow's undefined behaviour. Only sum reaches here (communicator refuses avg).
+template <typename U>
+void sum_integers(std::span<const void* const> sends, std::span<void* const> recvs, std::size_t begin,
+                  std::size_t end) noexcept {
+  std::array<U, block> acc;
+  std::array<U, block> term;
+  for (std::size_t b = begin; b < end; b += block) {
+    const std::size_t m = std::min(block, end - b);
+    const std::size_t offset = b * sizeof(U);
+    std::memcpy(acc.data(), at(sends[0], offset), m * sizeof(U));
+    for (std::size_t i = 1; i < sends.size(); ++i) {
+      std::memcpy(term.data(), at(sends[i], offset), m * sizeof(U));
+      for (std::size_t k = 0; k < m; ++k) acc[k] = static_cast<U>(acc[k] + term[k]);
+    }
+    for (void* recv : recvs) std::memcpy(at(recv, offset), acc.data(), m * sizeof(U));
+  }
+}
+
 }  // namespace
 
 range share_of(int rank, int ranks, std::size_t count) noexcept {
@@ -47,6 +67,8 @@ range share_of(int rank, int ranks, std::size_t count) noexcept {
 
 void reduce_range(dtype type, reduce_op op, std::span<const void* const> sends, std::span<void* const> recvs,
                   std::size_t begin, std::size_t end) noexcept {
+  if (type == dtype::i32) return sum_integers<std::uint32_t>(sends, recvs, begin, end);
+  if (type == dtype::i64 || type == dtype::u64) return sum_integers<std::uint64_t>(sends, recvs, begin, end);
   const std::size_t size = size_of(type);
   const auto ranks = static_cast<float>(sends.size());
   std::array<float, block> acc;

@@ -43,6 +43,9 @@ shim::nccl_data_type to_nccl(dtype t) noexcept {
     case dtype::f32: return shim::nccl_data_type::float32;
     case dtype::f16: return shim::nccl_data_type::float16;
     case dtype::bf16: return shim::nccl_data_type::bfloat16;
+    case dtype::i32: return shim::nccl_data_type::int32;
+    case dtype::i64: return shim::nccl_data_type::int64;
+    case dtype::u64: return shim::nccl_data_type::uint64;
   }
   return shim::nccl_data_type::float32;
 }
