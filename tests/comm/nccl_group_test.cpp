@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -173,6 +174,67 @@ TEST(nccl_gpu, all_reduce_sums_and_averages_every_dtype_in_place_and_out_of_plac
         });
       }
     }
+  }
+}
+
+// Integer element i of rank r (above 2^53, so a sum over the ranks wraps past the top), and the bytes of
+// `v` as dtype `t` (i32 keeps the low 32 bits).
+std::uint64_t int_value(int rank, std::size_t i) {
+  return 0xF000'0000'0000'0000ULL + i * 0x1'0000'0001ULL +
+         static_cast<std::uint64_t>(rank) * 0x0123'4567'89AB'CDEFULL;
+}
+std::vector<std::byte> int_bytes(dtype t, const std::vector<std::uint64_t>& v) {
+  std::vector<std::byte> out(v.size() * size_of(t));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (t == dtype::i32) {
+      const auto w = static_cast<std::uint32_t>(v[i]);
+      std::memcpy(out.data() + i * 4, &w, 4);
+    } else {
+      std::memcpy(out.data() + i * 8, &v[i], 8);
+    }
+  }
+  return out;
+}
+std::vector<std::byte> bytes_of(device& d, mem_view src, std::size_t bytes, stream_view s) {
+  const buffer pinned = d.alloc_pinned(bytes);
+  d.copy(pinned, src.subview(0, bytes), s);
+  return {pinned.host_bytes(), pinned.host_bytes() + bytes};
+}
+
+// Integer dtypes map to ncclInt32/ncclInt64/ncclUint64: sums exact modulo 2^bits, gathers and broadcasts
+// bit for bit (the host backend's host_collectives test checks the same bytes).
+TEST(nccl_gpu, integer_dtypes_sum_gather_and_broadcast_exactly) {
+  FERRY_NEED_GPUS(n);
+  gpu_group g(n, gpu_options());
+  constexpr std::size_t count = 100'003;
+  for (const dtype t : {dtype::i32, dtype::i64, dtype::u64}) {
+    on_every_rank(n, [&](int r) {
+      device& d = g.dev(r);
+      const stream s = d.make_stream();
+      const std::size_t part = count * size_of(t);
+      std::vector<std::uint64_t> mine(count), sum(count), roots(count), all;
+      for (std::size_t i = 0; i < count; ++i) {
+        mine[i] = int_value(r, i);
+        roots[i] = int_value(n - 1, i);
+        for (int k = 0; k < n; ++k) sum[i] += int_value(k, i);
+      }
+      for (int k = 0; k < n; ++k)
+        for (std::size_t i = 0; i < count; ++i) all.push_back(int_value(k, i));
+      const std::vector<std::byte> own = int_bytes(t, mine);
+      const buffer pinned = d.alloc_pinned(part);
+      std::memcpy(pinned.host_bytes(), own.data(), part);
+      const buffer a = d.alloc_device(part);
+      const buffer b = d.alloc_device(part * static_cast<std::size_t>(n));
+      d.copy(a, pinned, s);
+      g[r].all_reduce(a, a, count, t, reduce_op::sum, s).synchronize();
+      ASSERT_EQ(bytes_of(d, a, part, s), int_bytes(t, sum)) << to_string(t) << " sum on rank " << r;
+      d.copy(a, pinned, s);
+      g[r].all_gather(a, b, count, t, s).synchronize();
+      ASSERT_EQ(bytes_of(d, b, part * static_cast<std::size_t>(n), s), int_bytes(t, all))
+          << to_string(t) << " gather on rank " << r;
+      g[r].broadcast(a, a, count, t, n - 1, s).synchronize();
+      ASSERT_EQ(bytes_of(d, a, part, s), int_bytes(t, roots)) << to_string(t) << " broadcast on rank " << r;
+    });
   }
 }
 
