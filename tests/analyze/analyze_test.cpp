@@ -705,14 +705,19 @@ TEST(analyze_wording, a_pytorch_trace_gets_pytorch_fixes_and_a_ferry_trace_cpp_o
               << f.fix;
         } else {
           EXPECT_FALSE(has(f.fix, "ferry.torch") || has(f.fix, "DataLoader(")) << f.fix;
-          if (f.rule != "exposed_comm") EXPECT_TRUE(has(f.fix, "ferry::")) << f.fix;
+          if (f.rule != "exposed_comm") {
+            EXPECT_TRUE(has(f.fix, "ferry::")) << f.fix;
+          }
         }
       }
     }
   }
   // Every rule but the verdict was seen: a new rule needs a scenario here.
-  for (const std::string& rule : rule_ids())
-    if (rule != "compute_bound") EXPECT_TRUE(fired.contains(rule)) << rule;
+  for (const std::string& rule : rule_ids()) {
+    if (rule != "compute_bound") {
+      EXPECT_TRUE(fired.contains(rule)) << rule;
+    }
+  }
 }
 
 TEST(analyze_wording, the_trace_s_origin_picks_the_wording) {

@@ -12,8 +12,8 @@ namespace ferry::comm::host {
 
 /// Elements [begin, end) of an all-reduce: for each element, the sum over every rank's send (in float,
 /// rank 0 first), divided by the number of ranks for avg, rounded back to `type` once, and written into
-/// every rank's recv. Integer types sum exactly, modulo 2^bits (op is sum: communicator refuses avg). A rank's send may be its recv (in place): each block is read whole before it is
-/// written.
+/// every rank's recv. Integer types sum exactly, modulo 2^bits (op is sum: communicator refuses avg). A
+/// rank's send may be its recv (in place): each block is read whole before it is written.
 void reduce_range(dtype type, reduce_op op, std::span<const void* const> sends, std::span<void* const> recvs,
                   std::size_t begin, std::size_t end) noexcept;
 
