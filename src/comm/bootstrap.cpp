@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -117,6 +119,174 @@ class mpi_job final : public bootstrap {
   int size_ = 0;
 };
 
+// The store of make_memory_store: a map under a mutex, and a condition variable for the waits.
+class memory_store final : public key_value_store {
+ public:
+  void set(const std::string& key, std::span<const std::byte> value) override {
+    {
+      const std::lock_guard lock(mu_);
+      values_[key].assign(value.begin(), value.end());
+    }
+    cv_.notify_all();
+  }
+  bool get(const std::string& key, std::span<std::byte> out, std::chrono::milliseconds wait) override {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return values_.contains(key); })) return false;
+    const std::vector<std::byte>& v = values_.at(key);
+    FERRY_EXPECTS(
+        v.size() == out.size(),
+        fmt::format("memory store: key '{}' holds {} bytes, {} were expected", key, v.size(), out.size()));
+    std::copy(v.begin(), v.end(), out.begin());
+    return true;
+  }
+  void erase(const std::string& key) override {
+    const std::lock_guard lock(mu_);
+    values_.erase(key);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<std::byte>> values_;
+};
+
+// A job over a key-value store. A collective number k (this process's count of collectives before it, the
+// same on every process by the bootstrap's contract) writes its part under <prefix>/<k>/<rank> and reads
+// the parts it needs. Waits go in slices, so an abort posted under <prefix>/abort (a fixed-size text:
+// store reads need the length) is seen within a slice of its posting.
+class store_job final : public bootstrap {
+ public:
+  static constexpr std::size_t abort_bytes = 512;
+  static constexpr std::chrono::milliseconds slice{100};
+
+  store_job(std::shared_ptr<key_value_store> store, int rank, int size, std::string prefix,
+            std::chrono::milliseconds timeout)
+      : store_(std::move(store)), rank_(rank), size_(size), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  [[nodiscard]] int rank() const noexcept override { return rank_; }
+  [[nodiscard]] int size() const noexcept override { return size_; }
+  [[nodiscard]] std::string_view name() const noexcept override { return "store"; }
+  [[nodiscard]] std::string transport() const override {
+    return fmt::format("a key-value store (keys under '{}')", prefix_);
+  }
+
+  void broadcast(std::span<std::byte> bytes, int root) override {
+    FERRY_EXPECTS(
+        root >= 0 && root < size_,
+        fmt::format("bootstrap broadcast from root {}: the job's processes are 0 to {}", root, size_ - 1));
+    const std::uint64_t k = next_++;
+    if (rank_ == root) {
+      put(k, bytes);
+    } else {
+      wait_for(k, root, bytes, "broadcast");
+    }
+  }
+
+  [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> mine) override {
+    const std::uint64_t k = next_++;
+    put(k, mine);
+    std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      const std::span<std::byte> part(all.data() + static_cast<std::size_t>(p) * mine.size(), mine.size());
+      if (p == rank_) {
+        std::copy(mine.begin(), mine.end(), part.begin());
+      } else {
+        wait_for(k, p, part, "all_gather");
+      }
+    }
+    // Every process wrote its part of k after it finished every earlier collective, reads included: the
+    // keys this process wrote before k are read everywhere.
+    forget_before(k);
+    return all;
+  }
+
+  void abort(const std::string& why) noexcept override {
+    try {
+      std::vector<std::byte> text(abort_bytes);
+      const std::string said = fmt::format("process {} of {}: {}", rank_, size_, why);
+      std::memcpy(text.data(), said.data(), std::min(said.size(), abort_bytes - 1));
+      store_->set(prefix_ + "/abort", text);
+    } catch (...) {
+      // The store is gone too: the others find out at their timeout.
+    }
+  }
+
+ private:
+  [[nodiscard]] std::string key_of(std::uint64_t k, int p) const {
+    return fmt::format("{}/{}/{}", prefix_, k, p);
+  }
+
+  void put(std::uint64_t k, std::span<const std::byte> bytes) {
+    const std::string key = key_of(k, rank_);
+    try {
+      store_->set(key, bytes);
+    } catch (const std::exception& e) {
+      throw comm_error(
+          fmt::format("bootstrap collective #{} on process {} of {}: writing key '{}' to the store "
+                      "failed: {}",
+                      k, rank_, size_, key, e.what()),
+          collective::barrier, rank_);
+    }
+    written_.push_back(k);
+  }
+
+  void wait_for(std::uint64_t k, int p, std::span<std::byte> out, std::string_view what) {
+    const std::string key = key_of(k, p);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto fail = [&](const std::string& why) {
+      return comm_error(fmt::format("bootstrap {} #{} on process {} of {}: {}", what, k, rank_, size_, why),
+                        collective::barrier, rank_);
+    };
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        if (store_->get(key, out, std::clamp(left, std::chrono::milliseconds(0), slice))) return;
+      } catch (const std::exception& e) {
+        throw fail(
+            fmt::format("reading process {}'s part (key '{}') from the store failed: {}", p, key, e.what()));
+      }
+      std::vector<std::byte> text(abort_bytes);
+      bool aborted = false;
+      try {
+        aborted = store_->get(prefix_ + "/abort", text, std::chrono::milliseconds(0));
+      } catch (const std::exception&) {
+        aborted = false;  // the abort key's read failing is not the collective failing
+      }
+      if (aborted) {
+        const auto* c = reinterpret_cast<const char*>(
+            text.data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+        throw fail(fmt::format("the job was aborted by {}", std::string(c, strnlen(c, abort_bytes))));
+      }
+      if (left.count() <= 0)
+        throw fail(
+            fmt::format("process {} did not write its part within {} ms (key '{}' is not in the store): "
+                        "it died, gave up or is behind",
+                        p, timeout_.count(), key));
+    }
+  }
+
+  void forget_before(std::uint64_t k) noexcept {
+    auto last = written_.begin();
+    for (; last != written_.end() && *last < k; ++last) {
+      try {
+        store_->erase(key_of(*last, rank_));
+      } catch (...) {
+        // A key left behind costs the store a few bytes, nothing else.
+      }
+    }
+    written_.erase(written_.begin(), last);
+  }
+
+  std::shared_ptr<key_value_store> store_;
+  int rank_;
+  int size_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+  std::uint64_t next_ = 0;
+  std::vector<std::uint64_t> written_;  // collectives whose key this process wrote and has not erased
+};
+
 bool env_set(const char* name) {
   // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ferry changes the environment
   const char* v = std::getenv(name);
@@ -144,6 +314,24 @@ bool launched_by_mpi() {
 }
 
 std::unique_ptr<bootstrap> make_mpi_bootstrap() { return std::make_unique<mpi_job>(); }
+
+std::shared_ptr<key_value_store> make_memory_store() { return std::make_shared<memory_store>(); }
+
+std::unique_ptr<bootstrap> make_store_bootstrap(std::shared_ptr<key_value_store> store, int rank, int size,
+                                                std::string prefix, std::chrono::milliseconds timeout) {
+  FERRY_EXPECTS(store != nullptr, "make_store_bootstrap: the store is null");
+  FERRY_EXPECTS(size >= 1,
+                fmt::format("make_store_bootstrap: a job of {} processes; it has at least 1", size));
+  FERRY_EXPECTS(rank >= 0 && rank < size,
+                fmt::format("make_store_bootstrap: rank {} of a job of {} processes: ranks are 0 to {}", rank,
+                            size, size - 1));
+  FERRY_EXPECTS(!prefix.empty(),
+                "make_store_bootstrap: the key prefix is empty; give one the job's other "
+                "users of the store do not use (\"ferry/0\")");
+  FERRY_EXPECTS(timeout.count() > 0,
+                fmt::format("make_store_bootstrap: timeout {} ms must be positive", timeout.count()));
+  return std::make_unique<store_job>(std::move(store), rank, size, std::move(prefix), timeout);
+}
 
 std::unique_ptr<bootstrap> make_bootstrap(std::string_view name) {
   if (name == "single") return make_single_process_bootstrap();

@@ -19,6 +19,7 @@
 #include "ferry/bench/ddp_bench.hpp"
 #include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/communicator.hpp"
+#include "ferry/comm/group.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
 #include "ferry/cuda/cuda.hpp"
@@ -86,44 +87,29 @@ struct rank_group {
   ~rank_group() { comms.clear(); }
 };
 
-// This process's GPU in a job of several processes: its local rank on its host. Every process says whether
-// it has one before any of them opens a device, so none is left waiting for one that gave up.
+// This process's GPU in a job of several processes: its local rank on its host (comm::local_gpu). The
+// host backend's ranks model a link inside one process, so over several processes it is refused, by every
+// process at once.
 int gpu_of_process(comm::bootstrap& job, const group_flags& f) {
-  std::string problem;
-  int ordinal = -1;
-  try {
-    const comm::host_place place = comm::place_on_host(job);
-    if (f.backend == "host") {
-      problem = fmt::format(
-          "--backend host with --bootstrap {} over {} processes: the host backend's ranks live "
-          "in one process; give --backend cuda (or run one process)",
-          job.name(), job.size());
-    } else if (!cuda_available()) {
-      problem = fmt::format("no GPU on host {} ({})", place.host, cuda_unavailable_reason());
-    } else if (place.local_rank >= cuda_device_count()) {
-      problem = fmt::format("local rank {} of {} on host {}, which has {} GPU{}: one GPU per process",
-                            place.local_rank, place.local_size, place.host, cuda_device_count(),
-                            cuda_device_count() == 1 ? "" : "s");
-    } else {
-      ordinal = place.local_rank;
-    }
-  } catch (const std::exception& e) {
-    problem = e.what();
-  }
-  comm::agree_ready(job, "ferry bench (choosing each process's GPU)", problem);
-  return ordinal;
+  if (f.backend == "host")
+    comm::agree_ready(job, "ferry bench (choosing each process's GPU)",
+                      fmt::format("--backend host with --bootstrap {} over {} processes: the host backend's "
+                                  "ranks live in one process; give --backend cuda (or run one process)",
+                                  job.name(), job.size()));
+  return comm::local_gpu(job);
 }
 
 // `host_link`: the host backend's link, from the preset --link names.
-rank_group open_group(const group_flags& f, comm::bootstrap& job, const host_device_options& host,
+rank_group open_group(const group_flags& f, const std::shared_ptr<comm::bootstrap>& shared_job,
+                      const host_device_options& host,
                       const std::function<comm::comm_link(const comm::comm_link&)>& host_link = {}) {
+  comm::bootstrap& job = *shared_job;
   rank_group g;
   std::vector<device*> raw;
   if (job.size() > 1) {
     const int ordinal = gpu_of_process(job, f);
     g.devices.push_back(make_cuda_device(ordinal));
-    raw.push_back(g.devices.back().get());
-    g.comms = comm::make_nccl_group(job, raw);
+    g.comms.push_back(comm::open_group(shared_job, *g.devices.back()));
     if (job.rank() == 0)
       fmt::print(stderr, "ferry: backend cuda ({} processes over {}, one GPU each: {})\n", job.size(),
                  job.transport(), g.devices.front()->info().name);
@@ -226,8 +212,8 @@ int run_allreduce(const allreduce_flags& f, const std::string& command) {
   const bench::run_stamp stamp = bench::stamp_now(command);
   host_device_options host;
   host.model_link = false;  // the communicator models the link between ranks
-  const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
-  rank_group g = open_group(f, *job, host);
+  const std::shared_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
+  rank_group g = open_group(f, job, host);
   status_line status;
   const bench::allreduce_result r = [&] {
     const auto progress = [&status](const std::string& line) {
@@ -290,10 +276,10 @@ int run_ddp(const ddp_flags& f, const std::string& command) {
   host.model_link = false;
   // Under mpirun every process runs its own GPU's rank; rank 0's process times the steps, traces and
   // prints, and every process checks the whole group's gradients (and exits with the same status).
-  const std::unique_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
+  const std::shared_ptr<comm::bootstrap> job = comm::make_bootstrap(f.bootstrap);
   const bool reports = job->rank() == 0;
   if (!reports) cfg.trace = {};
-  rank_group g = open_group(f, *job, host, [&cfg](const comm::comm_link& preset) {
+  rank_group g = open_group(f, job, host, [&cfg](const comm::comm_link& preset) {
     return bench::ddp_host_link(preset, cfg.scale, cfg.compute);
   });
   status_line status;

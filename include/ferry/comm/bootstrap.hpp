@@ -3,11 +3,15 @@
 // bytes). ferry::comm uses them to agree on a group's NCCL unique id, on the ranks each process's GPUs
 // take, and on whether every process is ready; gradients never pass through a bootstrap.
 //
-// Two bootstraps: a single process (the job is this process), and MPI (a job started by mpirun: Open MPI,
-// loaded at run time, on MPI_COMM_WORLD), so the same program runs on one GPU, on several GPUs of one
-// process, or over processes and nodes. There is no home-made transport or rendezvous server.
+// Three bootstraps: a single process (the job is this process); MPI (a job started by mpirun: Open MPI,
+// loaded at run time, on MPI_COMM_WORLD); and a key-value store the job already has (the rendezvous store
+// of torch.distributed under torchrun: TCPStore, FileStore), reached through set/get calls the caller
+// gives (key_value_store), so a PyTorch job hands ferry its ranks without MPI. The same program runs on
+// one GPU, on several GPUs of one process, or over processes and nodes. There is no home-made transport or
+// rendezvous server: a store bootstrap only writes and reads keys of the caller's store.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -41,7 +45,48 @@ class bootstrap {
   /// Every process's `mine`, process after process (the same length on every process): size() * mine.size()
   /// bytes.
   [[nodiscard]] virtual std::vector<std::byte> all_gather(std::span<const std::byte> mine) = 0;
+
+  /// Tells the other processes that this one gives up (`why`), so their pending and later collectives
+  /// fail at once rather than at their timeout. The store bootstrap posts it under a key every process
+  /// watches; the others do nothing (a single process has no one to tell; an MPI job ends as a whole).
+  /// Safe from any thread; never throws.
+  virtual void abort(const std::string& /*why*/) noexcept {}
 };
+
+/// A key-value store the processes of a job share (torch.distributed's Store is one): what a store
+/// bootstrap needs of it. Every call may come from any thread, one at a time per bootstrap; a call that
+/// fails throws (the bootstrap reports the store's words).
+class key_value_store {
+ public:
+  key_value_store() = default;
+  key_value_store(const key_value_store&) = delete;
+  key_value_store& operator=(const key_value_store&) = delete;
+  virtual ~key_value_store() = default;
+
+  /// Stores `value` under `key` (a later set of the same key replaces it).
+  virtual void set(const std::string& key, std::span<const std::byte> value) = 0;
+  /// Fills `out` with the value of `key` and returns true once it is there, waiting at most `wait`;
+  /// false when it is not there by then. Throws when the value's length is not out.size() (name both).
+  virtual bool get(const std::string& key, std::span<std::byte> out, std::chrono::milliseconds wait) = 0;
+  /// Removes `key` if the store can (keys are small; a store that cannot keeps them).
+  virtual void erase(const std::string& /*key*/) {}
+};
+
+/// A store in this process's memory, for ranks that are threads of one process (tests, examples).
+[[nodiscard]] std::shared_ptr<key_value_store> make_memory_store();
+
+/// The job whose processes share `store`: this process is `rank` of `size` (as the launcher numbered
+/// them: torchrun's RANK and WORLD_SIZE). Its keys start with `prefix` ("ferry/0"): two bootstraps on one
+/// store need different prefixes, the same on every process. A collective sets this process's part under
+/// a key numbered by the collective's order and reads the others', each within `timeout` (counted from the
+/// start of the collective), checking between waits whether a process posted an abort (bootstrap::abort);
+/// a process that never writes its part fails the others with comm_error naming it, the collective and
+/// the key. Each process erases its own keys two collectives later (every process has read them by then).
+/// Throws logic_error for a rank outside [0, size), a size < 1, an empty prefix or a timeout that is not
+/// positive.
+[[nodiscard]] std::unique_ptr<bootstrap> make_store_bootstrap(std::shared_ptr<key_value_store> store,
+                                                              int rank, int size, std::string prefix,
+                                                              std::chrono::milliseconds timeout);
 
 /// The job of this process alone: rank 0 of 1; the collectives copy.
 [[nodiscard]] std::unique_ptr<bootstrap> make_single_process_bootstrap();

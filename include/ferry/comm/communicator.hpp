@@ -168,6 +168,18 @@ class communicator {
 [[nodiscard]] std::vector<std::unique_ptr<communicator>> make_host_group(std::span<device* const> devices,
                                                                          const comm_options& options = {});
 
+/// This process's rank of a host group whose ranks are the processes of `job`, one emulated device each
+/// (`dev`, make_host_device): the collectives run on host memory as in the in-process group, and their
+/// bytes travel through the bootstrap (the caller's key-value store, or MPI) at whatever speed it has: no
+/// modelled link (options.link is ignored). For tests and examples of multi-process jobs without a GPU
+/// (torchrun or mpirun on a laptop or in CI). Collectives run in issue order, one at a time; one that does
+/// not complete within options.timeout, or a process that gives up (abort(), a destroyed communicator),
+/// fails every process's pending and later collectives with comm_error naming the collective, its number
+/// and the process that was missing or gave up. The communicator shares ownership of `job`. Throws
+/// logic_error for a device that is not on the host backend.
+[[nodiscard]] std::unique_ptr<communicator> make_host_group(std::shared_ptr<bootstrap> job, device& dev,
+                                                            const comm_options& options = {});
+
 /// True when NCCL can be loaded (libnccl.so.2); `reason` receives why not.
 [[nodiscard]] bool nccl_available(std::string* reason = nullptr);
 /// NCCL ranks for several GPUs of this process, one per cuda device, in order (one NCCL group of
