@@ -246,6 +246,8 @@ std::vector<std::size_t> default_first_buckets() {
   return {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB};
 }
 
+std::vector<bucket_plan_options> ddp_plans() { return {{1 * MiB, 25 * MiB}, {100 * MiB, 100 * MiB}}; }
+
 void check(const plan_inputs& in) {
   in.link.check();
   const ready_timeline& t = in.timeline;
@@ -281,6 +283,13 @@ void check(const plan_inputs& in) {
   for (std::size_t c : in.caps) FERRY_EXPECTS(c > 0, "a candidate bucket cap of 0 bytes; caps must be > 0");
   for (std::size_t f : in.first_buckets)
     FERRY_EXPECTS(f > 0, "a candidate first bucket of 0 bytes; first buckets must be > 0");
+  for (std::size_t k = 0; k < in.fixed_plans.size(); ++k) {
+    const bucket_plan_options& f = in.fixed_plans[k];
+    FERRY_EXPECTS(f.first_bucket_bytes > 0 && f.bucket_cap_bytes > 0,
+                  fmt::format("fixed plan {} has a first bucket of {} bytes and a cap of {} bytes; both must "
+                              "be > 0",
+                              k, f.first_bucket_bytes, f.bucket_cap_bytes));
+  }
   check(bucket_plan_options{1, 1, in.alignment_bytes});
 }
 
@@ -354,6 +363,11 @@ comm_plan choose_plan(const plan_inputs& in) {
     for (std::size_t first : firsts)
       if (first < cap) candidates.push_back({first, cap, in.alignment_bytes});
   }
+  // DDP's fixed plans last (ties keep the search's own candidates): whatever the caps, the plan is never
+  // worse in the model than what a user gets without it. Their codec assignments (uniform none, bf16,
+  // fp16 among them) are searched as every candidate's.
+  for (const bucket_plan_options& f : in.fixed_plans.empty() ? ddp_plans() : in.fixed_plans)
+    candidates.push_back({f.first_bucket_bytes, f.bucket_cap_bytes, in.alignment_bytes});
 
   // The best plan over every candidate, with lossless codecs only and with every allowed codec.
   struct best_plan {

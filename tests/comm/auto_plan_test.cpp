@@ -343,6 +343,46 @@ TEST(auto_plan_choose, the_lossless_policy_never_picks_a_lossy_codec) {
   }
 }
 
+// DDP's fixed plans, each with every uniform codec the policy allows, at ViT-L/32's size on a slow link
+// where many small buckets cost compute: with caps that do not include DDP's 25 MiB, the search alone
+// would pick 2 MiB buckets (each a bucket of its own) and lose to DDP's default; it must lose to none.
+TEST(auto_plan_choose, it_never_loses_to_ddps_fixed_plans_whatever_its_caps) {
+  for (const codec_policy policy : {codec_policy::lossless, codec_policy::lossy_allowed}) {
+    SCOPED_TRACE(policy == codec_policy::lossless ? "lossless" : "lossy allowed");
+    plan_inputs in = inputs(host_memory(), layered(vit_params, vit_elements, 55), policy);
+    in.per_bucket_compute = nanoseconds(100'000);
+    in.caps = {2 * MiB};
+    in.first_buckets = {1 * MiB};
+    in.min_lossy_gain = 0;  // a lossy fixed plan is then beaten outright, not only by the threshold
+    const comm_plan p = choose_plan(in);
+    std::vector<bucket_plan_options> fixed = ddp_plans();
+    ASSERT_EQ(fixed.size(), 2u);
+    EXPECT_EQ(fixed[0].first_bucket_bytes, 1 * MiB);
+    EXPECT_EQ(fixed[0].bucket_cap_bytes, 25 * MiB);
+    EXPECT_EQ(fixed[1].bucket_cap_bytes, 100 * MiB);
+    fixed.push_back({2 * GiB, 2 * GiB, 256});  // one bucket
+    std::vector<codec_kind> uniform{codec_kind::none};
+    if (policy == codec_policy::lossy_allowed)
+      uniform = {codec_kind::none, codec_kind::bf16, codec_kind::fp16};
+    double ddp_default = 0;
+    for (const bucket_plan_options& o : fixed) {
+      const bucket_plan l = make_bucket_plan(in.timeline.elements, ready_order(in.timeline), o);
+      for (const codec_kind c : uniform) {
+        const double v = simulate(in, l, std::vector<codec_kind>(l.buckets.size(), c)).objective_s();
+        EXPECT_LE(p.objective_s(), v + 1e-12) << to_string(c) << " over " << l.buckets.size() << " buckets";
+        if (&o == &fixed[0] && c == codec_kind::none) ddp_default = v;
+      }
+    }
+    // The search's own candidates alone (the 2 MiB caps; DDP's plans replaced by one of them) lose to
+    // DDP's default: the fixed plans are what keeps the plan from it.
+    in.fixed_plans = {{2 * MiB, 2 * MiB, 256}};
+    const comm_plan alone = choose_plan(in);
+    if (policy == codec_policy::lossless) {
+      EXPECT_GT(alone.objective_s(), ddp_default + 1 * ms);
+    }
+  }
+}
+
 // Random small problems: the plan's prediction is the brute-force simulation's, and its objective is the
 // least of every candidate layout with every codec assignment.
 TEST(auto_plan_choose, its_prediction_matches_a_brute_force_simulation_and_search) {
@@ -384,6 +424,7 @@ TEST(auto_plan_choose, its_prediction_matches_a_brute_force_simulation_and_searc
       layouts.push_back({cap, cap, 256});
       for (std::size_t first : in.first_buckets) layouts.push_back({first, cap, 256});
     }
+    for (const bucket_plan_options& o : ddp_plans()) layouts.push_back(o);
     double least = std::numeric_limits<double>::infinity();
     for (const bucket_plan_options& o : layouts) {
       const bucket_plan l = make_bucket_plan(in.timeline.elements, ready_order(in.timeline), o);

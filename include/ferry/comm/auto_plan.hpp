@@ -21,15 +21,17 @@
 // before backward ended plus the buckets' share.
 //
 // The search (choose_plan()): every (first bucket, cap) pair of log-spaced candidates from 1 MiB to
-// 400 MiB (and a single bucket). Under the lossless policy every bucket is fp32 (codec none); under the
-// lossy one each candidate gets the best codec per bucket: every assignment when there are at most 4096,
-// else the best uniform codec improved one bucket at a time while that lowers the objective; and a plan
-// with lossy buckets wins only when it beats the best lossless plan by min_lossy_gain of the backward.
-// Ties keep the earlier choice: fewer lossy buckets, larger buckets. Deterministic: equal inputs give the
-// identical plan on every rank and every run. How ranks agree: rank 0 measures, decides and broadcasts the
-// decision (to_words/from_words: the ready order, the first bucket and cap, a codec per bucket, in a
-// fixed-size array of 64-bit words that goes through the communicator's broadcast); every rank rebuilds the
-// same bucket plan from it with make_bucket_plan and hands it to its reducer between steps.
+// 400 MiB (and a single bucket), and DDP's fixed plans (ddp_plans(): its default 1 MiB then 25 MiB, and
+// 100 MiB), so that the search never loses, in the model, to a plan a user gets without it. Under the
+// lossless policy every bucket is fp32 (codec none); under the lossy one each candidate gets the best codec
+// per bucket: every assignment when there are at most 4096, else the best uniform codec improved one bucket
+// at a time while that lowers the objective; and a plan with lossy buckets wins only when it beats the best
+// lossless plan by min_lossy_gain of the backward. Ties keep the earlier choice: fewer lossy buckets, larger
+// buckets. Deterministic: equal inputs give the identical plan on every rank and every run. How ranks agree:
+// rank 0 measures, decides and broadcasts the decision (to_words/from_words: the ready order, the first
+// bucket and cap, a codec per bucket, in a fixed-size array of 64-bit words that goes through the
+// communicator's broadcast); every rank rebuilds the same bucket plan from it with make_bucket_plan and hands
+// it to its reducer between steps.
 //
 // Host only.
 #pragma once
@@ -110,6 +112,10 @@ struct plan_inputs {
   /// Candidate caps and first-bucket sizes; empty: default_caps() and default_first_buckets().
   std::vector<std::size_t> caps;
   std::vector<std::size_t> first_buckets;
+  /// Fixed plans (first bucket, cap) the search always compares besides its candidates; empty:
+  /// ddp_plans(). A caller that scales its model scales these as it scales the caps. Their
+  /// alignment_bytes is ignored (alignment_bytes below holds).
+  std::vector<bucket_plan_options> fixed_plans;
   std::size_t alignment_bytes = 256;  // the reducer's (bucket_plan_options::alignment_bytes)
   /// A plan with lossy buckets is taken only when it beats the best lossless plan by this fraction of
   /// the backward's length: precision is not traded for noise.
@@ -120,6 +126,10 @@ struct plan_inputs {
 [[nodiscard]] std::vector<std::size_t> default_caps();
 /// First-bucket sizes: 1, 2, 4, 8, 16 and 32 MiB (and, always, "as the cap").
 [[nodiscard]] std::vector<std::size_t> default_first_buckets();
+/// PyTorch DDP's fixed plans: its default (the first 1 MiB, then 25 MiB) and 100 MiB buckets. One bucket of
+/// every gradient is always a candidate besides them. Every plan is searched with codec none and, under
+/// the lossy policy, with every codec (the uniform bf16 and fp16 plans among them).
+[[nodiscard]] std::vector<bucket_plan_options> ddp_plans();
 
 /// The predicted times of one bucket, in seconds from the start of backward.
 struct bucket_forecast {
@@ -148,8 +158,8 @@ struct comm_plan {
 
 /// Checks the inputs: a link table check() accepts; a timeline with one element count (> 0) and one ready
 /// time in [0, backward_end] per parameter; codecs with none among them and costs finite and not negative;
-/// caps, first buckets and the alignment as bucket_plan_options allows. Throws logic_error naming the
-/// value and the limit.
+/// caps, first buckets, fixed plans and the alignment as bucket_plan_options allows. Throws logic_error
+/// naming the value and the limit.
 void check(const plan_inputs& in);
 
 /// The parameters in ready order: by ready time, ties by parameter index.
@@ -162,7 +172,7 @@ void check(const plan_inputs& in);
                                  std::span<const codec_kind> codecs);
 
 /// The plan of least objective (exposed + codec time during backward + the buckets' share) among the
-/// candidates; a plan with
+/// candidates and the fixed plans; a plan with
 /// lossy buckets only under the lossy policy and only when it gains min_lossy_gain over the best lossless
 /// one. Throws logic_error for inputs check() refuses.
 [[nodiscard]] comm_plan choose_plan(const plan_inputs& in);
