@@ -36,7 +36,8 @@ figure is steps / the slowest rank's time (a data-parallel step is only done whe
 same run (so the best DDP row reads 1.000 and ferry's row says what it gains over tuned DDP).
 
     torchrun --nproc_per_node 2 examples/pytorch/vit_ddp.py --levels all --out vit-out
-    torchrun --nproc_per_node 2 examples/pytorch/vit_ddp.py --levels single,ddp100_view,ferry --profile ferry --out vit-out
+    torchrun --nproc_per_node 2 examples/pytorch/vit_ddp.py --levels single,ddp100_view,ferry \
+        --profile ferry --out vit-out
     torchrun --nproc_per_node 2 examples/pytorch/vit_ddp.py --convergence 300 --model vit_b_32 --out conv-out
     # no GPU (gloo): a smoke run of every code path at a tiny size
     torchrun --nproc_per_node 2 examples/pytorch/vit_ddp.py --device cpu --model tiny --batch 4 --steps 2 --warmup 1
@@ -298,12 +299,15 @@ def model_impl(args):
     """Which implementation --model builds here (recorded in results.json)."""
     if args.model == "tiny_pure" or (args.model == "tiny" and not have_torchvision()):
         return "pure-torch ViT (examples/pytorch/vit_ddp.py PureViT)"
-    import torchvision
-    return f"torchvision {torchvision.__version__}"
+    from torchvision import __version__
+    return f"torchvision {__version__}"
 
 
 def num_classes(args):
     return TINY["num_classes"] if args.model.startswith("tiny") else 1000
+
+
+PARAMETERS = {}  # --model -> its parameter count, once a level has built it
 
 
 def build_model(args, device):
@@ -320,6 +324,7 @@ def build_model(args, device):
     else:
         import torchvision.models as tvm
         model = getattr(tvm, args.model)(weights=None, image_size=args.image_size)
+    PARAMETERS[args.model] = sum(p.numel() for p in model.parameters())
     return model.train().to(device)
 
 
@@ -669,7 +674,7 @@ def environment(args, ranks, model_params):
         "world_size": ranks.world,
         "model_impl": model_impl(args),
         "model_parameters": model_params,
-        "gradient_bytes": 4 * model_params,
+        "gradient_bytes": 4 * model_params if model_params else None,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "env": {"NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE"),
@@ -694,11 +699,9 @@ def main(argv=None):
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     data = make_data(args, ranks)
-    model_params = sum(p.numel() for p in build_model(args, torch.device("cpu")).parameters())
-    gc.collect()
     mode = "convergence" if args.convergence else "timing"
-    log(ranks, f"{mode}: {args.model} ({model_params / 1e6:.1f}M parameters), batch {args.batch} x "
-               f"{args.image_size}^2 per rank, {ranks.world} ranks ({ranks.backend}), levels {','.join(args.level_list)}")
+    log(ranks, f"{mode}: {args.model}, batch {args.batch} x {args.image_size}^2 per rank, {ranks.world} ranks "
+               f"({ranks.backend}), levels {','.join(args.level_list)}")
     if not args.convergence and args.warmup < MIN_WARMUP and any(n in FERRY_LEVELS for n in args.level_list):
         log(ranks, f"note: --warmup {args.warmup} < {MIN_WARMUP}: ferry's plan learns for {FERRY_LEARNING_STEPS} "
                    "steps, so its rows time the learning")
@@ -706,8 +709,9 @@ def main(argv=None):
     rows = [run_level(name, args, ranks, data) for name in args.level_list]
 
     code = 1 if any(r["status"] == "error" for r in rows) else 0
-    env = environment(args, ranks, model_params)
-    head = (f"{args.model} on {ranks.world} x {env['gpu'] or 'CPU'} ({ranks.backend}"
+    env = environment(args, ranks, PARAMETERS.get(args.model))
+    params = f" ({env['model_parameters'] / 1e6:.1f}M parameters)" if env["model_parameters"] else ""
+    head = (f"{args.model}{params} on {ranks.world} x {env['gpu'] or 'CPU'} ({ranks.backend}"
             f"{', NCCL ' + env['nccl'] if env['nccl'] else ''}, NCCL_P2P_DISABLE={env['env']['NCCL_P2P_DISABLE']}), "
             f"batch {args.batch}/rank, {args.image_size}px, {'bf16 autocast' if args.amp else 'fp32'}")
     doc = {"mode": mode, **env, "config": {k: v for k, v in vars(args).items()}}
