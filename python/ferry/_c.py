@@ -13,7 +13,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_NAME = "libferry_c.so"
 c_uintptr = c_size_t  # uintptr_t: pointer-sized on every platform ferry builds for
 
@@ -33,6 +33,16 @@ class Chunk(Structure):
 
 
 CHUNK_FN = CFUNCTYPE(c_int, c_void_p, POINTER(Chunk))
+
+# struct ferry_kv_store: the key-value store a group's processes share (set, get, erase).
+KV_SET_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t)
+KV_GET_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t, c_int64)
+KV_ERASE_FN = CFUNCTYPE(c_int, c_void_p, c_char_p)
+
+
+class KvStore(Structure):
+    """struct ferry_kv_store."""
+    _fields_ = [("user", c_void_p), ("set", KV_SET_FN), ("get", KV_GET_FN), ("erase", KV_ERASE_FN)]
 
 # Status codes (enum ferry_status).
 STATUS = {
@@ -94,10 +104,19 @@ class BatchHandle(Handle):
     """ferry_batch*"""
 
 
+class CommHandle(Handle):
+    """ferry_comm*"""
+
+
+class ReducerHandle(Handle):
+    """ferry_reducer*"""
+
+
 # The C type name of each handle in ferry.h (tests/python/test_header.py checks every use).
 HANDLES = {"ferry_device": DeviceHandle, "ferry_stream": StreamHandle, "ferry_event": EventHandle,
            "ferry_analysis": AnalysisHandle, "ferry_sink": SinkHandle, "ferry_egress": EgressHandle,
-           "ferry_prefetch": PrefetchHandle, "ferry_batch": BatchHandle}
+           "ferry_prefetch": PrefetchHandle, "ferry_batch": BatchHandle,
+           "ferry_comm": CommHandle, "ferry_reducer": ReducerHandle}
 
 
 class Status(c_int):
@@ -108,6 +127,7 @@ class Status(c_int):
 
 _dev, _stream, _event, _analysis = DeviceHandle, StreamHandle, EventHandle, AnalysisHandle
 _sink, _egress, _prefetch, _batch = SinkHandle, EgressHandle, PrefetchHandle, BatchHandle
+_comm, _reducer = CommHandle, ReducerHandle
 P = POINTER
 # name: (return type, argument types), in the header's order.
 DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
@@ -165,6 +185,23 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
                                     P(c_void_p)]),
     "ferry_dlpack_delete": (None, [c_void_p]),
     "ferry_batch_release": (None, [_batch]),
+    "ferry_comm_open": (Status, [_dev, c_char_p, c_double, P(_comm)]),
+    "ferry_comm_open_store": (Status, [_dev, P(KvStore), c_char_p, c_int, c_int, c_double, P(_comm)]),
+    "ferry_comm_rank": (Status, [_comm, P(c_int), P(c_int)]),
+    "ferry_comm_backend": (c_char_p, [_comm]),
+    "ferry_comm_all_reduce": (Status, [_comm, c_void_p, c_void_p, c_size_t, c_char_p, c_char_p, c_uintptr]),
+    "ferry_comm_broadcast": (Status, [_comm, c_void_p, c_void_p, c_size_t, c_char_p, c_int, c_uintptr]),
+    "ferry_comm_abort": (Status, [_comm, c_char_p]),
+    "ferry_comm_destroy": (None, [_comm]),
+    "ferry_reducer_create": (Status, [_comm, P(c_int64), P(c_int64), c_size_t, c_char_p, P(_reducer)]),
+    "ferry_reducer_layout": (Status, [_reducer, P(c_uint64), P(c_int)]),
+    "ferry_reducer_begin_step": (Status, [_reducer]),
+    "ferry_reducer_flat_dlpack": (Status, [_reducer, P(c_void_p)]),
+    "ferry_reducer_place": (Status, [_reducer, c_size_t, P(c_size_t), P(c_size_t)]),
+    "ferry_reducer_mark_ready": (Status, [_reducer, c_size_t, c_uintptr]),
+    "ferry_reducer_finish": (Status, [_reducer, c_uintptr]),
+    "ferry_reducer_stats_json": (Status, [_reducer, P(c_void_p)]),
+    "ferry_reducer_destroy": (None, [_reducer]),
 }
 
 

@@ -16,42 +16,13 @@
 #include <vector>
 
 #include "api.hpp"
+#include "dlpack.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ingest/feed.hpp"
 #include "ferry/ingest/ingest.hpp"
 #include "interop.hpp"
 
 namespace ferry::c_api {
-namespace {
-
-// DLPack's unversioned structs (dlpack.h, ABI-stable since 0.x).
-struct dl_device {
-  std::int32_t device_type;
-  std::int32_t device_id;
-};
-struct dl_data_type {
-  std::uint8_t code;
-  std::uint8_t bits;
-  std::uint16_t lanes;
-};
-struct dl_tensor {
-  void* data;
-  dl_device device;
-  std::int32_t ndim;
-  dl_data_type dtype;
-  std::int64_t* shape;
-  std::int64_t* strides;
-  std::uint64_t byte_offset;
-};
-struct dl_managed_tensor {
-  struct dl_tensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(dl_managed_tensor* self);
-};
-constexpr std::int32_t kdl_cpu = 1;
-constexpr std::int32_t kdl_cuda = 2;
-
-}  // namespace
 
 struct prefetch_state {
   prefetch_state(std::shared_ptr<device_state> st, const ingest::feed_options& fo, std::size_t depth)

@@ -29,7 +29,7 @@ extern "C" {
 #define FERRY_C_API __attribute__((visibility("default")))
 
 /* Bumped when a declaration below changes incompatibly; bindings check it at load time. */
-#define FERRY_C_ABI_VERSION 1
+#define FERRY_C_ABI_VERSION 2
 
 enum ferry_status {
   FERRY_OK = 0,
@@ -51,6 +51,8 @@ typedef struct ferry_sink ferry_sink;
 typedef struct ferry_egress ferry_egress;
 typedef struct ferry_prefetch ferry_prefetch;
 typedef struct ferry_batch ferry_batch;
+typedef struct ferry_comm ferry_comm;
+typedef struct ferry_reducer ferry_reducer;
 
 /* One delivery to a callback sink: a whole output, or one chunk of an output larger than a slot. `data`
  * is pinned host memory valid only until the callback returns. */
@@ -183,6 +185,79 @@ FERRY_C_API int ferry_batch_dlpack(ferry_batch* b, size_t offset, int32_t ndim, 
 FERRY_C_API void ferry_dlpack_delete(void* managed);
 /* Drops the caller's hold on the batch (see ferry_prefetch_next). */
 FERRY_C_API void ferry_batch_release(ferry_batch* b);
+
+/* ---- comm: gradient reduction between the processes of a job (one device each) ------------------- */
+/* A key-value store the job's processes share (torch.distributed's Store is one), through which their
+ * ferry groups find one another (only the setup on GPUs, the NCCL unique id and readiness; every
+ * collective's bytes on the host backend). Called from ferry's threads, one call at a time per group:
+ * set stores `bytes` bytes under `key` and returns 0 (non-zero: it failed); get fills `out` with exactly
+ * `bytes` bytes of `key` and returns 0 once the key is there, 1 when it is not after waiting up to
+ * `wait_ms` milliseconds, another value when it failed (a value of another length is a failure); erase
+ * (may be NULL) removes a key ferry no longer needs. `user` is passed back. */
+typedef int (*ferry_kv_set_fn)(void* user, const char* key, const void* value, size_t bytes);
+typedef int (*ferry_kv_get_fn)(void* user, const char* key, void* out, size_t bytes, int64_t wait_ms);
+typedef int (*ferry_kv_erase_fn)(void* user, const char* key);
+typedef struct ferry_kv_store {
+  void* user;
+  ferry_kv_set_fn set;
+  ferry_kv_get_fn get;
+  ferry_kv_erase_fn erase;
+} ferry_kv_store;
+
+/* This process's rank of a group over the job's processes, on `dev` (NCCL for a cuda device, the host
+ * backend for an emulated one). `bootstrap`: "single" (a job of this process), "mpi" (mpirun) or "auto".
+ * A collective not done within timeout_s seconds aborts the group on every process. Collective: every
+ * process of the job calls it. */
+FERRY_C_API int ferry_comm_open(ferry_device* dev, const char* bootstrap, double timeout_s, ferry_comm** out);
+/* The same over a key-value store: this process is `rank` of `size` (torchrun's RANK and WORLD_SIZE),
+ * its keys start with `prefix` (the same on every process, unique per group). The store's functions must
+ * stay callable until ferry_comm_destroy returns. */
+FERRY_C_API int ferry_comm_open_store(ferry_device* dev, const ferry_kv_store* store, const char* prefix,
+                                      int rank, int size, double timeout_s, ferry_comm** out);
+FERRY_C_API int ferry_comm_rank(ferry_comm* c, int* rank, int* size);
+/* "host" or "nccl" (owned by the handle). */
+FERRY_C_API const char* ferry_comm_backend(ferry_comm* c);
+/* recv = op over every rank's send (`count` elements of dtype "f32", "f16", "bf16", "i32", "i64",
+ * "u64"; op "sum" or "avg"), ordered after `stream`'s queued work and before its later work (default
+ * streams accepted on cuda). Device memory of the group's device; send may equal recv. */
+FERRY_C_API int ferry_comm_all_reduce(ferry_comm* c, const void* send, void* recv, size_t count,
+                                      const char* dtype, const char* op, uintptr_t stream);
+/* recv on every rank = send of `root`, ordered as ferry_comm_all_reduce. */
+FERRY_C_API int ferry_comm_broadcast(ferry_comm* c, const void* send, void* recv, size_t count,
+                                     const char* dtype, int root, uintptr_t stream);
+/* Aborts the group: every process's pending and later collectives fail, naming `why`. */
+FERRY_C_API int ferry_comm_abort(ferry_comm* c, const char* why);
+/* Destroys the handle (aborting the group for processes still in it); reducers made from it keep the
+ * group alive until they are destroyed. */
+FERRY_C_API void ferry_comm_destroy(ferry_comm* c);
+
+/* A reducer of `params` fp32 gradients of shapes rows[i] x cols[i] (a 1-D tensor of n elements is n x 1;
+ * a higher-dimensional one its first dimension x the rest), in the group of `c`. `options_json` (NULL for
+ * the defaults): {"plan": "auto" | "fixed", "lossy": false, "first_bucket_bytes": N, "bucket_cap_bytes":
+ * N, "codec": "none" | "fp16" | "bf16" | "powersgd", "rebuild": true, "learn_steps": 3, "timing": false}.
+ * "auto" learns the backward over the first 1 + 3 * learn_steps steps and then sets its own plan;
+ * "lossy" allows it bf16 and fp16 buckets. Collective. */
+FERRY_C_API int ferry_reducer_create(ferry_comm* c, const int64_t* rows, const int64_t* cols, size_t params,
+                                     const char* options_json, ferry_reducer** out);
+/* *pending = 1 when the next ferry_reducer_begin_step will lay the gradients out anew (their memory moves:
+ * keep what they hold before it, if needed), else 0. *generation counts the layouts so far. */
+FERRY_C_API int ferry_reducer_layout(ferry_reducer* r, uint64_t* generation, int* pending);
+/* Opens a step (applying a new plan: a host sync, once per plan change). */
+FERRY_C_API int ferry_reducer_begin_step(ferry_reducer* r);
+/* The flat gradient buffer as a DLPack DLManagedTensor (as void*): 1-D, fp32, every gradient and the
+ * padding between them; gradient p is elements [offset, offset + elements) of it (ferry_reducer_place).
+ * Borrowed: valid until the layout changes or the reducer is destroyed; its deleter frees the struct only. */
+FERRY_C_API int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out);
+FERRY_C_API int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elements);
+/* Gradient p is complete on `stream` (default streams accepted on cuda); launches the buckets that can go. */
+FERRY_C_API int ferry_reducer_mark_ready(ferry_reducer* r, size_t p, uintptr_t stream);
+/* Closes the step: `stream` waits for the last bucket. FERRY_ERROR_INVALID names the gradients never
+ * marked (the step stays open). */
+FERRY_C_API int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream);
+/* {"steps", "buckets", "codecs", "first_bucket_bytes", "bucket_cap_bytes", "learning", "decided", ...}. */
+FERRY_C_API int ferry_reducer_stats_json(ferry_reducer* r, char** out);
+/* Waits for the reducer's work and destroys it. */
+FERRY_C_API void ferry_reducer_destroy(ferry_reducer* r);
 
 #ifdef __cplusplus
 }

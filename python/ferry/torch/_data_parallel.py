@@ -1,0 +1,454 @@
+"""ferry.torch.DataParallel: data-parallel training with ferry's gradient reducer, adopted in one line.
+
+    model = ferry.torch.DataParallel(model)             # after torch.distributed.init_process_group
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()                  # buckets are reduced while backward runs
+        opt.step()
+
+How it works. Every parameter's .grad is a view into ferry's flat gradient buffer (no copy in or out);
+each parameter's gradient-accumulation hook tells the reducer its gradient is complete on the current
+stream, and the reducer launches each bucket's all-reduce on its own stream as soon as the bucket is full,
+in the same order on every rank. At the end of backward the current stream waits for the last bucket, so
+the optimizer reads averaged gradients with no host synchronization. With plan="auto" the reducer learns
+the backward over its first 1 + 3 * learn_steps steps (one bucket, then DDP's 25 MB buckets), measures the
+link, and then chooses the buckets (and, with lossy=True, a bf16 or fp16 codec per bucket) that leave the
+least communication exposed after backward.
+
+The group: with torch.distributed initialized (torchrun, or any init_process_group), ferry reuses its
+key-value store to find the other processes (NCCL on GPUs, ferry's host backend on CPU tensors); under
+mpirun without torch.distributed, MPI; otherwise a job of this process alone.
+
+Two communicators on one GPU (torch's ProcessGroupNCCL and ferry's) can deadlock when their collectives
+are in flight together in different orders on different ranks. ferry keeps them apart by stream order:
+its buckets wait for the work queued on the current stream before backward, and the current stream waits
+for its last bucket at the end of backward. torch collectives called the usual way (synchronously, or
+waited for on the current stream) before backward or after it are therefore ordered on every rank the
+same way with respect to ferry's, and never overlap them. Do not leave an asynchronous torch collective
+in flight across a backward pass of this module.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime
+import itertools
+import json
+import os
+from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from typing import Any, Dict, Iterator, List, Optional
+
+import torch
+
+from .. import _runtime
+from .._c import (KV_ERASE_FN, KV_GET_FN, KV_SET_FN, CommHandle, KvStore, ReducerHandle, lib, take_string)
+from .._device import Device
+from .._dlpack import make_capsule
+from ._common import resolve_device
+
+_prefixes = itertools.count()
+
+
+class _TorchStore:
+    """torch.distributed's Store behind ferry's key-value callbacks (struct ferry_kv_store). ferry calls
+    them from its own threads; an exception is kept and raised with ferry's error."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.error: Optional[BaseException] = None
+        self._set_fn = KV_SET_FN(self._set)
+        self._get_fn = KV_GET_FN(self._get)
+        self._erase_fn = KV_ERASE_FN(self._erase)
+        self.struct = KvStore(None, self._set_fn, self._get_fn, self._erase_fn)
+
+    def _set(self, user: Any, key: bytes, value: int, n: int) -> int:
+        try:
+            self._store.set(key.decode(), ctypes.string_at(value, n) if n else b"")
+            return 0
+        except BaseException as e:  # noqa: BLE001 - reported through ferry's status
+            self.error = e
+            return -1
+
+    def _get(self, user: Any, key: bytes, out: int, n: int, wait_ms: int) -> int:
+        k = key.decode()
+        try:
+            try:
+                self._store.wait([k], datetime.timedelta(milliseconds=max(int(wait_ms), 1)))
+            except RuntimeError as e:
+                if "timeout" in str(e).lower():
+                    return 1
+                raise
+            value = self._store.get(k)
+            if len(value) != n:
+                self.error = ValueError(f"store key {k!r} holds {len(value)} bytes, ferry expected {n}")
+                return -1
+            if n:
+                ctypes.memmove(out, value, n)
+            return 0
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+            return -1
+
+    def _erase(self, user: Any, key: bytes) -> int:
+        try:
+            self._store.delete_key(key.decode())
+        except BaseException:  # noqa: BLE001 - a store that cannot erase keeps a few bytes
+            pass
+        return 0
+
+
+def _job(store: Any, rank: Optional[int], world_size: Optional[int]) -> Dict[str, Any]:
+    """Where the group's processes meet: a torch Store (given, or torch.distributed's), MPI, or none."""
+    import torch.distributed as dist
+    if store is not None:
+        if rank is None or world_size is None:
+            if not (dist.is_available() and dist.is_initialized()):
+                raise ValueError("DataParallel(store=...): give rank= and world_size= too, or initialize "
+                                 "torch.distributed")
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        return {"store": store, "rank": rank, "world_size": world_size}
+    if dist.is_available() and dist.is_initialized():
+        getter = getattr(dist.distributed_c10d, "_get_default_store", None)
+        if getter is None:
+            raise RuntimeError("this torch has no torch.distributed.distributed_c10d._get_default_store: pass "
+                               "the store to DataParallel(store=..., rank=..., world_size=...)")
+        return {"store": getter(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    if any(os.environ.get(v) for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK")):
+        return {"bootstrap": "mpi"}
+    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
+        raise RuntimeError(
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but torch.distributed is not initialized: call "
+            "torch.distributed.init_process_group() (backend nccl on GPUs, gloo on CPU) before "
+            "DataParallel(...); ferry finds the other processes through its store")
+    return {"bootstrap": "single"}
+
+
+def _shape_2d(shape: Any) -> tuple:
+    """A gradient as a matrix, as PowerSGD sees it: (first dimension, the rest); a scalar or a vector of n
+    elements is (n, 1)."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if len(shape) <= 1:
+        return (n, 1)
+    return (int(shape[0]), n // int(shape[0]))
+
+
+class DataParallel(torch.nn.Module):
+    """Wraps `module` for data-parallel training over the processes of a job, one device each.
+
+    plan: "auto" (learn the backward, then choose the buckets) or "fixed" (first_bucket_mb, then buckets
+    of bucket_cap_mb, in the order gradients became ready in the first step, as DDP).
+    lossy: let the automatic plan send buckets as bf16 or fp16 (averages then carry the codec's rounding
+    error, see ferry/comm/codec.hpp); only with plan="auto".
+    find_unused_parameters: parameters that get no gradient in a step are reduced as zeros at the end of
+    backward; without it such a step raises an error naming them.
+    broadcast_buffers: rank 0's buffers (batch-norm statistics) are copied to every rank before each
+    forward, as DDP does.
+    timeout: seconds a collective may take before the group is aborted on every rank.
+    """
+
+    def __init__(self, module: Any, *, plan: str = "auto", lossy: bool = False, bucket_cap_mb: float = 25.0,
+                 first_bucket_mb: float = 1.0, find_unused_parameters: bool = False,
+                 broadcast_buffers: bool = True, timeout: float = 300.0, learn_steps: int = 3,
+                 store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
+        super().__init__()
+        if plan not in ("auto", "fixed"):
+            raise ValueError(f"plan {plan!r}: expected 'auto' or 'fixed'")
+        if lossy and plan != "auto":
+            raise ValueError("lossy=True needs plan='auto': the automatic plan chooses where a codec pays")
+        for name, mb in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
+            if not (isinstance(mb, (int, float)) and 0 < mb <= 1 << 20):
+                raise ValueError(f"{name}={mb!r}: expected a positive number of MiB up to 1048576")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
+        self.module = module
+        self._pid = _runtime.current_pid()
+        self._closed = False
+        self._find_unused = bool(find_unused_parameters)
+        self._broadcast_buffers = bool(broadcast_buffers)
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("DataParallel: the module has no parameter that requires grad")
+        for n, p in named:
+            if p.dtype != torch.float32:
+                raise ValueError(f"DataParallel: parameter {n} is {p.dtype}; ferry's reducer takes float32 "
+                                 "parameters (mixed precision under autocast keeps them float32)")
+            if p.is_sparse:
+                raise ValueError(f"DataParallel: parameter {n} is sparse; ferry reduces dense gradients")
+        devices = {p.device for _, p in named}
+        if len(devices) != 1:
+            raise ValueError(f"DataParallel: parameters on {sorted(map(str, devices))}; one device per process")
+        self._torch_device = next(iter(devices))
+        self._dev: Device = resolve_device(self._torch_device)
+        self._cuda = self._dev.backend == "cuda"
+        self._host_stream = None if self._cuda else self._dev.default_stream()
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+
+        # The group.
+        job = _job(store, rank, world_size)
+        handle = CommHandle()
+        self._store: Optional[_TorchStore] = None
+        try:
+            if "store" in job:
+                self._store = _TorchStore(job["store"])
+                prefix = f"ferry/dp/{next(_prefixes)}".encode()
+                lib.ferry_comm_open_store(self._dev.handle, byref(self._store.struct), prefix, int(job["rank"]),
+                                          int(job["world_size"]), float(timeout), byref(handle))
+            else:
+                lib.ferry_comm_open(self._dev.handle, job["bootstrap"].encode(), float(timeout), byref(handle))
+        except Exception as e:
+            raise self._with_store_error(e) from None
+        self._comm = handle
+        r, n = c_int(), c_int()
+        lib.ferry_comm_rank(handle, byref(r), byref(n))
+        self.rank, self.world_size = r.value, n.value
+        self.backend = (lib.ferry_comm_backend(handle) or b"").decode()
+
+        # Every rank starts from rank 0's parameters and buffers.
+        with torch.no_grad():
+            self._broadcast([p.detach() for p in self._params] + list(module.buffers()))
+
+        # The reducer over the parameters' gradients.
+        rows = (c_int64 * len(self._params))()
+        cols = (c_int64 * len(self._params))()
+        for i, p in enumerate(self._params):
+            rows[i], cols[i] = _shape_2d(p.shape)
+        options = {"plan": plan, "lossy": bool(lossy), "learn_steps": int(learn_steps),
+                   "first_bucket_bytes": int(first_bucket_mb * (1 << 20)),
+                   "bucket_cap_bytes": int(bucket_cap_mb * (1 << 20))}
+        red = ReducerHandle()
+        try:
+            lib.ferry_reducer_create(handle, rows, cols, len(self._params), json.dumps(options).encode(),
+                                     byref(red))
+        except Exception as e:
+            lib.ferry_comm_destroy(handle)
+            self._comm = None
+            raise self._with_store_error(e) from None
+        self._red = red
+        self._generation = -1
+        self._views: List[Any] = []
+        self._point_grads(keep=[p.grad for p in self._params])
+
+        self._sync = True
+        self._step_open = False
+        self._marked = [False] * len(self._params)
+        self._marks = 0
+        self._callback_queued = False
+        self._error: Optional[str] = None
+        self._hooks = [self._hook(i, p) for i, p in enumerate(self._params)]
+        _runtime.register(self)
+
+    # ---- the step ----------------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_usable()
+        if self._broadcast_buffers and self.world_size > 1:
+            buffers = list(self.module.buffers())
+            if buffers:
+                with torch.no_grad():
+                    self._broadcast(buffers)
+        if self._sync and torch.is_grad_enabled() and not self._step_open:
+            self._begin_step()
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally, without reducing them; the first backward
+        after it reduces the sum of everything accumulated (gradient accumulation)."""
+        before, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = before
+
+    def _begin_step(self) -> None:
+        generation, pending = c_uint64(), c_int()
+        lib.ferry_reducer_layout(self._red, byref(generation), byref(pending))
+        keep = None
+        if pending.value:
+            # The gradients move to a new layout: keep what they hold (an accumulation under no_sync, the
+            # zeros of zero_grad) and write it into the new views.
+            keep = [p.grad.detach().clone() if p.grad is not None else None for p in self._params]
+            if self._cuda:
+                torch.cuda.current_stream(self._torch_device).synchronize()
+        lib.ferry_reducer_begin_step(self._red)
+        lib.ferry_reducer_layout(self._red, byref(generation), None)
+        if generation.value != self._generation:
+            self._point_grads(keep=keep)
+        self._step_open = True
+        self._marked = [False] * len(self._params)
+        self._marks = 0
+        self._callback_queued = False
+
+    def _point_grads(self, keep: Optional[List[Any]]) -> None:
+        """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout)."""
+        from torch.utils.dlpack import from_dlpack
+        generation = c_uint64()
+        lib.ferry_reducer_layout(self._red, byref(generation), None)
+        managed = c_void_p()
+        lib.ferry_reducer_flat_dlpack(self._red, byref(managed))
+        try:
+            flat = from_dlpack(make_capsule(managed.value))
+        except BaseException:
+            lib.ferry_dlpack_delete(managed)
+            raise
+        offset, count = c_size_t(), c_size_t()
+        views = []
+        with torch.no_grad():
+            flat.zero_()
+            for i, p in enumerate(self._params):
+                lib.ferry_reducer_place(self._red, i, byref(offset), byref(count))
+                v = flat[offset.value:offset.value + count.value].view(p.shape)
+                if keep is not None and keep[i] is not None:
+                    v.copy_(keep[i])
+                p.grad = v
+                views.append(v)
+        self._flat = flat
+        self._views = views
+        self._generation = generation.value
+
+    def _hook(self, i: int, p: Any) -> Any:
+        if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+            return p.register_post_accumulate_grad_hook(lambda _p, i=i: self._ready(i))
+        # torch < 2.1: a hook on the parameter's AccumulateGrad node (kept alive here, as DDP does).
+        with torch.enable_grad():
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        handle = acc.register_hook(lambda *_, i=i: self._ready(i))
+        return (acc, handle)
+
+    def _stream(self) -> int:
+        if self._cuda:
+            return int(torch.cuda.current_stream(self._torch_device).cuda_stream)
+        return self._host_stream.handle
+
+    def _ready(self, i: int) -> None:
+        """Parameter i's gradient is complete (its accumulation hook, on the autograd thread)."""
+        if not self._step_open:
+            return
+        if self._marked[i]:
+            self._error = (f"ferry.torch.DataParallel (rank {self.rank} of {self.world_size}): parameter "
+                           f"{self._names[i]} got a second gradient in one backward after its bucket was "
+                           "launched (reentrant activation checkpointing, or a parameter used by two "
+                           "backward passes of one step); use torch.utils.checkpoint with "
+                           "use_reentrant=False, or one backward per step")
+            raise RuntimeError(self._error)
+        p, v = self._params[i], self._views[i]
+        g = p.grad
+        if g is None or g.data_ptr() != v.data_ptr():
+            # The optimizer's zero_grad(set_to_none=True) dropped the view: autograd made a new tensor.
+            with torch.no_grad():
+                if g is None:
+                    v.zero_()
+                else:
+                    v.copy_(g)
+            p.grad = v
+        self._marked[i] = True
+        self._marks += 1
+        lib.ferry_reducer_mark_ready(self._red, i, self._stream())
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _finish(self) -> None:
+        """The end of backward: unused parameters, then the current stream waits for the last bucket."""
+        missing = [i for i, m in enumerate(self._marked) if not m]
+        if missing and not self._find_unused:
+            names = ", ".join(self._names[i] for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
+            self._error = (f"ferry.torch.DataParallel (rank {self.rank} of {self.world_size}): {len(missing)} "
+                           f"parameter(s) got no gradient in this backward: {names}. Every parameter that "
+                           "requires grad must take part in the loss on every rank, or pass "
+                           "find_unused_parameters=True (they are then reduced as zeros)")
+            raise RuntimeError(self._error)
+        with torch.no_grad():
+            for i in missing:
+                p, v = self._params[i], self._views[i]
+                if p.grad is None or p.grad.data_ptr() != v.data_ptr():
+                    v.zero_()
+                    p.grad = v
+                self._marked[i] = True
+                lib.ferry_reducer_mark_ready(self._red, i, self._stream())
+        lib.ferry_reducer_finish(self._red, self._stream())
+        self._step_open = False
+        if not self._cuda:
+            lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+
+    # ---- collectives ---------------------------------------------------------------------------------
+    def _broadcast(self, tensors: List[Any]) -> None:
+        """Rank 0's values of `tensors` on every rank: their bytes packed into chunks of about 256 MiB, one
+        broadcast each (as 64-bit words: any dtype crosses bit for bit)."""
+        if self.world_size == 1 or not tensors:
+            return
+        chunks: List[List[Any]] = [[]]
+        size = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            if chunks[-1] and size + n > 256 << 20:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(t)
+            size += n
+        for chunk in chunks:
+            flat = torch.cat([c.detach().contiguous().view(-1).view(torch.uint8) for c in chunk])
+            pad = (-flat.numel()) % 8
+            if pad:
+                flat = torch.cat([flat, flat.new_zeros(pad)])
+            lib.ferry_comm_broadcast(self._comm, flat.data_ptr(), flat.data_ptr(), flat.numel() // 8, b"i64", 0,
+                                     self._stream())
+            if not self._cuda:
+                lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+            at = 0
+            for c in chunk:
+                n = c.numel() * c.element_size()
+                c.copy_(flat[at:at + n].view(c.dtype).view(c.shape))
+                at += n
+
+    # ---- state ---------------------------------------------------------------------------------------
+    def stats(self) -> Dict[str, Any]:
+        """The reducer's plan and counters: {"buckets", "bucket_bytes", "codecs", "steps", "learning",
+        "decided" (the automatic plan's choice, or None while it learns), ...}."""
+        self._check_usable()
+        out = c_void_p()
+        lib.ferry_reducer_stats_json(self._red, byref(out))
+        s = json.loads(take_string(out))
+        s["plan"] = {"buckets": s["buckets"], "bucket_bytes": s["bucket_bytes"],
+                     "lossy_buckets": sum(c != "none" for c in s["codecs"])}
+        return s
+
+    def _check_usable(self) -> None:
+        _runtime.check_owner(self, self._pid)
+        if self._closed:
+            raise RuntimeError("ferry.torch.DataParallel: closed")
+        if self._error is not None:
+            raise RuntimeError(f"{self._error} (the step could not be finished; make a new DataParallel)")
+
+    def _with_store_error(self, e: BaseException) -> BaseException:
+        store_error = self._store.error if getattr(self, "_store", None) is not None else None
+        if store_error is not None:
+            return type(e)(f"{e} (the store said: {type(store_error).__name__}: {store_error})")
+        return e
+
+    def close(self) -> None:
+        """Releases the group. Gradients stay readable (they are copied out of ferry's buffer)."""
+        if getattr(self, "_closed", True) or _runtime.current_pid() != self._pid:
+            return
+        self._closed = True
+        for h in self._hooks:
+            (h[1] if isinstance(h, tuple) else h).remove()
+        with torch.no_grad():
+            for p, v in zip(self._params, self._views):
+                if p.grad is not None and p.grad.data_ptr() == v.data_ptr():
+                    p.grad = v.clone()
+        if self._cuda:
+            torch.cuda.current_stream(self._torch_device).synchronize()
+        self._views, self._flat = [], None
+        red, self._red = self._red, None
+        lib.ferry_reducer_destroy(red)
+        comm, self._comm = self._comm, None
+        lib.ferry_comm_destroy(comm)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a finalizer reports nothing
+            pass

@@ -1,0 +1,379 @@
+// The C ABI's comm functions: a group over the job's processes (a bootstrap of MPI, of this process
+// alone, or of the caller's key-value store) and the reducer over it, with the flat gradient buffer lent
+// to the caller as DLPack.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "api.hpp"
+#include "dlpack.hpp"
+#include "ferry/comm/bootstrap.hpp"
+#include "ferry/comm/communicator.hpp"
+#include "ferry/comm/group.hpp"
+#include "ferry/comm/reducer.hpp"
+#include "ferry/core/error.hpp"
+#include "interop.hpp"
+
+namespace ferry::c_api {
+namespace {
+
+// The caller's key-value store behind ferry::comm's interface. A function that fails throws: the store
+// bootstrap reports it with the key and the collective.
+class c_store final : public comm::key_value_store {
+ public:
+  explicit c_store(const ferry_kv_store& fns) : fns_(fns) {}
+  void set(const std::string& key, std::span<const std::byte> value) override {
+    if (fns_.set(fns_.user, key.c_str(), value.data(), value.size()) != 0)
+      throw std::runtime_error(
+          fmt::format("the store's set of key '{}' ({} bytes) failed", key, value.size()));
+  }
+  bool get(const std::string& key, std::span<std::byte> out, std::chrono::milliseconds wait) override {
+    const int rc = fns_.get(fns_.user, key.c_str(), out.data(), out.size(), wait.count());
+    if (rc == 0) return true;
+    if (rc == 1) return false;
+    throw std::runtime_error(fmt::format("the store's get of key '{}' ({} bytes expected) failed (status {})",
+                                         key, out.size(), rc));
+  }
+  void erase(const std::string& key) override {
+    if (fns_.erase != nullptr) static_cast<void>(fns_.erase(fns_.user, key.c_str()));
+  }
+
+ private:
+  ferry_kv_store fns_;
+};
+
+std::chrono::milliseconds timeout_of(double seconds, const char* fn) {
+  FERRY_EXPECTS(std::isfinite(seconds) && seconds > 0 && seconds <= 86400.0 * 365,
+                fmt::format("{}: timeout {} s must be a positive number of seconds", fn, seconds));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
+}
+
+}  // namespace
+
+/// A group's rank in this process: the communicator and what it runs on.
+struct comm_state {
+  std::shared_ptr<device_state> dev;
+  std::unique_ptr<comm::communicator> comm;
+  std::string backend;
+  ~comm_state() { comm.reset(); }
+};
+
+/// A reducer and the group it reduces over (kept alive by it).
+struct reducer_state {
+  std::shared_ptr<comm_state> group;
+  std::unique_ptr<comm::reducer> red;
+  ~reducer_state() { red.reset(); }
+};
+
+}  // namespace ferry::c_api
+
+struct ferry_comm {
+  std::shared_ptr<ferry::c_api::comm_state> state;
+};
+
+struct ferry_reducer {
+  std::shared_ptr<ferry::c_api::reducer_state> state;
+};
+
+using ferry::c_api::guard;
+
+namespace {
+
+template <class Handle>
+Handle& checked(Handle* h, const char* fn) {
+  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
+  return *h;
+}
+
+void expect_out(const void* out, const char* fn) {
+  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
+}
+
+ferry_comm* make_comm(ferry_device* dev, std::shared_ptr<ferry::comm::bootstrap> job, double timeout_s,
+                      const char* fn) {
+  auto& d = checked(dev, fn);
+  ferry::comm::comm_options o;
+  o.timeout = ferry::c_api::timeout_of(timeout_s, fn);
+  auto st = std::make_shared<ferry::c_api::comm_state>();
+  st->dev = d.state;
+  st->comm = ferry::comm::open_group(std::move(job), *d.state->dev, o);
+  st->backend = std::string(st->comm->backend_name());
+  return new ferry_comm{std::move(st)};
+}
+
+ferry::comm::dtype dtype_of(const char* name, const char* fn) {
+  FERRY_EXPECTS(name != nullptr, fmt::format("{}: the dtype is NULL", fn));
+  return ferry::comm::parse_dtype(name);
+}
+
+// A view of `count` elements of `type` at `p` on the group's device.
+ferry::mem_view view_of(const ferry::c_api::comm_state& st, const void* p, std::size_t count,
+                        ferry::comm::dtype type) {
+  const std::size_t bytes = count * ferry::comm::size_of(type);
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): collectives only read a send view
+  return ferry::device_view(const_cast<void*>(p), bytes);
+}
+
+ferry::comm::reducer_options reducer_options_of(const char* json, int world) {
+  ferry::comm::reducer_options o;
+  if (json == nullptr || *json == '\0') return o;
+  const nlohmann::json j = nlohmann::json::parse(json);
+  FERRY_EXPECTS(j.is_object(), fmt::format("ferry_reducer_create: options {} are not a JSON object", json));
+  for (const auto& [key, value] : j.items()) {
+    if (key == "plan") {
+      const std::string plan = value.get<std::string>();
+      FERRY_EXPECTS(plan == "auto" || plan == "fixed",
+                    fmt::format("ferry_reducer_create: plan '{}': expected \"auto\" or \"fixed\"", plan));
+      o.automatic.enabled = plan == "auto";
+    } else if (key == "lossy") {
+      o.automatic.policy =
+          value.get<bool>() ? ferry::comm::codec_policy::lossy_allowed : ferry::comm::codec_policy::lossless;
+    } else if (key == "first_bucket_bytes") {
+      o.plan.first_bucket_bytes = value.get<std::size_t>();
+    } else if (key == "bucket_cap_bytes") {
+      o.plan.bucket_cap_bytes = value.get<std::size_t>();
+    } else if (key == "codec") {
+      o.codec = ferry::comm::parse_codec(value.get<std::string>());
+    } else if (key == "rebuild") {
+      o.rebuild = value.get<bool>();
+    } else if (key == "learn_steps") {
+      o.automatic.learn_steps = value.get<int>();
+    } else if (key == "timing") {
+      o.timing = value.get<bool>();
+    } else if (key == "powersgd_rank") {
+      o.powersgd.rank = value.get<std::size_t>();
+    } else {
+      throw ferry::logic_error(
+          fmt::format("ferry_reducer_create: option '{}' is not one of plan, lossy, first_bucket_bytes, "
+                      "bucket_cap_bytes, "
+                      "codec, rebuild, learn_steps, timing, powersgd_rank",
+                      key));
+    }
+  }
+  static_cast<void>(world);
+  return o;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ferry_comm_open(ferry_device* dev, const char* bootstrap, double timeout_s, ferry_comm** out) {
+  return guard([&] {
+    expect_out(out, "ferry_comm_open");
+    *out = nullptr;
+    std::shared_ptr<ferry::comm::bootstrap> job =
+        ferry::comm::make_bootstrap(bootstrap == nullptr ? "auto" : bootstrap);
+    *out = make_comm(dev, std::move(job), timeout_s, "ferry_comm_open");
+  });
+}
+
+int ferry_comm_open_store(ferry_device* dev, const ferry_kv_store* store, const char* prefix, int rank,
+                          int size, double timeout_s, ferry_comm** out) {
+  return guard([&] {
+    expect_out(out, "ferry_comm_open_store");
+    *out = nullptr;
+    FERRY_EXPECTS(store != nullptr && store->set != nullptr && store->get != nullptr,
+                  "ferry_comm_open_store: the store and its set and get functions must not be NULL");
+    FERRY_EXPECTS(prefix != nullptr, "ferry_comm_open_store: the key prefix is NULL");
+    const auto timeout = ferry::c_api::timeout_of(timeout_s, "ferry_comm_open_store");
+    std::shared_ptr<ferry::comm::bootstrap> job = ferry::comm::make_store_bootstrap(
+        std::make_shared<ferry::c_api::c_store>(*store), rank, size, prefix, timeout);
+    *out = make_comm(dev, std::move(job), timeout_s, "ferry_comm_open_store");
+  });
+}
+
+int ferry_comm_rank(ferry_comm* c, int* rank, int* size) {
+  return guard([&] {
+    const auto& st = *checked(c, "ferry_comm_rank").state;
+    if (rank != nullptr) *rank = st.comm->rank();
+    if (size != nullptr) *size = st.comm->size();
+  });
+}
+
+const char* ferry_comm_backend(ferry_comm* c) { return c == nullptr ? "" : c->state->backend.c_str(); }
+
+int ferry_comm_all_reduce(ferry_comm* c, const void* send, void* recv, size_t count, const char* dtype,
+                          const char* op, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(c, "ferry_comm_all_reduce").state;
+    const ferry::comm::dtype t = dtype_of(dtype, "ferry_comm_all_reduce");
+    const std::string o = op == nullptr ? "sum" : op;
+    FERRY_EXPECTS(o == "sum" || o == "avg",
+                  fmt::format("ferry_comm_all_reduce: op '{}': expected sum or avg", o));
+    const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
+    const ferry::event done =
+        st.comm->all_reduce(view_of(st, send, count, t), view_of(st, recv, count, t), count, t,
+                            o == "avg" ? ferry::comm::reduce_op::avg : ferry::comm::reduce_op::sum, s);
+    ferry::c_api::wait_event(*st.dev, stream, done);
+  });
+}
+
+int ferry_comm_broadcast(ferry_comm* c, const void* send, void* recv, size_t count, const char* dtype,
+                         int root, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(c, "ferry_comm_broadcast").state;
+    const ferry::comm::dtype t = dtype_of(dtype, "ferry_comm_broadcast");
+    const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
+    const ferry::mem_view from = st.comm->rank() == root ? view_of(st, send, count, t) : ferry::mem_view{};
+    const ferry::event done = st.comm->broadcast(from, view_of(st, recv, count, t), count, t, root, s);
+    ferry::c_api::wait_event(*st.dev, stream, done);
+  });
+}
+
+int ferry_comm_abort(ferry_comm* c, const char* why) {
+  return guard([&] { checked(c, "ferry_comm_abort").state->comm->abort(why == nullptr ? "abort" : why); });
+}
+
+void ferry_comm_destroy(ferry_comm* c) { delete c; }
+
+int ferry_reducer_create(ferry_comm* c, const int64_t* rows, const int64_t* cols, size_t params,
+                         const char* options_json, ferry_reducer** out) {
+  return guard([&] {
+    expect_out(out, "ferry_reducer_create");
+    *out = nullptr;
+    auto& h = checked(c, "ferry_reducer_create");
+    FERRY_EXPECTS(params > 0 && rows != nullptr && cols != nullptr,
+                  "ferry_reducer_create: give at least one parameter (rows and cols not NULL)");
+    std::vector<ferry::comm::matrix_shape> shapes(params);
+    for (size_t p = 0; p < params; ++p) {
+      FERRY_EXPECTS(
+          rows[p] > 0 && cols[p] > 0,
+          fmt::format("ferry_reducer_create: parameter {} has shape {} x {}; every dimension must be "
+                      "positive",
+                      p, rows[p], cols[p]));
+      shapes[p] = {static_cast<std::size_t>(rows[p]), static_cast<std::size_t>(cols[p])};
+    }
+    auto st = std::make_shared<ferry::c_api::reducer_state>();
+    st->group = h.state;
+    st->red = std::make_unique<ferry::comm::reducer>(*h.state->comm, shapes,
+                                                     reducer_options_of(options_json, h.state->comm->size()));
+    *out = new ferry_reducer{std::move(st)};
+  });
+}
+
+int ferry_reducer_layout(ferry_reducer* r, uint64_t* generation, int* pending) {
+  return guard([&] {
+    const auto& red = *checked(r, "ferry_reducer_layout").state->red;
+    if (generation != nullptr) *generation = red.generation();
+    if (pending != nullptr) *pending = red.plan_pending() || red.rebuild_due() ? 1 : 0;
+  });
+}
+
+int ferry_reducer_begin_step(ferry_reducer* r) {
+  return guard([&] { checked(r, "ferry_reducer_begin_step").state->red->begin_step(); });
+}
+
+int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out) {
+  return guard([&] {
+    expect_out(out, "ferry_reducer_flat_dlpack");
+    auto& st = *checked(r, "ferry_reducer_flat_dlpack").state;
+    const ferry::mem_view flat = st.red->flat();
+    struct holder {
+      ferry::c_api::dl_managed_tensor managed{};
+      std::int64_t shape = 0;
+      std::int64_t stride = 1;
+    };
+    auto h = std::make_unique<holder>();
+    h->shape = static_cast<std::int64_t>(flat.bytes / sizeof(float));
+    const auto& dev = *st.group->dev;
+    const bool cuda = dev.dev->kind() == ferry::backend::cuda;
+    auto& t = h->managed.dl_tensor;
+    t.data = flat.data;
+    t.device = {cuda ? ferry::c_api::kdl_cuda : ferry::c_api::kdl_cpu, cuda ? dev.ordinal : 0};
+    t.ndim = 1;
+    t.dtype = {ferry::c_api::kdl_float, 32, 1};
+    t.shape = &h->shape;
+    t.strides = &h->stride;
+    t.byte_offset = 0;
+    h->managed.manager_ctx = h.get();
+    h->managed.deleter = [](ferry::c_api::dl_managed_tensor* m) {
+      delete static_cast<holder*>(m->manager_ctx);
+    };
+    *out = &h.release()->managed;
+  });
+}
+
+int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elements) {
+  return guard([&] {
+    const auto& red = *checked(r, "ferry_reducer_place").state->red;
+    FERRY_EXPECTS(p < red.param_count(), fmt::format("ferry_reducer_place: parameter {} of {} (0..{})", p,
+                                                     red.param_count(), red.param_count() - 1));
+    const ferry::mem_view g = red.grad(p);
+    const ferry::mem_view flat = red.flat();
+    if (offset != nullptr) *offset = (g.begin() - flat.begin()) / sizeof(float);
+    if (elements != nullptr) *elements = g.bytes / sizeof(float);
+  });
+}
+
+int ferry_reducer_mark_ready(ferry_reducer* r, size_t p, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(r, "ferry_reducer_mark_ready").state;
+    st.red->mark_ready(p, ferry::c_api::producer_view(*st.group->dev, stream));
+  });
+}
+
+int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(r, "ferry_reducer_finish").state;
+    auto& dev = *st.group->dev;
+    if (ferry::c_api::is_default_stream(dev, stream)) {
+      // The default stream waits for the last bucket through the bridge.
+      const ferry::stream_view bridge = ferry::c_api::producer_view(dev, stream);
+      st.red->finish(bridge);
+      ferry::c_api::join_into(dev, stream, bridge);
+      return;
+    }
+    st.red->finish(ferry::c_api::producer_view(dev, stream));
+  });
+}
+
+int ferry_reducer_stats_json(ferry_reducer* r, char** out) {
+  return guard([&] {
+    expect_out(out, "ferry_reducer_stats_json");
+    const auto& red = *checked(r, "ferry_reducer_stats_json").state->red;
+    const ferry::comm::reducer_stats s = red.stats();
+    nlohmann::json j;
+    j["steps"] = s.steps;
+    j["buckets_launched"] = s.buckets_launched;
+    j["wire_bytes"] = s.wire_bytes;
+    j["gradient_bytes"] = s.gradient_bytes;
+    j["plan_changes"] = s.plan_changes;
+    j["generation"] = red.generation();
+    j["buckets"] = red.plan().buckets.size();
+    std::vector<std::string> codecs;
+    for (const ferry::comm::codec_kind k : red.codecs()) codecs.emplace_back(ferry::comm::to_string(k));
+    j["codecs"] = codecs;
+    std::vector<std::size_t> bucket_bytes;
+    for (const auto& b : red.plan().buckets) bucket_bytes.push_back(b.bytes());
+    j["bucket_bytes"] = bucket_bytes;
+    j["learning"] = red.learning();
+    const auto& decided = red.auto_result();
+    if (decided) {
+      j["decided"] = {{"buckets", decided->buckets},
+                      {"first_bucket_bytes", decided->first_bucket_bytes},
+                      {"bucket_cap_bytes", decided->bucket_cap_bytes},
+                      {"lossy_buckets", decided->lossy_buckets},
+                      {"predicted_exposed_ms", decided->predicted_exposed_s * 1e3},
+                      {"backward_ms", decided->backward_s * 1e3},
+                      {"per_bucket_compute_us", decided->per_bucket_compute_us},
+                      {"decided_at_step", decided->decided_at_step}};
+    } else {
+      j["decided"] = nullptr;
+    }
+    j["backend"] = std::string(red.comm().backend_name());
+    j["rank"] = red.comm().rank();
+    j["world_size"] = red.comm().size();
+    *out = ferry::c_api::dup_string(j.dump());
+  });
+}
+
+void ferry_reducer_destroy(ferry_reducer* r) { delete r; }
+
+}  // extern "C"

@@ -1,0 +1,127 @@
+"""ferry.torch.DataParallel over several processes on CPU tensors (ferry's host backend, the group found
+through torch.distributed's TCPStore), as torchrun would start them: the ranks end with identical
+parameters equal to one process training on the whole batch; no_sync accumulates; unused parameters are
+refused by name unless allowed; a rank that raises or is killed fails the others within the timeout, with
+an error naming the rank and the operation, and no process hangs. Each rank is data_parallel_worker.py."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("data_parallel_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(tmp_path, scenario: str, world: int, timeout: float = 90.0):
+    """Starts `world` ranks; returns their (exit status, report or None, stderr)."""
+    port = free_port()
+    env = dict(os.environ, FERRY_TEST_BACKENDS="host", OMP_NUM_THREADS="1")
+    procs = []
+    for r in range(world):
+        out = tmp_path / f"{scenario}_{r}.json"
+        procs.append((subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world), str(port), str(out)],
+                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out))
+    results = []
+    deadline = time.monotonic() + timeout
+    for p, out in procs:
+        try:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q, _ in procs:
+                q.kill()
+            pytest.fail(f"scenario {scenario}: a rank hung past {timeout} s")
+        results.append((p.returncode, json.loads(out.read_text()) if out.exists() else None, err))
+    return results
+
+
+def reference(steps=6, batch=4, world=2):
+    """One process training rank 0's initial model on the whole global batch."""
+    sys.path.insert(0, str(WORKER.parent))
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(steps, world * batch, 8, generator=g)
+    y = torch.randint(0, 3, (steps, world * batch), generator=g)
+    torch.manual_seed(10)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                            torch.nn.Linear(32, 3))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for s in range(steps):
+        opt.zero_grad()
+        loss_fn(m(x[s]), y[s]).backward()
+        opt.step()
+    return [p.detach().reshape(-1).tolist() for p in m.parameters()]
+
+
+def assert_close(a, b, tol=2e-5):
+    assert len(a) == len(b)
+    for pa, pb in zip(a, b):
+        assert len(pa) == len(pb)
+        worst = max(abs(u - v) / (1.0 + abs(v)) for u, v in zip(pa, pb))
+        assert worst <= tol, f"parameters differ by {worst} (relative), more than {tol}"
+
+
+@pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 3), ("auto", 2), ("no_sync", 2)])
+def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_path, scenario, world):
+    results = run_job(tmp_path, scenario, world)
+    for code, rep, err in results:
+        assert code == 0, err
+        assert rep is not None and rep["error"] is None, (rep, err)
+    first = results[0][1]
+    # Rank 0's initial parameters reached every rank (they were made with different seeds).
+    for _, rep, _ in results[1:]:
+        assert rep["initial"] == first["initial"]
+        # Every rank reduced the same gathered gradients in the same order: the same bits.
+        assert rep["params"] == first["params"]
+    assert_close(first["params"], reference(world=world))
+    stats = first["stats"]
+    assert stats["steps"] == 6 and stats["world_size"] == world and stats["backend"] == "host"
+    if scenario == "auto":
+        assert stats["decided"] is not None and not stats["learning"]
+    else:
+        assert stats["buckets"] > 1  # the small caps cut the model into several buckets
+
+
+def test_unused_parameters_are_refused_by_name_and_allowed_when_asked(tmp_path):
+    for code, rep, err in run_job(tmp_path, "unused", 2, timeout=60):
+        assert code == 0, err
+        assert "got no gradient in this backward: head_b.weight, head_b.bias" in rep["error"]
+        assert "find_unused_parameters=True" in rep["error"]
+    results = run_job(tmp_path, "unused_allowed", 2, timeout=60)
+    for code, rep, err in results:
+        assert code == 0, err
+        assert rep["error"] is None, rep
+    assert results[0][1]["params"] == results[1][1]["params"]
+
+
+@pytest.mark.parametrize("scenario", ["raise", "killed"])
+def test_a_rank_that_fails_fails_the_others_within_the_timeout_naming_it(tmp_path, scenario):
+    start = time.monotonic()
+    results = run_job(tmp_path, scenario, 2, timeout=60)
+    assert time.monotonic() - start < 45
+    code1, _, err1 = results[1]
+    assert code1 != 0
+    code0, rep0, err0 = results[0]
+    assert code0 == 0, err0
+    assert rep0 is not None and rep0["error"], err0
+    assert "all_reduce" in rep0["error"] or "broadcast" in rep0["error"], rep0["error"]
+    if scenario == "raise":
+        # The failing rank closed its group on the way out: the other learns at once, and why.
+        assert "aborted by process 1 of 2" in rep0["error"], rep0["error"]
+    else:
+        assert "process 1 did not write its part within 5000 ms" in rep0["error"], rep0["error"]
