@@ -20,6 +20,7 @@
 #include "ferry/comm/bus_factor.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/f32_ops.hpp"
+#include "ferry/comm/plan_measure.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
@@ -211,60 +212,6 @@ struct rank_outcome {
   double per_bucket_us = -1;         // auto levels: what a bucket took from backward
 };
 
-// Seconds of one all-reduce of each size, this rank's view, `iters` after one warm-up, each size from a
-// barrier of the group.
-std::vector<double> time_all_reduce(comm::communicator& c, mem_view scratch,
-                                    std::span<const std::uint64_t> sizes, int iters, stream_view s) {
-  std::vector<double> out;
-  for (std::uint64_t bytes : sizes) {
-    const std::size_t count = bytes / sizeof(float);
-    const mem_view v = scratch.subview(0, bytes);
-    static_cast<void>(c.all_reduce(v, v, count, comm::dtype::f32, comm::reduce_op::avg, s));
-    event b = c.barrier(s);
-    b.synchronize();
-    const auto t0 = steady_clock::now();
-    for (int i = 0; i < iters; ++i)
-      static_cast<void>(c.all_reduce(v, v, count, comm::dtype::f32, comm::reduce_op::avg, s));
-    s.synchronize();
-    out.push_back(seconds_since(t0) / iters);
-  }
-  return out;
-}
-
-// A codec's encode and decode cost on this device: per byte from two sizes, the rest per call.
-comm::codec_cost measure_codec(codec_kind codec, mem_view scratch, mem_view wire, int ranks, stream_view s) {
-  const std::size_t big = scratch.bytes / sizeof(float);
-  const std::size_t small = std::min<std::size_t>(1024, big);
-  auto time = [&](std::size_t count, bool encode) {
-    constexpr int iters = 3;
-    if (encode) comm::encode_async(codec, scratch, wire, count, ranks, s);  // warm-up
-    s.synchronize();
-    const auto t0 = steady_clock::now();
-    for (int i = 0; i < iters; ++i) {
-      if (encode) {
-        comm::encode_async(codec, scratch, wire, count, ranks, s);
-      } else {
-        comm::decode_async(codec, wire, scratch, count, s);
-      }
-    }
-    s.synchronize();
-    return seconds_since(t0) / iters;
-  };
-  comm::codec_cost c;
-  c.codec = codec;
-  double per_call = 0;
-  for (const bool encode : {true, false}) {
-    const double t_small = time(small, encode), t_big = time(big, encode);
-    const double bytes_small = static_cast<double>(small * sizeof(float));
-    const double bytes_big = static_cast<double>(big * sizeof(float));
-    const double per_byte = big > small ? std::max(0.0, (t_big - t_small) / (bytes_big - bytes_small)) : 0.0;
-    (encode ? c.encode_ns_per_byte : c.decode_ns_per_byte) = per_byte * 1e9;
-    per_call += std::max(0.0, t_small - per_byte * bytes_small) / 2;
-  }
-  c.per_call = std::chrono::nanoseconds(static_cast<std::int64_t>(per_call * 1e9));
-  return c;
-}
-
 // The sizes the automatic plan measures the link at: x4 from about a 4096th of the gradients to all of them.
 std::vector<std::uint64_t> link_sizes(std::uint64_t total) {
   std::vector<std::uint64_t> out;
@@ -305,7 +252,6 @@ class rank_model {
         dev_(comm_.dev()),
         compute_(dev_.make_stream()),
         t0_(dev_.make_timing_event()),
-        backward_start_(dev_.make_timing_event()),
         backward_end_(dev_.make_timing_event()) {
     const ddp_options& cfg = run.cfg;
     const auto step = std::chrono::duration<double, std::nano>(cfg.compute).count();
@@ -342,10 +288,6 @@ class rank_model {
   void run() {
     const level_setting& s = run_.setting;
     const ddp_options& cfg = run_.cfg;
-    // Auto levels: the first step, then learn_steps with one bucket (the ready timeline, undisturbed), then
-    // 2 x learn_steps with DDP's 25 MB buckets (what many buckets beside backward take from it).
-    const int learn = cfg.learn_steps;
-    const int pre = s.kind == level_kind::automatic ? 1 + 3 * learn : 0;
     if (s.kind == level_kind::single) {
       std::size_t total = 0;
       for (std::size_t n : run_.elements) total += n;
@@ -354,7 +296,9 @@ class rank_model {
       comm::reducer_options o;
       o.timing = true;
       o.codec = s.codec;
-      if (s.kind == level_kind::automatic || s.first_bytes == 0) {
+      if (s.kind == level_kind::automatic) {
+        o.automatic = automatic_options();
+      } else if (s.first_bytes == 0) {
         o.plan.first_bucket_bytes = o.plan.bucket_cap_bytes = std::numeric_limits<std::size_t>::max() / 16;
       } else {
         o.plan.first_bucket_bytes = scaled_bytes(s.first_bytes, cfg.scale);
@@ -365,22 +309,16 @@ class rank_model {
       o.powersgd.rank = 1;
       red_.emplace(comm_, run_.shapes, o);
     }
-    std::optional<comm::plan_inputs> inputs;
-    if (s.kind == level_kind::automatic) inputs = measure();
-    const int total = pre + cfg.warmup + cfg.steps;
+    // Auto levels: the reducer learns and decides over its first steps (1 + 3 x learn_steps; none at one
+    // rank), the same number on every rank; they run before the warm-up.
+    if (s.kind == level_kind::automatic) {
+      while (!red_->auto_result()) one_step(-1);
+      decided();
+    }
+    const int total = cfg.warmup + cfg.steps;
     for (int step = 0; step < total; ++step) {
-      const int widx = step - pre;
-      if (rank_ == 0 && widx == cfg.warmup) run_.window.begin();
-      const bool timeline = inputs && step >= 1 && step <= learn;
-      // The many-bucket steps: the first learn_steps let the host get ahead of the GPU as in the timed
-      // steps (the interference shows only then), the last learn_steps are measured.
-      const bool interference = inputs && step > 2 * learn && step <= 3 * learn;
-      step_marks* probe = interference ? &probes_[static_cast<std::size_t>(step - 2 * learn - 1)] : nullptr;
-      one_step(widx, timeline, probe);
-      if (timeline) learn_timeline(*inputs, step == learn);
-      if (inputs && step == learn) try_many_buckets();
-      if (interference) learn_interference(*inputs, step == 3 * learn);
-      if (inputs && step == 3 * learn) decide(*inputs);
+      if (rank_ == 0 && step == cfg.warmup) run_.window.begin();
+      one_step(step);
     }
     if (rank_ == 0) run_.window.end(last_row_);
     compute_.synchronize();
@@ -403,8 +341,8 @@ class rank_model {
     return o;
   }
 
-  // `probe`: marks to record backward's start and end in (the interference steps of the auto levels).
-  void one_step(int widx, bool learning, step_marks* probe = nullptr) {
+  // `widx`: the step's index from the first warm-up step (negative: the auto levels' learning steps).
+  void one_step(int widx) {
     std::optional<trace::scoped_range> range;
     if (rank_ == 0) range.emplace("step", trace::color::gray);
     const bool timed = rank_ == 0 && widx >= 0;
@@ -421,9 +359,7 @@ class rank_model {
     for (int u = 0; u < model_units; ++u)
       if (forward_[static_cast<std::size_t>(u)].count() > 0)
         dev_.spin_async(forward_[static_cast<std::size_t>(u)], compute_);
-    backward_start_.record(compute_);
     if (marks) marks->backward.record(compute_);
-    if (probe) probe->backward.record(compute_);
     for (int u = model_units - 1; u >= 0; --u) {
       if (backward_[static_cast<std::size_t>(u)].count() > 0)
         dev_.spin_async(backward_[static_cast<std::size_t>(u)], compute_);
@@ -432,12 +368,10 @@ class rank_model {
       for (std::size_t p = last + 1; p-- > first;) {
         comm::fill_f32_async(grad(p), run_.elements[p], fill_of(p, rank_), compute_);
         if (red_) red_->mark_ready(p, compute_);
-        if (learning) ready_[p].record(compute_);
       }
     }
     backward_end_.record(compute_);
     if (marks) marks->backward_end.record(compute_);
-    if (probe) probe->backward_end.record(compute_);
     if (red_) red_->finish(compute_);
     if (marks) marks->waited.record(compute_);
     dev_.spin_async(optimizer_, compute_);
@@ -445,86 +379,27 @@ class rank_model {
     if (timed) run_.window.compute_done(widx, compute_);
   }
 
-  // The automatic plan's start-up measurements: the link over sizes, and the codecs' costs.
-  comm::plan_inputs measure() {
+  // The auto levels' reducer option: the automatic plan under the level's policy, its sizes (candidates,
+  // DDP's plans it compares and probes with, the link sizes) scaled with the model.
+  comm::auto_plan_options automatic_options() const {
     const ddp_options& cfg = run_.cfg;
+    auto scaled = [&cfg](const comm::bucket_plan_options& o) {
+      return comm::bucket_plan_options{scaled_bytes(o.first_bucket_bytes, cfg.scale),
+                                       scaled_bytes(o.bucket_cap_bytes, cfg.scale), alignment};
+    };
+    comm::auto_plan_options a;
+    a.enabled = true;
+    a.policy = run_.setting.policy;
+    a.learn_steps = cfg.learn_steps;
+    a.min_lossy_gain = cfg.min_lossy_gain;
+    for (std::size_t c : comm::default_caps()) a.caps.push_back(scaled_bytes(c, cfg.scale));
+    for (std::size_t f : comm::default_first_buckets()) a.first_buckets.push_back(scaled_bytes(f, cfg.scale));
+    for (const comm::bucket_plan_options& f : comm::ddp_plans()) a.fixed_plans.push_back(scaled(f));
+    a.probe = scaled(comm::bucket_plan_options{});
     std::uint64_t total = 0;
     for (std::size_t n : run_.elements) total += n * sizeof(float);
-    buffer scratch = dev_.alloc_device(total);
-    buffer wire = dev_.alloc_device(total / 2 + sizeof(float));
-    comm::fill_f32_async(scratch.view(), total / sizeof(float), fill_of(0, rank_), compute_);
-    const std::vector<std::uint64_t> sizes = link_sizes(total);
-    const std::vector<double> seconds = time_all_reduce(comm_, scratch.view(), sizes, 3, compute_);
-    comm::plan_inputs in;
-    in.link = comm::link_table::from_times(comm_.size(), sizes, seconds);
-    in.policy = run_.setting.policy;
-    in.min_lossy_gain = cfg.min_lossy_gain;
-    in.codecs = {comm::codec_cost{}};
-    if (in.policy == comm::codec_policy::lossy_allowed) {
-      for (codec_kind c : {codec_kind::bf16, codec_kind::fp16})
-        in.codecs.push_back(measure_codec(c, scratch.view(), wire.view(), comm_.size(), compute_));
-    }
-    for (std::size_t c : comm::default_caps()) in.caps.push_back(scaled_bytes(c, cfg.scale));
-    for (std::size_t f : comm::default_first_buckets())
-      in.first_buckets.push_back(scaled_bytes(f, cfg.scale));
-    in.alignment_bytes = alignment;
-    in.timeline.elements = run_.elements;
-    in.timeline.ready.assign(run_.elements.size(), std::chrono::nanoseconds(0));
-    for (std::size_t p = 0; p < run_.elements.size(); ++p) ready_.push_back(dev_.make_timing_event());
-    for (int i = 0; i < cfg.learn_steps; ++i) {
-      step_marks m;
-      m.backward = dev_.make_timing_event();
-      m.backward_end = dev_.make_timing_event();
-      probes_.push_back(std::move(m));
-    }
-    ready_ms_.assign(run_.elements.size(), 0);
-    return in;
-  }
-
-  // After a learning step: adds each gradient's ready time (from backward's start) to the running mean;
-  // on the last, writes the mean into the plan's timeline.
-  void learn_timeline(comm::plan_inputs& in, bool last) {
-    compute_.synchronize();
-    ++learned_;
-    backward_ms_ += dev_.elapsed_ms(backward_start_, backward_end_);
-    for (std::size_t p = 0; p < ready_.size(); ++p)
-      ready_ms_[p] += dev_.elapsed_ms(backward_start_, ready_[p]);
-    if (!last) return;
-    auto ns = [this](double ms_sum) {
-      return std::chrono::nanoseconds(static_cast<std::int64_t>(ms_sum / learned_ * 1e6));
-    };
-    in.timeline.backward_end = ns(backward_ms_);
-    for (std::size_t p = 0; p < ready_.size(); ++p)
-      in.timeline.ready[p] = std::min(ns(ready_ms_[p]), in.timeline.backward_end);
-  }
-
-  // The next steps run DDP's default buckets (the same on every rank: the order is rank 0's since the
-  // first step's rebuild), to see how much longer backward runs beside many all-reduces.
-  void try_many_buckets() {
-    const ddp_options& cfg = run_.cfg;
-    comm::bucket_plan many = comm::make_bucket_plan(
-        run_.elements, red_->plan().order(),
-        {scaled_bytes(1 * MiB, cfg.scale), scaled_bytes(25 * MiB, cfg.scale), alignment});
-    many_buckets_ = many.buckets.size();
-    red_->set_plan(std::move(many), {codec_kind::none});
-  }
-
-  // After a step with many buckets; on the last, what each bucket took from backward, on average, into
-  // the plan's inputs (never below 0).
-  // Those steps run as the timed ones will, the host queueing ahead of the GPU: no host sync until the
-  // last, whose backward times, with their mean, go into the plan's inputs (never below 0).
-  void learn_interference(comm::plan_inputs& in, bool last) {
-    if (!last) return;
-    compute_.synchronize();
-    double many = 0;
-    for (const step_marks& m : probes_) many += dev_.elapsed_ms(m.backward, m.backward_end);
-    many /= static_cast<double>(probes_.size());
-    const double one = backward_ms_ / learned_;
-    const double per_bucket_ms =
-        many_buckets_ > 1 ? std::max(0.0, many - one) / static_cast<double>(many_buckets_ - 1) : 0.0;
-    in.per_bucket_compute = std::chrono::nanoseconds(static_cast<std::int64_t>(per_bucket_ms * 1e6));
-    per_bucket_us_ = per_bucket_ms * 1e3;
-    probe_hidden_ = hidden_share();
+    a.link_sizes = link_sizes(total);
+    return a;
   }
 
   // The share of the last finished step's bucket time on the communication stream that ran before
@@ -541,36 +416,27 @@ class rank_model {
     return {busy > 0 ? before / busy : 0, busy};
   }
 
-  // Rank 0 chooses the plan and broadcasts it; every rank sets it, to take effect at the next step.
-  void decide(const comm::plan_inputs& in) {
-    const std::size_t words = comm::plan_words(run_.elements.size());
-    buffer dev_words = dev_.alloc_device(words * sizeof(std::uint64_t));
-    buffer host_words = dev_.alloc_pageable(words * sizeof(std::uint64_t));
-    auto* w = reinterpret_cast<std::uint64_t*>(host_words.host_bytes());
-    if (rank_ == 0) {
-      const comm::comm_plan p = comm::choose_plan(in);
-      predicted_exposed_ms_ = p.exposed_s * 1e3;
-      const std::vector<std::uint64_t> v = comm::to_words(p);
-      std::copy(v.begin(), v.end(), w);
-      dev_.copy(dev_words, host_words, compute_);
-      if (run_.progress)
-        run_.progress(
-            fmt::format("{}: plan of {} buckets (first {}, cap {}), {} lossy; predicted exposed {:.2f} ms "
-                        "after a {:.2f} ms backward, each bucket taking {:.1f} us from it (measured with {} "
-                        "buckets, {:.0f}% of "
-                        "their {:.2f} ms beside backward)",
-                        run_.window_level, p.layout.buckets.size(),
-                        format_bytes(p.options.first_bucket_bytes), format_bytes(p.options.bucket_cap_bytes),
-                        p.lossy_buckets(), p.exposed_s * 1e3, p.backward_end_s * 1e3, per_bucket_us_,
-                        many_buckets_, probe_hidden_.first * 100, probe_hidden_.second));
+  // The automatic plan's decision, on every rank: the plan's limits for the row; on rank 0 a progress
+  // line, with how much of the last learning step's communication (the probe's buckets) ran beside backward.
+  void decided() {
+    const comm::auto_decision& d = *red_->auto_result();
+    plan_first_ = d.first_bucket_bytes;
+    plan_cap_ = d.bucket_cap_bytes;
+    if (rank_ != 0 || !run_.progress) return;
+    if (d.probe_buckets == 0) {
+      run_.progress(fmt::format("{}: one rank: one bucket of {}, decided without learning (no link to hide)",
+                                run_.window_level, format_bytes(d.bucket_cap_bytes)));
+      return;
     }
-    event e = comm_.broadcast(dev_words, dev_words, words, comm::dtype::u64, 0, compute_);
-    e.synchronize();
-    dev_.copy(host_words, dev_words, compute_);
-    const comm::comm_plan p = comm::from_words({w, words}, run_.elements, alignment);
-    plan_first_ = p.options.first_bucket_bytes;
-    plan_cap_ = p.options.bucket_cap_bytes;
-    red_->set_plan(p.layout, p.codecs);
+    const auto [hidden, busy] = hidden_share();
+    run_.progress(fmt::format(
+        "{}: plan of {} buckets (first {}, cap {}), {} lossy; predicted exposed {:.2f} ms after a {:.2f} ms "
+        "backward, each bucket taking {:.1f} us from it (measured with {} buckets, {:.0f}% of their {:.2f} "
+        "ms "
+        "beside backward)",
+        run_.window_level, d.buckets, format_bytes(d.first_bucket_bytes), format_bytes(d.bucket_cap_bytes),
+        d.lossy_buckets, d.predicted_exposed_s * 1e3, d.backward_s * 1e3, d.per_bucket_compute_us,
+        d.probe_buckets, hidden * 100, busy));
   }
 
   // After the timed steps: the check, and (rank 0) the last step's communication against its backward.
@@ -631,8 +497,10 @@ class rank_model {
     out.lossy = static_cast<std::size_t>(std::count_if(red_->codecs().begin(), red_->codecs().end(),
                                                        [](codec_kind c) { return comm::lossy(c); }));
     out.wire_mb = static_cast<double>(st.wire_bytes) / static_cast<double>(st.steps) / 1e6;
-    out.predicted_exposed_ms = predicted_exposed_ms_;
-    out.per_bucket_us = per_bucket_us_;
+    if (const std::optional<comm::auto_decision>& d = red_->auto_result()) {
+      out.predicted_exposed_ms = d->predicted_exposed_s * 1e3;
+      out.per_bucket_us = d->per_bucket_compute_us;
+    }
     // The plan's limits at the reference scale (0: one bucket of everything).
     out.first_mib = static_cast<double>(plan_first_) / run_.cfg.scale / static_cast<double>(MiB);
     out.cap_mib = static_cast<double>(plan_cap_) / run_.cfg.scale / static_cast<double>(MiB);
@@ -697,18 +565,9 @@ class rank_model {
   std::vector<std::chrono::nanoseconds> forward_, backward_;
   std::chrono::nanoseconds optimizer_{};
   std::vector<std::size_t> first_of_, last_of_;  // per unit: its first and last parameter
-  event t0_, backward_start_, backward_end_;
-  std::vector<event> ready_;
-  std::vector<step_marks> marks_;  // per timed step
-  std::vector<double> ready_ms_;
-  double backward_ms_ = 0;
-  int learned_ = 0;
-  std::size_t many_buckets_ = 0;
-  std::vector<step_marks> probes_;  // auto levels: backward with many buckets, per interference step
-  double per_bucket_us_ = -1;
-  std::pair<double, double> probe_hidden_{0, 0};  // the last many-bucket step: hidden share, comm ms
-  std::size_t plan_first_ = 0, plan_cap_ = 0;     // the bucket limits of the plan that ran (0: one bucket)
-  double predicted_exposed_ms_ = -1;
+  event t0_, backward_end_;
+  std::vector<step_marks> marks_;              // per timed step
+  std::size_t plan_first_ = 0, plan_cap_ = 0;  // the bucket limits of the plan that ran (0: one bucket)
   ladder_row last_row_;
 };
 
@@ -860,7 +719,7 @@ ddp_result run_ddp(std::span<comm::communicator* const> ranks, const ddp_options
       buffer b = c.dev().alloc_device(step_bytes);
       comm::fill_f32_async(b.view(), step_bytes / sizeof(float), fill_of(0, c.rank()), s);
       const std::vector<std::uint64_t> size{step_bytes / 4 * 4};
-      seconds[i] = time_all_reduce(c, b.view(), size, 3, s).front();
+      seconds[i] = comm::time_all_reduce(c, b.view(), size, 3, s).front();
     });
     run_cfg.probed_gbps = static_cast<double>(step_bytes) * comm::all_reduce_bus_factor(n) / seconds[0] / 1e9;
   }

@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "auto_tuner.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
 
@@ -77,6 +78,19 @@ bool is_codec(codec_kind c) {
   return static_cast<std::uint8_t>(c) <= static_cast<std::uint8_t>(codec_kind::powersgd);
 }
 
+std::uint64_t model_bytes(std::span<const std::size_t> elements) {
+  std::uint64_t total = 0;
+  for (const std::size_t n : elements) total += n * sizeof(float);
+  return total;
+}
+
+// The bytes of one bucket of every gradient: each padded to the alignment, as make_bucket_plan lays it out.
+std::size_t one_bucket_bytes(std::span<const std::size_t> elements, std::size_t alignment) {
+  std::size_t total = 0;
+  for (const std::size_t n : elements) total += (n * sizeof(float) + alignment - 1) / alignment * alignment;
+  return std::max(total, alignment);
+}
+
 }  // namespace
 
 reducer::reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options)
@@ -93,7 +107,14 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
   FERRY_EXPECTS(options_.powersgd.rank >= 1,
                 fmt::format("reducer_options::powersgd.rank = {}: must be >= 1", options_.powersgd.rank));
+  const bool automatic = options_.automatic.enabled;
+  // The automatic plan's own plans until its decision: one bucket of every gradient (the rebuild too).
+  if (automatic) {
+    options_.plan.first_bucket_bytes = options_.plan.bucket_cap_bytes =
+        one_bucket_bytes(sizes_, options_.plan.alignment_bytes);
+  }
   bucket_plan first = make_reverse_plan(sizes_, options_.plan);
+  if (automatic) detail::check_automatic(options_, model_bytes(sizes_));
   device& dev = comm.dev();
   marked_.assign(sizes_.size(), 0);
   observed_.reserve(sizes_.size());
@@ -108,6 +129,7 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
   }
   std::vector<codec_kind> codecs(first.buckets.size(), options_.codec);
   install(first, std::move(codecs));
+  if (automatic) start_automatic();
   // The first buffer starts zeroed (the padding between gradients is reduced too, and must stay finite).
   dev.memset_async(flat_.view(), 0, comm_stream_.view());
   comm_stream_.synchronize();
@@ -122,6 +144,18 @@ reducer::~reducer() {
     FERRY_ASSERT_NOTHROW(false, fmt::format("reducer of rank {}: its communication stream failed: {}",
                                             comm_->rank(), e.what()));
   }
+}
+
+// At world size 1 there is no link, so nothing to hide behind backward: one bucket, decided at once (its
+// all-reduce copies nothing). Else the learner measures the link and the codecs now, over the flat buffer
+// (zeroed after), on the communication stream: collective, as every rank constructs its reducer alike.
+void reducer::start_automatic() {
+  if (comm_->size() == 1) {
+    const std::size_t all = options_.plan.bucket_cap_bytes;
+    auto_result_ = auto_decision{1, all, all, 0, 0, 0, 0, 0, 0};
+    return;
+  }
+  tuner_ = std::make_unique<detail::auto_tuner>(*comm_, sizes_, options_, flat_.view(), comm_stream_.view());
 }
 
 mem_view reducer::grad(std::size_t p) const {
@@ -177,6 +211,12 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
   FERRY_EXPECTS(!open_, fmt::format("set_plan during step {}: plans change only between steps; call it after "
                                     "finish()",
                                     step_));
+  FERRY_EXPECTS(!tuner_,
+                fmt::format("set_plan after step {} while the automatic plan is learning (it decides "
+                            "after step {}): it sets the plans itself until its decision took effect; "
+                            "wait for learning() to turn false, or construct the reducer without "
+                            "automatic.enabled",
+                            step_, 1 + 3 * static_cast<std::uint64_t>(options_.automatic.learn_steps)));
   validate(plan, sizes_, options_.plan.alignment_bytes);
   FERRY_EXPECTS(codecs.size() == plan.buckets.size() || codecs.size() == 1,
                 fmt::format("set_plan of {} codecs for {} buckets: give one per bucket, or one for all",
@@ -184,6 +224,11 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
   for (const codec_kind c : codecs) {
     FERRY_EXPECTS(is_codec(c), fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
   }
+  queue_plan(std::move(plan), std::move(codecs));
+}
+
+// A valid plan with a codec per bucket, to take effect at the next begin_step().
+void reducer::queue_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
   if (codecs.size() == 1) codecs.assign(plan.buckets.size(), codecs.front());
   rebuild_due_ = false;
   if (plan == plan_ && codecs == codecs_) {
@@ -280,12 +325,15 @@ void reducer::begin_step() {
     rebuild_due_ = false;
   }
   if (pending_) apply_pending();
+  // The decided plan took effect just above: the learning is over, and its hooks leave the steps.
+  if (tuner_ && tuner_->decision()) tuner_.reset();
   ++step_;
   for (bucket_state& b : buckets_) b.remaining = b.params;
   next_launch_ = 0;
   observed_.clear();
   producers_.clear();
   if (options_.timing) step_start_.record(comm_stream_.view());
+  if (tuner_) tuner_->begin_step(step_);
   open_ = true;
 }
 
@@ -317,6 +365,7 @@ void reducer::mark_ready(std::size_t p, stream_view producer) {
                             p, step_, p, b));
   marked_[p] = step_;
   observed_.push_back(p);
+  if (tuner_) tuner_->mark_ready(p, producer, observed_.size() == 1);
   if (std::find(producers_.begin(), producers_.end(), producer) == producers_.end()) {
     if (producers_.size() == max_producers) flush_producers();
     producers_.push_back(producer);
@@ -376,11 +425,17 @@ void reducer::finish(stream_view s) {
                     step_, comm_->rank(), list_params(missing, sizes_.size())));
   }
   const stream_view cs = comm_stream_.view();
+  if (tuner_) tuner_->record_end(s);  // before s waits for the buckets: backward's end, not theirs
   done_.record(cs);
   s.wait(done_);
   open_ = false;
   finished_once_ = true;
   ++stats_.steps;
+  if (tuner_) {
+    std::optional<detail::next_plan> next = tuner_->end_step(plan_, cs);
+    if (next) queue_plan(std::move(next->plan), std::move(next->codecs));
+    if (tuner_->decision()) auto_result_ = tuner_->decision();
+  }
 }
 
 const powersgd* reducer::bucket_powersgd(std::size_t b) const {

@@ -2,7 +2,8 @@
 // emulated device. Gradients equal the exact fp32 mean within each codec's bound and every rank ends
 // with the same bytes; buckets launch in plan order; the communication stream waits for the producers
 // and the optimizer's stream for the communication stream; the first step's rebuild follows rank 0's
-// order on every rank; misuse is refused naming the parameter; ten jittered steps stay correct.
+// order on every rank; misuse is refused naming the parameter; ten jittered steps stay correct; the
+// automatic plan learns over its steps, decides the same plan on every rank and keeps every step exact.
 #include "ferry/comm/reducer.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -405,6 +407,242 @@ TEST(reducer, timing_events_follow_the_modelled_link) {
       EXPECT_GE(t[b].reduce_end_ms - t[b].reduce_start_ms, modelled * 0.999) << "bucket " << b;
     }
   });
+}
+
+// ---- the automatic plan ----
+
+// The automatic mode with candidates at the test's size (its 400 KB of gradients make several buckets).
+reducer_options automatic(int learn_steps, codec_policy policy) {
+  reducer_options o;
+  o.automatic.enabled = true;
+  o.automatic.learn_steps = learn_steps;
+  o.automatic.policy = policy;
+  o.automatic.caps = {16 * KiB, 64 * KiB, 256 * KiB};
+  o.automatic.first_buckets = {4 * KiB};
+  o.automatic.fixed_plans = {{8 * KiB, 32 * KiB}};
+  o.automatic.probe = {4 * KiB, 64 * KiB};
+  return o;
+}
+
+bool same_decision(const auto_decision& a, const auto_decision& b) {
+  return a.buckets == b.buckets && a.first_bucket_bytes == b.first_bucket_bytes &&
+         a.bucket_cap_bytes == b.bucket_cap_bytes && a.lossy_buckets == b.lossy_buckets &&
+         a.predicted_exposed_s == b.predicted_exposed_s && a.backward_s == b.backward_s &&
+         a.per_bucket_compute_us == b.per_bucket_compute_us && a.probe_buckets == b.probe_buckets &&
+         a.decided_at_step == b.decided_at_step;
+}
+
+TEST(reducer_auto, decides_after_1_plus_3_learn_steps_the_same_plan_on_every_rank_and_every_step_is_exact) {
+  constexpr int learn = 2;
+  constexpr std::uint64_t decide_at = 1 + 3 * learn;
+  for (const int n : {2, 3}) {
+    for (const codec_policy policy : {codec_policy::lossless, codec_policy::lossy_allowed}) {
+      SCOPED_TRACE(::testing::Message()
+                   << n << " ranks, " << (policy == codec_policy::lossless ? "lossless" : "lossy allowed"));
+      host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 40 + static_cast<std::uint64_t>(n));
+      std::vector<bucket_plan> plans(static_cast<std::size_t>(n));
+      std::vector<std::vector<codec_kind>> codecs(static_cast<std::size_t>(n));
+      std::vector<auto_decision> decisions(static_cast<std::size_t>(n));
+      std::vector<std::vector<float>> flats(static_cast<std::size_t>(n));
+      on_every_rank(n, [&](int rank) {
+        device& dev = ranks.dev(rank);
+        reducer r(ranks[rank], sizes, automatic(learn, policy));
+        EXPECT_TRUE(r.learning());
+        EXPECT_FALSE(r.auto_result().has_value());
+        EXPECT_EQ(r.plan().buckets.size(), 1U);  // one bucket until the decision
+        const stream producer = dev.make_stream();
+        // With three ranks, backward's end is given on another stream than the producer's (an optimizer's).
+        const stream optimizer = dev.make_stream();
+        const stream_view end = n == 3 ? optimizer.view() : producer.view();
+        std::mt19937 rng(static_cast<unsigned>(7 + rank));  // every rank marks in its own order
+        std::vector<std::size_t> order(sizes.size());
+        std::iota(order.begin(), order.end(), 0);
+        for (std::uint64_t step = 1; step <= decide_at + 3; ++step) {
+          std::shuffle(order.begin(), order.end(), rng);
+          run_step(r, step, order, producer, end);
+          expect_reduced(r, step, n, end);  // the learning steps too
+          if (step < decide_at) {
+            EXPECT_FALSE(r.auto_result().has_value()) << "step " << step;
+            EXPECT_TRUE(r.learning()) << "step " << step;
+            for (const codec_kind c : r.codecs()) EXPECT_EQ(c, codec_kind::none) << "step " << step;
+          }
+          if (step == 1) {
+            EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.set_plan(r.plan(), {codec_kind::none}); }),
+                               "while the automatic plan is learning");
+          }
+          if (step <= 1 + learn) {
+            EXPECT_EQ(r.plan().buckets.size(), 1U) << "step " << step;  // the timeline: one bucket
+          } else if (step <= decide_at) {
+            EXPECT_GT(r.plan().buckets.size(), 4U) << "step " << step;  // the probe's 64 KiB buckets
+          }
+          if (step == decide_at) {
+            ASSERT_TRUE(r.auto_result().has_value());
+            EXPECT_TRUE(r.learning());  // until the next begin_step puts it into effect
+            EXPECT_EQ(r.auto_result()->probe_buckets, r.plan().buckets.size());
+          }
+          if (step > decide_at) {
+            EXPECT_FALSE(r.learning()) << "step " << step;
+          }
+        }
+        const auto_decision& d = *r.auto_result();
+        EXPECT_EQ(d.decided_at_step, decide_at);
+        EXPECT_EQ(d.buckets, r.plan().buckets.size());
+        const auto lossy_now = static_cast<std::size_t>(
+            std::count_if(r.codecs().begin(), r.codecs().end(), [](codec_kind c) { return lossy(c); }));
+        EXPECT_EQ(d.lossy_buckets, lossy_now);
+        if (policy == codec_policy::lossless) {
+          EXPECT_EQ(d.lossy_buckets, 0U);
+        }
+        EXPECT_GE(d.per_bucket_compute_us, 0);
+        EXPECT_GE(d.predicted_exposed_s, 0);
+        // The plan is one the search knows: its buckets are cut by the decided first bucket and cap.
+        EXPECT_EQ(r.plan(),
+                  make_bucket_plan(sizes, r.plan().order(), {d.first_bucket_bytes, d.bucket_cap_bytes, 256}));
+        // After the decision nothing changes: the plan of step decide_at + 1 is the one of the last step.
+        EXPECT_EQ(r.stats().steps, decide_at + 3);
+        plans[static_cast<std::size_t>(rank)] = r.plan();
+        codecs[static_cast<std::size_t>(rank)].assign(r.codecs().begin(), r.codecs().end());
+        decisions[static_cast<std::size_t>(rank)] = d;
+        flats[static_cast<std::size_t>(rank)] = read_floats(dev, r.flat(), end);
+      });
+      for (int rank = 1; rank < n; ++rank) {
+        const auto k = static_cast<std::size_t>(rank);
+        EXPECT_EQ(plans[k], plans[0]) << "rank " << rank << "'s plan differs from rank 0's";
+        EXPECT_EQ(codecs[k], codecs[0]) << "rank " << rank << "'s codecs differ from rank 0's";
+        EXPECT_TRUE(same_decision(decisions[k], decisions[0])) << "rank " << rank;
+        EXPECT_EQ(flats[k], flats[0]) << "rank " << rank << "'s buffer differs from rank 0's";
+      }
+    }
+  }
+}
+
+// A modelled link slow enough that one bucket's all-reduce (about 8 ms) would trail a backward of about
+// 18 ms (a 2 ms spin before each gradient): the decision is several buckets, a new layout that takes
+// effect with the gradients kept, and its steps stay exact.
+TEST(reducer_auto, on_a_slow_link_it_decides_several_buckets_and_the_new_layout_keeps_steps_exact) {
+  constexpr int learn = 1;
+  const int n = 2;
+  comm_options o = unmodelled(std::chrono::seconds(20));
+  o.link.model = true;
+  o.link.bus_gbps = 0.05;
+  o.link.latency = std::chrono::microseconds(50);
+  host_ranks ranks(n, o, 47);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, automatic(learn, codec_policy::lossless));
+    const stream producer = dev.make_stream();
+    std::uint64_t generation = 0;
+    for (std::uint64_t step = 1; step <= 1 + 3 * learn + 2; ++step) {
+      if (step == 2 + 3 * learn) generation = r.generation();
+      r.begin_step();
+      for (const std::size_t p : reverse_order(sizes.size())) {
+        dev.spin_async(std::chrono::milliseconds(2), producer);
+        fill_f32_async(r.grad(p), sizes[p], fill_of(step, p, rank), producer);
+        r.mark_ready(p, producer);
+      }
+      r.finish(producer);
+      expect_reduced(r, step, n, producer);
+    }
+    ASSERT_TRUE(r.auto_result().has_value());
+    const auto_decision& d = *r.auto_result();
+    EXPECT_GT(d.buckets, 1U);
+    EXPECT_EQ(r.plan().buckets.size(), d.buckets);
+    EXPECT_GT(d.backward_s, 0.010);             // from the first gradient: 8 of the 9 spins
+    EXPECT_EQ(r.generation(), generation + 1);  // the decided buckets: a new layout
+  });
+}
+
+TEST(reducer_auto, after_the_decision_steps_change_no_plan) {
+  constexpr int learn = 1;
+  const int n = 2;
+  host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 48);
+  on_every_rank(n, [&](int rank) {
+    device& dev = ranks.dev(rank);
+    reducer r(ranks[rank], sizes, automatic(learn, codec_policy::lossless));
+    const stream producer = dev.make_stream();
+    std::uint64_t step = 1;
+    for (; r.learning(); ++step) {
+      run_step(r, step, reverse_order(sizes.size()), producer, producer);
+      ASSERT_LE(step, 10U) << "still learning";
+    }
+    // The step that put the decision into effect ran (learning() turned false in its begin_step).
+    EXPECT_EQ(step, 1 + 3 * learn + 2U);
+    const reducer_stats before = r.stats();
+    const std::uint64_t generation = r.generation();
+    for (int k = 0; k < 4; ++k, ++step) {
+      run_step(r, step, reverse_order(sizes.size()), producer, producer);
+      expect_reduced(r, step, n, producer);
+    }
+    EXPECT_EQ(r.generation(), generation);
+    EXPECT_EQ(r.stats().plan_changes, before.plan_changes);
+    // Outside learning, set_plan is the caller's again.
+    r.set_plan(r.plan(), {codec_kind::none});
+  });
+}
+
+TEST(reducer_auto, at_world_size_1_it_decides_one_bucket_at_once) {
+  host_ranks ranks(1, unmodelled(std::chrono::seconds(20)), 49);
+  device& dev = ranks.dev(0);
+  reducer r(ranks[0], sizes, automatic(3, codec_policy::lossy_allowed));
+  EXPECT_FALSE(r.learning());
+  ASSERT_TRUE(r.auto_result().has_value());
+  const auto_decision& d = *r.auto_result();
+  EXPECT_EQ(d.buckets, 1U);
+  EXPECT_EQ(d.decided_at_step, 0U);
+  EXPECT_EQ(d.lossy_buckets, 0U);
+  EXPECT_EQ(d.probe_buckets, 0U);
+  EXPECT_EQ(d.first_bucket_bytes, r.plan().total_bytes());
+  EXPECT_EQ(r.plan().buckets.size(), 1U);
+  const stream s = dev.make_stream();
+  for (std::uint64_t step = 1; step <= 3; ++step) {
+    run_step(r, step, reverse_order(sizes.size()), s, s);
+    expect_reduced(r, step, 1, s);
+    EXPECT_EQ(r.plan().buckets.size(), 1U);  // the rebuild keeps one bucket
+    EXPECT_FALSE(r.learning());
+  }
+}
+
+TEST(reducer_auto, bad_automatic_options_are_refused_naming_the_value) {
+  host_ranks ranks(1, unmodelled(std::chrono::seconds(20)), 50);
+  auto refused = [&](const std::function<void(reducer_options&)>& change) {
+    reducer_options o = automatic(2, codec_policy::lossless);
+    change(o);
+    return message_of<logic_error>([&] { reducer r(ranks[0], sizes, o); });
+  };
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.learn_steps = 0; }), "learn_steps = 0");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.learn_steps = -2; }), "learn_steps = -2");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.learn_steps = 5000; }), "[1, 1000]");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.min_lossy_gain = -0.5; }),
+                     "min_lossy_gain = -0.5");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.caps = {4 * KiB, 0}; }), "caps[1] = 0");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.first_buckets = {0}; }),
+                     "first_buckets[0] = 0");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.probe.bucket_cap_bytes = 0; }),
+                     "automatic.probe");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) {
+                       o.automatic.fixed_plans = {{0, 1 * KiB}};
+                     }),
+                     "fixed_plans[0]");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) {
+                       o.automatic.link_sizes = {4096, 1026};
+                     }),
+                     "link_sizes[1] = 1026 bytes");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.link_sizes = {1 * MiB}; }),
+                     "up to the model's 402124 bytes");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) {
+                       o.automatic.link_sizes = {8192, 4096};
+                     }),
+                     "sizes must grow");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.codec = codec_kind::bf16; }),
+                     "reducer_options::codec = bf16 with automatic.enabled");
+  EXPECT_MESSAGE_HAS(refused([](reducer_options& o) { o.automatic.policy = static_cast<codec_policy>(7); }),
+                     "policy = 7");
+  // Without enabled, the automatic options are not looked at.
+  reducer_options off;
+  off.automatic.learn_steps = 0;
+  reducer r(ranks[0], sizes, off);
+  EXPECT_FALSE(r.learning());
+  EXPECT_FALSE(r.auto_result().has_value());
 }
 
 }  // namespace

@@ -13,12 +13,13 @@
 //
 // Levels: single (no reducer); one bucket after backward; DDP's 25 MB and 100 MB buckets; fp16, bf16 and
 // PowerSGD rank 1 (error feedback, warm start: comm::powersgd in the reducer) over 25 MB buckets; ferry auto,
-// lossless and with lossy codecs allowed: at start-up the level measures the all-reduce over sizes and the
-// codecs' cost, learns the backward's gradient-ready timeline over `learn_steps` steps with one bucket
-// (timing events on the producer stream) and then, over the last `learn_steps` of 2 x `learn_steps` steps
-// with DDP's 25 MB buckets (the host queueing ahead of the GPU by then, as in the timed steps), how much
-// longer backward runs beside many all-reduces (what each bucket takes from compute); rank 0 chooses the plan
-// (comm::choose_plan) and broadcasts it; every rank sets it on its reducer, between steps.
+// lossless and with lossy codecs allowed: the reducer's automatic plan (comm::reducer_options::automatic,
+// with `learn_steps`, `min_lossy_gain` and its sizes scaled with the model), which measures the all-reduce
+// over sizes and the codecs' cost when the reducer is made, learns the backward's gradient-ready timeline
+// over `learn_steps` steps with one bucket and then, over the last `learn_steps` of 2 x `learn_steps` steps
+// with DDP's 25 MB buckets, how much longer backward runs beside many all-reduces; rank 0 chooses the plan
+// (comm::choose_plan) and every rank's reducer takes it. Those 1 + 3 x `learn_steps` learning steps run
+// before the warm-up (none at one rank, where the plan is one bucket at once).
 //
 // Each row: steps/s, the ratio to single, and from the last timed step's timing events (the reducer's on
 // its communication stream, the bench's on the compute stream) the communication time, the share of it

@@ -40,6 +40,26 @@
 // A new layout, or a bucket's codec changing to powersgd, starts that state afresh (zero feedback, the
 // seeded Q); set_plan with the same buckets and codecs keeps it.
 //
+// The automatic plan (options.automatic.enabled): the reducer measures, learns and chooses its plan itself
+// (auto_plan.hpp's model and search), on every rank alike, over its first 1 + 3 * learn_steps steps:
+// - construction: the link (an all-reduce timed at each of link_sizes: collective, so every rank constructs
+//   its reducer at the same point) and, under the lossy policy, the bf16 and fp16 codecs' local cost;
+// - step 1 (and the rebuild after it, with options.rebuild): one bucket of every gradient;
+// - the next learn_steps steps, still one bucket: the gradient-ready timeline, from a timing event that
+//   mark_ready records on the producer stream per parameter and one that finish(s) records on s (the end
+//   of backward, as s sees it);
+// - the next 2 * learn_steps steps: the probe's buckets (DDP's default, 1 MiB first then 25 MiB), the last
+//   learn_steps of them timed as backward from its first gradient to its end: how much longer backward runs
+//   beside many all-reduces than beside one gives what each bucket takes from compute;
+// - at the finish() of step 1 + 3 * learn_steps, rank 0 chooses the plan (choose_plan) and broadcasts it;
+//   every rank gets the identical plan and auto_result(), and the plan takes effect at the next
+//   begin_step() (learning() turns false then).
+// Every learning step averages the gradients exactly (codec none); the learning steps host-sync (a few
+// syncs per step), the steps after the decision run as with a plan set by hand: no added host sync, no
+// allocation. At world size 1 there is nothing to hide: the plan is one bucket, decided at construction
+// with no learning step. The first plans of the automatic mode are its own (options.plan's caps are not
+// used, its alignment is); options.codec must stay none, and set_plan is refused while learning().
+//
 // Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
 // (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
 //
@@ -52,9 +72,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "ferry/comm/auto_plan.hpp"
 #include "ferry/comm/bucket_plan.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
@@ -62,6 +85,32 @@
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
+
+namespace detail {
+class auto_tuner;
+}
+
+/// The automatic plan's options (see the header's comment). Sizes are bytes of fp32 gradient.
+struct auto_plan_options {
+  /// The reducer learns and chooses its plan itself.
+  bool enabled = false;
+  /// Lossy codecs (bf16, fp16) only when allowed.
+  codec_policy policy = codec_policy::lossless;
+  /// Steps of each learning phase (>= 1): the timeline, then twice this many with the probe's buckets.
+  int learn_steps = 3;
+  /// plan_inputs::min_lossy_gain: the fraction of backward a lossy plan must gain over the lossless one.
+  double min_lossy_gain = 0.01;
+  /// Candidates of the search; empty: default_caps() and default_first_buckets().
+  std::vector<std::size_t> caps, first_buckets;
+  /// All-reduce sizes timed at construction (growing, multiples of 4, at most the model's bytes); empty:
+  /// default_link_sizes(), x4 from 1 MiB (less for a small model) to the model's bytes.
+  std::vector<std::uint64_t> link_sizes;
+  /// plan_inputs::fixed_plans: DDP's plans the search always compares; empty: ddp_plans().
+  std::vector<bucket_plan_options> fixed_plans;
+  /// The buckets of the probe steps (first bucket, cap; the alignment is options.plan's): DDP's default.
+  /// A caller that scales its model scales this, the caps, the fixed plans and the link sizes alike.
+  bucket_plan_options probe{};
+};
 
 /// Options of a reducer.
 struct reducer_options {
@@ -75,6 +124,21 @@ struct reducer_options {
   bool rebuild = true;
   /// Record timing events around each bucket's work on the communication stream (last_step_timing).
   bool timing = false;
+  /// The automatic plan: learned over the first steps, chosen on rank 0, the same on every rank.
+  auto_plan_options automatic{};
+};
+
+/// The automatic plan's decision, identical on every rank (rank 0's, broadcast).
+struct auto_decision {
+  std::size_t buckets = 0;             // of the chosen plan
+  std::size_t first_bucket_bytes = 0;  // the plan's first bucket and cap (one bucket: both its bytes)
+  std::size_t bucket_cap_bytes = 0;
+  std::size_t lossy_buckets = 0;      // buckets whose codec is lossy
+  double predicted_exposed_s = 0;     // the model's exposed communication after backward (0 at one rank)
+  double backward_s = 0;              // the learned backward, from its first gradient (0 at one rank)
+  double per_bucket_compute_us = 0;   // what each bucket took from backward in the probe steps
+  std::size_t probe_buckets = 0;      // buckets of the probe steps (0 at one rank: no probe)
+  std::uint64_t decided_at_step = 0;  // the step at whose finish() it was made (0: at construction)
 };
 
 /// Counters since construction (bucket_launches: since the current plan took effect).
@@ -116,6 +180,9 @@ class reducer {
   reducer& operator=(const reducer&) = delete;
   /// Waits for the communication stream (never throws: an error of the group is reported, not raised).
   ~reducer();
+  // With options.automatic.enabled, both constructors also measure the link (collective) and the codecs
+  // on the communication stream, and throw logic_error for automatic options out of range, naming the
+  // field, its value and the limit.
 
   [[nodiscard]] std::size_t param_count() const noexcept { return sizes_.size(); }
   [[nodiscard]] communicator& comm() const noexcept { return *comm_; }
@@ -149,12 +216,16 @@ class reducer {
   void mark_ready(std::size_t p, stream_view producer);
   /// Closes the step: `s` waits for the last bucket's work. Throws logic_error naming the parameters that
   /// were never marked (the step stays open: mark them, then finish again), outside a step, or for a
-  /// stream of another device.
+  /// stream of another device. While learning(), `s` should be the stream backward ran on (its end is
+  /// timed there), and the last learning step's finish() makes the decision: a broadcast from rank 0 and
+  /// a host sync; it throws comm_error when the group fails, logic_error when rank 0 could not decide (the
+  /// step is closed either way).
   void finish(stream_view s);
 
   /// Replaces the plan at the next begin_step(): `plan` must lay out this reducer's parameters (validate)
   /// with the reducer's alignment; `codecs` holds one codec per bucket, or one for all. Cancels a rebuild
-  /// not yet done. Call it between steps, with the same arguments on every rank. Throws logic_error.
+  /// not yet done. Call it between steps, with the same arguments on every rank. Throws logic_error, also
+  /// while learning() (the automatic plan sets the plans then).
   void set_plan(bucket_plan plan, std::vector<codec_kind> codecs);
 
   /// The parameters in the order they were marked ready in the current (or else the last) step.
@@ -168,6 +239,13 @@ class reducer {
   /// Throws logic_error without options.timing, before any step finished, or while a step is open.
   [[nodiscard]] std::vector<bucket_timing> last_step_timing() const;
 
+  /// The automatic plan's decision: present from the finish() of the last learning step (at world size 1,
+  /// from construction); empty without options.automatic.enabled.
+  [[nodiscard]] const std::optional<auto_decision>& auto_result() const noexcept { return auto_result_; }
+  /// True while the automatic plan learns: from construction until the begin_step() that puts the decided
+  /// plan into effect. False at world size 1 and without options.automatic.enabled.
+  [[nodiscard]] bool learning() const noexcept { return tuner_ != nullptr; }
+
  private:
   struct bucket_state;
 
@@ -177,6 +255,8 @@ class reducer {
   void apply_pending();
   void launch(std::size_t b);
   void flush_producers();
+  void queue_plan(bucket_plan plan, std::vector<codec_kind> codecs);
+  void start_automatic();
 
   communicator* comm_;
   std::vector<std::size_t> sizes_;
@@ -210,6 +290,10 @@ class reducer {
   event step_start_;                    // timing: the step's begin on comm_stream_
   std::uint64_t generation_ = 0;
   reducer_stats stats_;
+
+  // The automatic plan: its learner while it learns (null after, and without it), and its decision.
+  std::unique_ptr<detail::auto_tuner> tuner_;
+  std::optional<auto_decision> auto_result_;
 };
 
 }  // namespace ferry::comm
