@@ -10,6 +10,7 @@
 #   scripts/gpu.sh comm [all|allreduce|ddp] THERE, 2 GPUs: bench allreduce/ddp against nccl-tests and PyTorch
 #   scripts/gpu.sh one-gpu-comm             THERE, 1 GPU: allreduce/ddp local cost, traced
 #   scripts/gpu.sh examples                 THERE: the two PyTorch side-by-side examples
+#   scripts/gpu.sh vit-ddp [all|nvlink|p2p_off|convergence]  THERE, 2 GPUs: ViT-L/32, DDP beside ferry
 #
 # Every THERE subcommand runs from the repository root on the GPU machine with .carry/ made by `carry`,
 # writes its raw outputs under $OUT (default /tmp/ferry-out; examples: ./gpu-examples-out) and prints a
@@ -21,7 +22,7 @@ here=scripts
 c=${FERRY_CARRY:-.carry}
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -607,6 +608,136 @@ cmd_examples() {
   return $status
 }
 
+# -------------------------------------------------------------------------------------------- vit-ddp
+# On a machine of 2 GPUs (FERRY_GPUS, default 2): examples/pytorch/vit_ddp.py, a real ViT-L/32 trained data
+# parallel by PyTorch's DDP at its usual settings beside ferry.torch.DataParallel, one process per GPU
+# (torch.distributed.run), each run into its own folder of $OUT (default /tmp/ferry-out):
+#   nvlink/       every level (VIT_LEVELS, default all) over the GPUs' own link; VIT_PROFILE (default
+#                 ferry; `none` for no trace) is also traced for 5 steps per rank into nvlink/traces.tgz
+#   p2p_off/      the same levels with NCCL_P2P_DISABLE=1 (through host memory, a PCIe-like link)
+#   convergence/  VIT_CONV_STEPS (300) steps of ddp, ddp_bf16, ferry and ferry_lossy on VIT_CONV_MODEL
+#                 (vit_b_32; tiny for a quick one): rank 0's loss per step, each curve against DDP's
+# Each folder holds results.json and run.log; summary.txt (the machine and every run's table) is printed
+# last. ferry's levels need python/ and libferry_c.so (FERRY_LIBRARY, or .carry/libferry_c.so when
+# carried); without them they are reported as skipped. VIT_ARGS: more arguments for every run (--amp, ...).
+# Argument: all (default), nvlink, p2p_off or convergence (all: about 5 minutes on 2x H100, an estimate).
+cmd_vit_ddp() {
+  local what=${1:-all} out gpus levels profile name status=0
+  case "$what" in all | nvlink | p2p_off | convergence) ;;
+    *) die "vit-ddp: expected all, nvlink, p2p_off or convergence, not '$what'" ;;
+  esac
+  out=${OUT:-/tmp/ferry-out}
+  gpus=${FERRY_GPUS:-2}
+  levels=${VIT_LEVELS:-all}
+  profile=${VIT_PROFILE:-ferry}
+  mkdir -p "$out"
+  nvidia_libs
+  export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  [ -z "${FERRY_LIBRARY:-}" ] && [ -f "$c/libferry_c.so" ] && export FERRY_LIBRARY="$PWD/$c/libferry_c.so"
+  {
+    echo "date: $(date -u +%FT%TZ)  cpus: $(nproc)  commit: $(git describe --always --dirty 2>/dev/null || cat "$c/commit" 2>/dev/null)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvidia-smi topo -m 2>&1 | head -n $((gpus + 1))
+    python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__,
+      "NCCL", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
+  } 2>&1 | tee "$out/machine.txt"
+
+  # vit_run NAME ENV... -- ARGS...: one torch.distributed.run of the example into $out/NAME.
+  vit_run() {
+    local name=$1 envs=()
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    mkdir -p "$out/$name"
+    echo "=== vit-ddp $name ${envs[*]}"
+    # shellcheck disable=SC2086  # VIT_ARGS: one word per argument
+    env "${envs[@]}" python3 -m torch.distributed.run --standalone --nproc_per_node "$gpus" \
+      examples/pytorch/vit_ddp.py --out "$out/$name" "$@" ${VIT_ARGS:-} 2>&1 | tee "$out/$name/run.log"
+    rc[vit_$name]=${PIPESTATUS[0]}
+    [ "${rc[vit_$name]}" = 0 ] || status=1
+  }
+  if [ "$what" = all ] || [ "$what" = nvlink ]; then
+    if [ "$profile" = none ]; then
+      vit_run nvlink NCCL_P2P_DISABLE=0 -- --levels "$levels"
+    else
+      vit_run nvlink NCCL_P2P_DISABLE=0 -- --levels "$levels" --profile "$profile"
+      # The device tool brings back 8 files: the per-rank traces travel as one archive.
+      if compgen -G "$out/nvlink/trace_*.json" >/dev/null; then
+        (cd "$out/nvlink" && tar -czf traces.tgz trace_*.json && rm -f trace_*.json && ls -la traces.tgz)
+      fi
+    fi
+  fi
+  if [ "$what" = all ] || [ "$what" = p2p_off ]; then
+    vit_run p2p_off NCCL_P2P_DISABLE=1 -- --levels "$levels"
+  fi
+  if [ "$what" = all ] || [ "$what" = convergence ]; then
+    vit_run convergence NCCL_P2P_DISABLE=0 -- --convergence "${VIT_CONV_STEPS:-300}" \
+      --model "${VIT_CONV_MODEL:-vit_b_32}" --levels "${VIT_CONV_LEVELS:-ddp,ddp_bf16,ferry,ferry_lossy}"
+  fi
+
+  echo "=== summary"
+  {
+    cat "$out/machine.txt"
+    print_rcs
+    python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+
+
+def load(name):
+    try:
+        with open(os.path.join(out, name, "results.json")) as f:
+            return json.load(f)
+    except Exception as e:  # noqa: BLE001 - the table says what is missing
+        print(f"{name}/results.json unreadable: {e}")
+        return None
+
+
+def cell(r, key, spec):
+    return format(r[key], spec) if r and r.get(key) is not None else "-"
+
+
+runs = {name: load(name) for name in ("nvlink", "p2p_off") if os.path.isdir(os.path.join(out, name))}
+runs = {k: {r["level"]: r for r in v["levels"]} for k, v in runs.items() if v}
+if runs:
+    print("steps/s (x single, x best DDP) per link; best DDP marked *")
+    print(f"  {'level':<13}" + "".join(f"  {k:>26}" for k in runs))
+    for level in next(iter(runs.values())):
+        cells = []
+        for rows in runs.values():
+            r = rows.get(level)
+            if not r or r["status"] != "ok":
+                cells.append((r["status"] if r else "-")[:26])
+            else:
+                best = "*" if r.get("x_best_ddp") == 1.0 and level.startswith("ddp") else " "
+                cells.append(f"{r['steps_per_s']:7.3f} ({cell(r, 'x_single', '.3f')}, {cell(r, 'x_best_ddp', '.3f')}){best}")
+        print(f"  {level:<13}" + "".join(f"  {c:>26}" for c in cells))
+    for link, rows in runs.items():
+        for level, r in rows.items():
+            if r["status"] != "ok":
+                print(f"  {link} {level}: {r['status']}: {r.get('skipped') or r.get('error')}")
+            elif r.get("ferry_stats"):
+                s = r["ferry_stats"]
+                mib = ", ".join(f"{b / 2**20:.1f}" for b in (s.get("plan") or {}).get("bucket_bytes") or [])
+                print(f"  {link} {level}: buckets (MiB) [{mib}], codecs {s.get('codecs')}, learning {s.get('learning')}, "
+                      f"decided {json.dumps(s.get('decided'))[:300]}" + (f"; {r['note']}" if r.get("note") else ""))
+conv = load("convergence") if os.path.isdir(os.path.join(out, "convergence")) else None
+if conv:
+    print(f"convergence: {conv['config']['model']}, {conv['config']['convergence']} steps; "
+          f"largest relative loss difference to {conv['reference']} at any step")
+    for r in conv["levels"]:
+        if r["status"] == "ok":
+            print(f"  {r['level']:<13} final loss {r['final_loss']:.4f}  max rel diff {r['max_rel_diff']:.3e} "
+                  f"(step {r['max_rel_diff_step']})")
+        else:
+            print(f"  {r['level']:<13} {r['status']}: {r.get('skipped') or r.get('error')}")
+PY
+  } > "$out/summary.txt" 2>&1
+  rm -f "$out/machine.txt"  # it heads summary.txt: one file fewer for the device tool to bring back
+  cat "$out/summary.txt"
+  return $status
+}
+
 sub=${1:-help}
 shift || true
 case "$sub" in
@@ -619,6 +750,7 @@ case "$sub" in
   comm) cmd_comm "$@" ;;
   one-gpu-comm) cmd_one_gpu_comm "$@" ;;
   examples) cmd_examples "$@" ;;
+  vit-ddp) cmd_vit_ddp "$@" ;;
   help | -h | --help) usage ;;
   *)
     usage >&2

@@ -592,12 +592,19 @@ def add_ratios(rows):
 
 
 def plan_text(stats):
+    """ferry's plan in a few words: its buckets (sizes in MiB, first to last) and how many are lossy."""
     plan = (stats or {}).get("plan") or {}
     if not plan:
         return ""
-    cap = plan.get("bucket_cap_bytes")
-    cap = f", cap {cap / 2**20:.0f} MiB" if isinstance(cap, (int, float)) else ""
-    return f"plan: {plan.get('buckets')} buckets{cap}, {plan.get('lossy_buckets', 0)} lossy"
+    sizes = plan.get("bucket_bytes")
+    if sizes:
+        mib = [b / 2**20 for b in sizes]
+        shape = f" of {mib[0]:.1f} MiB" if len(mib) == 1 else f" of {min(mib):.1f}-{max(mib):.1f} MiB"
+    else:  # a plan given by its first bucket and its cap
+        cap = plan.get("bucket_cap_bytes")
+        shape = f", cap {cap / 2**20:.0f} MiB" if isinstance(cap, (int, float)) else ""
+    learning = ", learning" if stats.get("learning") else ""
+    return f"plan: {plan.get('buckets')} buckets{shape}, {plan.get('lossy_buckets', 0)} lossy{learning}"
 
 
 def print_table(rows, best_ddp, head):

@@ -44,9 +44,10 @@ class DataParallel(torch.nn.Module):
         return self.ddp.no_sync()
     def stats(self):
         learning = self.steps < 10
-        return {"plan": {"buckets": 3, "first_bucket_bytes": 1 << 20, "bucket_cap_bytes": 25 << 20,
-                         "lossy_buckets": 1 if self.lossy else 0},
-                "learning": learning, "decided": None if learning else {"by": "stand-in"}}
+        sizes, codecs = [1 << 20, 25 << 20, 24 << 20], ["none", "none", "bf16" if self.lossy else "none"]
+        return {"buckets": 3, "bucket_bytes": sizes, "codecs": codecs, "steps": self.steps,
+                "learning": learning, "decided": None if learning else {"by": "stand-in"},
+                "plan": {"buckets": 3, "bucket_bytes": sizes, "lossy_buckets": sum(c != "none" for c in codecs)}}
     def close(self):
         assert not self.closed, "closed twice"
         self.closed = True
@@ -145,7 +146,7 @@ def test_ferry_rows_carry_their_plan_and_say_when_the_warm_up_is_short(tmp_path)
         assert row["ferry_stats_before_timing"]["learning"] is True
         assert "warm-up 1 < 15" in row["note"]
     assert rows["ferry_lossy"]["ferry_stats"]["plan"]["lossy_buckets"] == 1
-    assert "plan: 3 buckets, cap 25 MiB, 1 lossy" in stdout
+    assert "plan: 3 buckets of 1.0-25.0 MiB, 1 lossy, learning" in stdout
 
 
 def test_convergence_records_each_curve_against_ddp(tmp_path):
