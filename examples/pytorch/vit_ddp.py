@@ -497,7 +497,8 @@ def run_timed(name, args, ranks, data, mine):
         mine["stats_before_timing"] = ferry_stats(wrapped)
         timer = Timer(ranks)
         if name != "single":
-            ranks.barrier()  # every rank starts its timed steps together
+            ranks.synchronize()  # the warm-up done here, then on every rank: the timed steps start together
+            ranks.barrier()
         timer.start()
         for step in range(args.warmup, args.warmup + args.steps):
             train_step(wrapped, no_sync, opt, data, step, args, ranks)
