@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include "api.hpp"
 #include "dlpack.hpp"
 #include "ferry/comm/bootstrap.hpp"
+#include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/group.hpp"
 #include "ferry/comm/reducer.hpp"
@@ -61,7 +63,16 @@ struct comm_state {
   std::shared_ptr<device_state> dev;
   std::unique_ptr<comm::communicator> comm;
   std::string backend;
-  ~comm_state() { comm.reset(); }
+  // ferry_comm_all_reduce_mean's wire buffer, and the end of its last use (a call on another stream
+  // waits for it before it writes the buffer again).
+  std::mutex wire_mu;
+  buffer wire;
+  event wire_free;
+  ~comm_state() {
+    comm.reset();
+    wire_free = event();
+    wire = buffer();
+  }
 };
 
 /// A reducer and the group it reduces over (kept alive by it).
@@ -223,6 +234,43 @@ int ferry_comm_broadcast(ferry_comm* c, const void* send, void* recv, size_t cou
     const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
     const ferry::mem_view from = st.comm->rank() == root ? view_of(st, send, count, t) : ferry::mem_view{};
     const ferry::event done = st.comm->broadcast(from, view_of(st, recv, count, t), count, t, root, s);
+    ferry::c_api::wait_event(*st.dev, stream, done);
+  });
+}
+
+int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const char* codec, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(c, "ferry_comm_all_reduce_mean").state;
+    FERRY_EXPECTS(codec != nullptr, "ferry_comm_all_reduce_mean: the codec is NULL");
+    const ferry::comm::codec_kind k = ferry::comm::parse_codec(codec);
+    FERRY_EXPECTS(k != ferry::comm::codec_kind::powersgd,
+                  "ferry_comm_all_reduce_mean: powersgd keeps state per gradient matrix, so it runs in the "
+                  "reducer (DataParallel(lossy=True)), not per bucket; expected none, bf16 or fp16");
+    const ferry::mem_view bucket = view_of(st, data, count, ferry::comm::dtype::f32);
+    const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
+    ferry::event done;
+    if (k == ferry::comm::codec_kind::none) {
+      done =
+          st.comm->all_reduce(bucket, bucket, count, ferry::comm::dtype::f32, ferry::comm::reduce_op::avg, s);
+    } else {
+      const std::lock_guard lock(st.wire_mu);
+      const std::size_t bytes = ferry::comm::wire_bytes(k, count);
+      if (st.wire.size() < bytes) {
+        if (!st.wire_free.empty() && st.wire_free.recorded()) st.wire_free.synchronize();
+        st.wire = st.dev->dev->alloc_device(bytes);
+      } else if (!st.wire_free.empty() && st.wire_free.recorded()) {
+        s.wait(st.wire_free);
+      }
+      const ferry::mem_view wire = st.wire.view(0, bytes);
+      ferry::comm::encode_async(k, bucket, wire, count, st.comm->size(), s);
+      static_cast<void>(
+          st.comm->all_reduce(wire, wire, count, ferry::comm::wire_type(k), ferry::comm::reduce_op::sum, s));
+      ferry::comm::decode_async(k, wire, bucket, count, s);
+      if (st.wire_free.empty()) st.wire_free = st.dev->dev->make_event();
+      st.wire_free.record(s);
+      done = st.dev->dev->make_event();
+      done.record(s);
+    }
     ferry::c_api::wait_event(*st.dev, stream, done);
   });
 }

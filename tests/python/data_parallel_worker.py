@@ -81,6 +81,19 @@ def main() -> int:
         report(params=params_of(model.module), error=None)
         return 0
 
+    if SCENARIO.startswith("hook_"):
+        # torch's DDP with ferry's comm hook: DDP's buckets, ferry's reduction.
+        codec = SCENARIO[len("hook_"):]
+        ddp = torch.nn.parallel.DistributedDataParallel(model_of(seed=10 + RANK), bucket_cap_mb=0.002)
+        ddp.register_comm_hook(None, ferry.torch.comm_hook(codec))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        for s in range(STEPS):
+            opt.zero_grad()
+            loss_fn(ddp(x[s, lo:hi]), y[s, lo:hi]).backward()
+            opt.step()
+        report(params=params_of(ddp.module), error=None)
+        return 0
+
     # Different initial parameters per rank: DataParallel starts every rank from rank 0's.
     plan = "auto" if SCENARIO == "auto" else "fixed"
     model = ferry.torch.DataParallel(model_of(seed=10 + RANK), plan=plan, learn_steps=1, timeout=timeout,

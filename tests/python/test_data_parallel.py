@@ -125,3 +125,15 @@ def test_a_rank_that_fails_fails_the_others_within_the_timeout_naming_it(tmp_pat
         assert "aborted by process 1 of 2" in rep0["error"], rep0["error"]
     else:
         assert "process 1 did not write its part within 5000 ms" in rep0["error"], rep0["error"]
+
+
+@pytest.mark.parametrize("codec,tol", [("none", 2e-5), ("bf16", 2e-2)])
+def test_ddp_with_ferrys_comm_hook_trains_as_one_process_within_the_codecs_error(tmp_path, codec, tol):
+    results = run_job(tmp_path, f"hook_{codec}", 2)
+    for code, rep, err in results:
+        assert code == 0, err
+        assert rep is not None and rep["error"] is None, (rep, err)
+    assert results[0][1]["params"] == results[1][1]["params"]
+    # bf16 keeps 8 bits of mantissa: each gradient's mean is within about 2^-8 of its magnitude (codec.hpp's
+    # bound), and six SGD steps of lr 0.1 move the parameters by a few tenths at most.
+    assert_close(results[0][1]["params"], reference(world=2), tol=tol)

@@ -225,6 +225,13 @@ FERRY_C_API int ferry_comm_all_reduce(ferry_comm* c, const void* send, void* rec
 /* recv on every rank = send of `root`, ordered as ferry_comm_all_reduce. */
 FERRY_C_API int ferry_comm_broadcast(ferry_comm* c, const void* send, void* recv, size_t count,
                                      const char* dtype, int root, uintptr_t stream);
+/* The mean over ranks of `count` fp32 elements at `data` (device memory, in place), through `codec`:
+ * "none" (an fp32 average), "bf16" or "fp16" (scaled by 1/world size, cast, summed on the wire in that
+ * type, cast back: half the bytes, the error bound of ferry/comm/codec.hpp). Ordered on `stream` as
+ * ferry_comm_all_reduce; the wire buffer is the handle's own, grown to the largest call. What a DDP comm
+ * hook runs per bucket. */
+FERRY_C_API int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const char* codec,
+                                           uintptr_t stream);
 /* Aborts the group: every process's pending and later collectives fail, naming `why`. */
 FERRY_C_API int ferry_comm_abort(ferry_comm* c, const char* why);
 /* Destroys the handle (aborting the group for processes still in it); reducers made from it keep the

@@ -30,98 +30,18 @@ in flight across a backward pass of this module.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import datetime
-import itertools
 import json
-import os
 from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
 from .. import _runtime
-from .._c import (KV_ERASE_FN, KV_GET_FN, KV_SET_FN, CommHandle, KvStore, ReducerHandle, lib, take_string)
+from .._c import ReducerHandle, lib, take_string
 from .._device import Device
 from .._dlpack import make_capsule
 from ._common import resolve_device
-
-_prefixes = itertools.count()
-
-
-class _TorchStore:
-    """torch.distributed's Store behind ferry's key-value callbacks (struct ferry_kv_store). ferry calls
-    them from its own threads; an exception is kept and raised with ferry's error."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.error: Optional[BaseException] = None
-        self._set_fn = KV_SET_FN(self._set)
-        self._get_fn = KV_GET_FN(self._get)
-        self._erase_fn = KV_ERASE_FN(self._erase)
-        self.struct = KvStore(None, self._set_fn, self._get_fn, self._erase_fn)
-
-    def _set(self, user: Any, key: bytes, value: int, n: int) -> int:
-        try:
-            self._store.set(key.decode(), ctypes.string_at(value, n) if n else b"")
-            return 0
-        except BaseException as e:  # noqa: BLE001 - reported through ferry's status
-            self.error = e
-            return -1
-
-    def _get(self, user: Any, key: bytes, out: int, n: int, wait_ms: int) -> int:
-        k = key.decode()
-        try:
-            try:
-                self._store.wait([k], datetime.timedelta(milliseconds=max(int(wait_ms), 1)))
-            except RuntimeError as e:
-                if "timeout" in str(e).lower():
-                    return 1
-                raise
-            value = self._store.get(k)
-            if len(value) != n:
-                self.error = ValueError(f"store key {k!r} holds {len(value)} bytes, ferry expected {n}")
-                return -1
-            if n:
-                ctypes.memmove(out, value, n)
-            return 0
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-            return -1
-
-    def _erase(self, user: Any, key: bytes) -> int:
-        try:
-            self._store.delete_key(key.decode())
-        except BaseException:  # noqa: BLE001 - a store that cannot erase keeps a few bytes
-            pass
-        return 0
-
-
-def _job(store: Any, rank: Optional[int], world_size: Optional[int]) -> Dict[str, Any]:
-    """Where the group's processes meet: a torch Store (given, or torch.distributed's), MPI, or none."""
-    import torch.distributed as dist
-    if store is not None:
-        if rank is None or world_size is None:
-            if not (dist.is_available() and dist.is_initialized()):
-                raise ValueError("DataParallel(store=...): give rank= and world_size= too, or initialize "
-                                 "torch.distributed")
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-        return {"store": store, "rank": rank, "world_size": world_size}
-    if dist.is_available() and dist.is_initialized():
-        getter = getattr(dist.distributed_c10d, "_get_default_store", None)
-        if getter is None:
-            raise RuntimeError("this torch has no torch.distributed.distributed_c10d._get_default_store: pass "
-                               "the store to DataParallel(store=..., rank=..., world_size=...)")
-        return {"store": getter(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
-    if any(os.environ.get(v) for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK")):
-        return {"bootstrap": "mpi"}
-    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
-        raise RuntimeError(
-            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but torch.distributed is not initialized: call "
-            "torch.distributed.init_process_group() (backend nccl on GPUs, gloo on CPU) before "
-            "DataParallel(...); ferry finds the other processes through its store")
-    return {"bootstrap": "single"}
-
+from ._group import Group
 
 def _shape_2d(shape: Any) -> tuple:
     """A gradient as a matrix, as PowerSGD sees it: (first dimension, the rest); a scalar or a vector of n
@@ -187,24 +107,9 @@ class DataParallel(torch.nn.Module):
         self._params = [p for _, p in named]
 
         # The group.
-        job = _job(store, rank, world_size)
-        handle = CommHandle()
-        self._store: Optional[_TorchStore] = None
-        try:
-            if "store" in job:
-                self._store = _TorchStore(job["store"])
-                prefix = f"ferry/dp/{next(_prefixes)}".encode()
-                lib.ferry_comm_open_store(self._dev.handle, byref(self._store.struct), prefix, int(job["rank"]),
-                                          int(job["world_size"]), float(timeout), byref(handle))
-            else:
-                lib.ferry_comm_open(self._dev.handle, job["bootstrap"].encode(), float(timeout), byref(handle))
-        except Exception as e:
-            raise self._with_store_error(e) from None
-        self._comm = handle
-        r, n = c_int(), c_int()
-        lib.ferry_comm_rank(handle, byref(r), byref(n))
-        self.rank, self.world_size = r.value, n.value
-        self.backend = (lib.ferry_comm_backend(handle) or b"").decode()
+        self._group = Group(self._dev, timeout=timeout, store=store, rank=rank, world_size=world_size)
+        handle = self._comm = self._group.handle
+        self.rank, self.world_size, self.backend = self._group.rank, self._group.world_size, self._group.backend
 
         # Every rank starts from rank 0's parameters and buffers.
         with torch.no_grad():
@@ -223,9 +128,9 @@ class DataParallel(torch.nn.Module):
             lib.ferry_reducer_create(handle, rows, cols, len(self._params), json.dumps(options).encode(),
                                      byref(red))
         except Exception as e:
-            lib.ferry_comm_destroy(handle)
+            self._group.close()
             self._comm = None
-            raise self._with_store_error(e) from None
+            raise self._group.with_store_error(e) from None
         self._red = red
         self._generation = -1
         self._views: List[Any] = []
@@ -422,12 +327,6 @@ class DataParallel(torch.nn.Module):
         if self._error is not None:
             raise RuntimeError(f"{self._error} (the step could not be finished; make a new DataParallel)")
 
-    def _with_store_error(self, e: BaseException) -> BaseException:
-        store_error = self._store.error if getattr(self, "_store", None) is not None else None
-        if store_error is not None:
-            return type(e)(f"{e} (the store said: {type(store_error).__name__}: {store_error})")
-        return e
-
     def close(self) -> None:
         """Releases the group. Gradients stay readable (they are copied out of ferry's buffer)."""
         if getattr(self, "_closed", True) or _runtime.current_pid() != self._pid:
@@ -444,8 +343,8 @@ class DataParallel(torch.nn.Module):
         self._views, self._flat = [], None
         red, self._red = self._red, None
         lib.ferry_reducer_destroy(red)
-        comm, self._comm = self._comm, None
-        lib.ferry_comm_destroy(comm)
+        self._comm = None
+        self._group.close()
 
     def __del__(self) -> None:
         try:
