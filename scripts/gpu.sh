@@ -11,6 +11,9 @@
 #   scripts/gpu.sh one-gpu-comm             THERE, 1 GPU: allreduce/ddp local cost, traced
 #   scripts/gpu.sh examples                 THERE: the two PyTorch side-by-side examples
 #   scripts/gpu.sh vit-ddp [all|nvlink|p2p_off|convergence]  THERE, 2 GPUs: ViT-L/32, DDP beside ferry
+#   scripts/gpu.sh dp a|b|c|d               THERE: ferry.torch's data parallel, staged to fit 10-minute calls:
+#                                           a smoke + NVLink, b P2P off + convergence + world size 1,
+#                                           c comm tests + latency, d 4 GPUs; $OUT/STAGE.tgz
 #
 # Every THERE subcommand runs from the repository root on the GPU machine with .carry/ made by `carry`,
 # writes its raw outputs under $OUT (default /tmp/ferry-out; examples: ./gpu-examples-out) and prints a
@@ -738,6 +741,118 @@ PY
   return $status
 }
 
+# -------------------------------------------------------------------------------------------------- dp
+# ferry.torch.DataParallel and the comm path on the GPUs, in stages that each fit one 10-minute call; each
+# packs its raw output into $OUT/STAGE.tgz (the device tool brings back 8 files) and prints a summary.
+#   a  2 GPUs: a tiny ViT (single, DDP's best, ferry, ferry lossy; the rest is skipped when it fails), then
+#      ViT-L/32, every level, over NVLink (ferry traced per rank)
+#   b  2 GPUs: ViT-L/32 with NCCL_P2P_DISABLE=1, the convergence guard (vit_b_32, 300 steps), and world
+#      size 1 on one GPU (ferry's local cost against plain training)
+#   c  2 GPUs: the multigpu and comm tests, bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
+#   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy), allreduce beside nccl-tests
+cmd_dp() {
+  local stage=${1:?dp: expected a, b, c or d} final work
+  final=${OUT:-/tmp/ferry-out}
+  work=/tmp/dp-$stage
+  rm -rf "$work" && mkdir -p "$work" "$final"
+  nvidia_libs
+  export PYTHONUNBUFFERED=1
+  local gpus2=0,1
+  case "$stage" in
+    a)  # smoke, then ViT-L/32 over NVLink
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/smoke VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy \
+        VIT_ARGS="--model tiny --steps 10 --warmup 15" timeout 150 "$0" vit-ddp nvlink > "$work/smoke.log" 2>&1
+      rc[smoke]=$?
+      tail -n 12 "$work/smoke.log"
+      if [ "${rc[smoke]}" = 0 ]; then
+        CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work timeout 330 "$0" vit-ddp nvlink > "$work/nvlink.log" 2>&1
+        rc[nvlink]=$?
+        tail -n 16 "$work/nvlink.log"
+      fi
+      ;;
+    b)  # ViT-L/32 with NCCL_P2P_DISABLE=1, the convergence guard, world size 1
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work VIT_PROFILE=none timeout 240 "$0" vit-ddp p2p_off > "$work/p2p_off.log" 2>&1
+      rc[p2p_off]=$?
+      tail -n 16 "$work/p2p_off.log"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work VIT_CONV_LEVELS=ddp,ferry,ferry_lossy timeout 150 "$0" vit-ddp convergence \
+        > "$work/convergence.log" 2>&1
+      rc[convergence]=$?
+      tail -n 8 "$work/convergence.log"
+      mkdir -p "$work/world1"
+      CUDA_VISIBLE_DEVICES=0 FERRY_LIBRARY="$PWD/$c/libferry_c.so" PYTHONPATH="$PWD/python" timeout 120 \
+        python3 examples/pytorch/vit_ddp.py --levels single,ddp100_view,ferry --out "$work/world1" \
+        > "$work/world1/run.log" 2>&1
+      rc[world1]=$?
+      tail -n 6 "$work/world1/run.log"
+      ;;
+    c)  # the multigpu and comm tests, the all-reduce beside nccl-tests on 2 GPUs
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/tests timeout 240 "$0" comm-tests > "$work/comm_tests.log" 2>&1
+      rc[comm_tests]=$?
+      tail -n 14 "$work/comm_tests.log"
+      CUDA_VISIBLE_DEVICES=$gpus2 dp_latency 2 "$work" 60
+      ;;
+    d)  # 4 GPUs: ViT-L/32 scaling and the all-reduce beside nccl-tests
+      OUT=$work FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 300 \
+        "$0" vit-ddp nvlink > "$work/vit4.log" 2>&1
+      rc[vit4]=$?
+      tail -n 12 "$work/vit4.log"
+      dp_latency 4 "$work" 60
+      ;;
+    *) die "dp: expected a, b, c or d, not '$stage'" ;;
+  esac
+  echo "=== dp $stage: $(date -u +%FT%TZ)"
+  print_rcs
+  tar -czf "$final/$stage.tgz" -C "$work" .
+}
+
+# dp_latency GPUS DIR SECONDS: bench allreduce 8 B .. 1 GiB beside nccl-tests' all_reduce_perf, in one
+# process and over mpirun (one process per GPU), fp32, NVLink.
+dp_latency() {
+  local n=$1 dir=$2 limit=$3
+  timeout "$limit" "$c/ferry" bench allreduce --backend cuda --gpus "$n" -b 8 -e 1G -f 4 -n 50 -w 10 --codec fp32 \
+    --json > "$dir/allreduce_$n.json" 2> "$dir/allreduce_$n.err"
+  rc[allreduce_$n]=$?
+  if [ -x "$c/all_reduce_perf" ]; then
+    timeout "$limit" "$c/all_reduce_perf" -b 8 -e 1G -f 4 -g "$n" -n 50 -w 10 -c 1 > "$dir/nccl_tests_$n.txt" 2>&1
+    rc[nccl_tests_$n]=$?
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$limit" mpirun -n "$n" -x LD_LIBRARY_PATH \
+      -x NCCL_NVLS_ENABLE "$c/all_reduce_perf" -b 8 -e 1G -f 4 -g 1 -n 50 -w 10 -c 1 > "$dir/nccl_tests_mpi_$n.txt" 2>&1
+    rc[nccl_tests_mpi_$n]=$?
+  fi
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$limit" mpirun -n "$n" -x LD_LIBRARY_PATH \
+    -x NCCL_NVLS_ENABLE "$c/ferry" bench allreduce --bootstrap mpi -b 8 -e 1G -f 4 -n 50 -w 10 --codec fp32 --json \
+    > "$dir/allreduce_mpi_$n.json" 2> "$dir/allreduce_mpi_$n.err"
+  rc[allreduce_mpi_$n]=$?
+  python3 - "$dir" "$n" <<'PY'
+import json, os, sys
+d, n = sys.argv[1], sys.argv[2]
+def nt(name):
+    rows = {}
+    try:
+        for line in open(os.path.join(d, name)):
+            f = line.split()
+            if len(f) >= 8 and f[0].isdigit():
+                rows[int(f[0])] = (float(f[5]), float(f[7]))  # out-of-place time (us), busbw
+    except OSError:
+        pass
+    return rows
+def fe(name):
+    try:
+        j = json.load(open(os.path.join(d, name)))
+        return {r["size"]: (r["out_of_place"]["time_us"], r["out_of_place"]["busbw"]) for r in j["rows"] if r["codec"] == "fp32"}
+    except Exception as e:  # noqa: BLE001
+        print(f"{name}: {e}")
+        return {}
+for label, f, t in (("one process", fe(f"allreduce_{n}.json"), nt(f"nccl_tests_{n}.txt")),
+                    ("mpirun", fe(f"allreduce_mpi_{n}.json"), nt(f"nccl_tests_mpi_{n}.txt"))):
+    print(f"{n} GPUs, {label}: size, ferry us, nccl-tests us, time ratio, ferry busbw, nccl-tests busbw, ratio")
+    for size in sorted(f):
+        fu, fb = f[size]
+        tu, tb = t.get(size, (0, 0))
+        print(f"  {size:>11} {fu:9.1f} {tu:9.1f} {fu / tu if tu else 0:6.2f} {fb:8.1f} {tb:8.1f} {fb / tb if tb else 0:6.3f}")
+PY
+}
+
 sub=${1:-help}
 shift || true
 case "$sub" in
@@ -751,6 +866,7 @@ case "$sub" in
   one-gpu-comm) cmd_one_gpu_comm "$@" ;;
   examples) cmd_examples "$@" ;;
   vit-ddp) cmd_vit_ddp "$@" ;;
+  dp) cmd_dp "$@" ;;
   help | -h | --help) usage ;;
   *)
     usage >&2
