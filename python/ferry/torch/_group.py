@@ -7,6 +7,7 @@ import ctypes
 import datetime
 import itertools
 import os
+import time
 from ctypes import byref, c_int
 from typing import Any, Dict, Optional
 
@@ -39,12 +40,8 @@ class _TorchStore:
     def _get(self, user: Any, key: bytes, out: int, n: int, wait_ms: int) -> int:
         k = key.decode()
         try:
-            try:
-                self._store.wait([k], datetime.timedelta(milliseconds=max(int(wait_ms), 1)))
-            except RuntimeError as e:
-                if "timeout" in str(e).lower():
-                    return 1
-                raise
+            if not self._wait(k, max(int(wait_ms), 1) / 1000.0):
+                return 1
             value = self._store.get(k)
             if len(value) != n:
                 self.error = ValueError(f"store key {k!r} holds {len(value)} bytes, ferry expected {n}")
@@ -55,6 +52,28 @@ class _TorchStore:
         except BaseException as e:  # noqa: BLE001
             self.error = e
             return -1
+
+    def _wait(self, key: str, seconds: float) -> bool:
+        """Whether `key` is in the store within `seconds`. Store.check (torch >= 2.0) polls without the
+        warning torch logs for every store.wait that times out; older stores only have wait."""
+        check = getattr(self._store, "check", None)
+        if check is None:
+            try:
+                self._store.wait([key], datetime.timedelta(seconds=seconds))
+                return True
+            except RuntimeError as e:
+                if "timeout" in str(e).lower():
+                    return False
+                raise
+        deadline = time.monotonic() + seconds
+        pause = 20e-6
+        while not check([key]):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 2e-3)
+        return True
 
     def _erase(self, user: Any, key: bytes) -> int:
         try:
