@@ -13,7 +13,7 @@
 #   scripts/gpu.sh vit-ddp [all|nvlink|p2p_off|convergence]  THERE, 2 GPUs: ViT-L/32, DDP beside ferry
 #   scripts/gpu.sh dp a|b|c|d               THERE: ferry.torch's data parallel, staged to fit 10-minute calls:
 #                                           a smoke + NVLink, b P2P off + convergence + world size 1,
-#                                           c comm tests + latency, d 4 GPUs; $OUT/STAGE.tgz
+#                                           c local cost + comm tests + latency, d 4 GPUs; $OUT/STAGE.tgz
 #
 # Every THERE subcommand runs from the repository root on the GPU machine with .carry/ made by `carry`,
 # writes its raw outputs under $OUT (default /tmp/ferry-out; examples: ./gpu-examples-out) and prints a
@@ -748,7 +748,8 @@ PY
 #      ViT-L/32, every level, over NVLink (ferry traced per rank)
 #   b  2 GPUs: ViT-L/32 with NCCL_P2P_DISABLE=1, the convergence guard (vit_b_32, 300 steps), and world
 #      size 1 on one GPU (ferry's local cost against plain training)
-#   c  2 GPUs: the multigpu and comm tests, bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
+#   c  1 GPU: the wrappers' local cost (scripts/dp_local_cost.py); 2 GPUs: the multigpu and comm tests,
+#      bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
 #   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy), allreduce beside nccl-tests
 cmd_dp() {
   local stage=${1:?dp: expected a, b, c or d} final work
@@ -785,7 +786,11 @@ cmd_dp() {
       rc[world1]=$?
       tail -n 6 "$work/world1/run.log"
       ;;
-    c)  # the multigpu and comm tests, the all-reduce beside nccl-tests on 2 GPUs
+    c)  # ferry's local cost at world size 1, the multigpu and comm tests, the all-reduce beside nccl-tests
+      CUDA_VISIBLE_DEVICES=0 FERRY_LIBRARY="$PWD/$c/libferry_c.so" PYTHONPATH="$PWD/python" timeout 150 \
+        python3 "$here/dp_local_cost.py" --out "$work/local_cost.json" > "$work/local_cost.log" 2>&1
+      rc[local_cost]=$?
+      tail -n 8 "$work/local_cost.log"
       CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/tests timeout 240 "$0" comm-tests > "$work/comm_tests.log" 2>&1
       rc[comm_tests]=$?
       tail -n 14 "$work/comm_tests.log"
