@@ -13,7 +13,8 @@
 #   scripts/gpu.sh vit-ddp [all|nvlink|p2p_off|convergence]  THERE, 2 GPUs: ViT-L/32, DDP beside ferry
 #   scripts/gpu.sh dp a|b|c|d               THERE: ferry.torch's data parallel, staged to fit 10-minute calls:
 #                                           a smoke + NVLink, b P2P off + convergence + world size 1,
-#                                           c local cost + comm tests + latency, d 4 GPUs; $OUT/STAGE.tgz
+#                                           c local cost + comm tests + latency, d 4 GPUs, e a rerun of
+#                                           local cost + NVLink; $OUT/STAGE.tgz
 #
 # Every THERE subcommand runs from the repository root on the GPU machine with .carry/ made by `carry`,
 # writes its raw outputs under $OUT (default /tmp/ferry-out; examples: ./gpu-examples-out) and prints a
@@ -751,8 +752,9 @@ PY
 #   c  1 GPU: the wrappers' local cost (scripts/dp_local_cost.py); 2 GPUs: the multigpu and comm tests,
 #      bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
 #   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy), allreduce beside nccl-tests
+#   e  a rerun after a change: the local cost (1 GPU), then ViT-L/32 over NVLink on 2 GPUs, four levels
 cmd_dp() {
-  local stage=${1:?dp: expected a, b, c or d} final work
+  local stage=${1:?dp: expected a, b, c, d or e} final work
   final=${OUT:-/tmp/ferry-out}
   work=/tmp/dp-$stage
   rm -rf "$work" && mkdir -p "$work" "$final"
@@ -796,14 +798,24 @@ cmd_dp() {
       tail -n 14 "$work/comm_tests.log"
       CUDA_VISIBLE_DEVICES=$gpus2 dp_latency 2 "$work" 60
       ;;
+    e)  # a rerun after a change: the local cost at world size 1, then ViT-L/32 on 2 GPUs (four levels)
+      CUDA_VISIBLE_DEVICES=0 FERRY_LIBRARY="$PWD/$c/libferry_c.so" PYTHONPATH="$PWD/python" timeout 120 \
+        python3 "$here/dp_local_cost.py" --out "$work/local_cost.json" > "$work/local_cost.log" 2>&1
+      rc[local_cost]=$?
+      tail -n 8 "$work/local_cost.log"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy \
+        timeout 150 "$0" vit-ddp nvlink > "$work/nvlink.log" 2>&1
+      rc[nvlink]=$?
+      tail -n 8 "$work/nvlink.log"
+      ;;
     d)  # 4 GPUs: ViT-L/32 scaling and the all-reduce beside nccl-tests
-      OUT=$work FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 300 \
+      OUT=$work FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 240 \
         "$0" vit-ddp nvlink > "$work/vit4.log" 2>&1
       rc[vit4]=$?
       tail -n 12 "$work/vit4.log"
-      dp_latency 4 "$work" 60
+      dp_latency 4 "$work" 45
       ;;
-    *) die "dp: expected a, b, c or d, not '$stage'" ;;
+    *) die "dp: expected a, b, c, d or e, not '$stage'" ;;
   esac
   echo "=== dp $stage: $(date -u +%FT%TZ)"
   print_rcs

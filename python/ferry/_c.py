@@ -200,6 +200,8 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_reducer_flat_dlpack": (Status, [_reducer, P(c_void_p)]),
     "ferry_reducer_place": (Status, [_reducer, c_size_t, P(c_size_t), P(c_size_t)]),
     "ferry_reducer_mark_ready": (Status, [_reducer, c_size_t, c_uintptr]),
+    "ferry_reducer_mark_ready_many": (Status, [_reducer, P(c_size_t), c_size_t, c_uintptr]),
+    "ferry_reducer_buckets": (Status, [_reducer, P(c_size_t), c_size_t, P(c_int)]),
     "ferry_reducer_finish": (Status, [_reducer, c_uintptr]),
     "ferry_reducer_stats_json": (Status, [_reducer, P(c_void_p)]),
     "ferry_reducer_destroy": (None, [_reducer]),

@@ -375,6 +375,29 @@ int ferry_reducer_mark_ready(ferry_reducer* r, size_t p, uintptr_t stream) {
   });
 }
 
+int ferry_reducer_mark_ready_many(ferry_reducer* r, const size_t* ps, size_t n, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(r, "ferry_reducer_mark_ready_many").state;
+    FERRY_EXPECTS(n == 0 || ps != nullptr, "ferry_reducer_mark_ready_many: the parameter list is NULL");
+    if (n == 0) return;
+    const ferry::stream_view s = ferry::c_api::producer_view(*st.group->dev, stream);
+    for (size_t i = 0; i < n; ++i) st.red->mark_ready(ps[i], s);
+  });
+}
+
+int ferry_reducer_buckets(ferry_reducer* r, size_t* out, size_t n, int* learning) {
+  return guard([&] {
+    const auto& red = *checked(r, "ferry_reducer_buckets").state->red;
+    FERRY_EXPECTS(out != nullptr || n == 0, "ferry_reducer_buckets: the output array is NULL");
+    FERRY_EXPECTS(n <= red.param_count(),
+                  fmt::format("ferry_reducer_buckets: {} entries asked of a reducer of {} "
+                              "parameters",
+                              n, red.param_count()));
+    for (size_t p = 0; p < n; ++p) out[p] = red.plan().places[p].bucket;
+    if (learning != nullptr) *learning = red.learning() ? 1 : 0;
+  });
+}
+
 int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream) {
   return guard([&] {
     auto& st = *checked(r, "ferry_reducer_finish").state;

@@ -96,8 +96,9 @@ def main() -> int:
 
     # Different initial parameters per rank: DataParallel starts every rank from rank 0's.
     plan = "auto" if SCENARIO == "auto" else "fixed"
+    small = SCENARIO != "one_bucket"  # several buckets, or every gradient counted into one
     model = ferry.torch.DataParallel(model_of(seed=10 + RANK), plan=plan, learn_steps=1, timeout=timeout,
-                                     bucket_cap_mb=0.002, first_bucket_mb=0.001)
+                                     bucket_cap_mb=0.002 if small else 25, first_bucket_mb=0.001 if small else 25)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     initial = params_of(model.module)
     losses = []

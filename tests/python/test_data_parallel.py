@@ -76,7 +76,8 @@ def assert_close(a, b, tol=2e-5):
         assert worst <= tol, f"parameters differ by {worst} (relative), more than {tol}"
 
 
-@pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 3), ("auto", 2), ("no_sync", 2)])
+@pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 3), ("one_bucket", 2), ("auto", 2),
+                                            ("no_sync", 2)])
 def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_path, scenario, world):
     results = run_job(tmp_path, scenario, world)
     for code, rep, err in results:
@@ -93,6 +94,8 @@ def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_pat
     assert stats["steps"] == 6 and stats["world_size"] == world and stats["backend"] == "host"
     if scenario == "auto":
         assert stats["decided"] is not None and not stats["learning"]
+    elif scenario == "one_bucket":
+        assert stats["buckets"] == 1
     else:
         assert stats["buckets"] > 1  # the small caps cut the model into several buckets
 

@@ -258,6 +258,12 @@ FERRY_C_API int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out);
 FERRY_C_API int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elements);
 /* Gradient p is complete on `stream` (default streams accepted on cuda); launches the buckets that can go. */
 FERRY_C_API int ferry_reducer_mark_ready(ferry_reducer* r, size_t p, uintptr_t stream);
+/* The same for the `n` gradients ps[0..n), in order, all complete on `stream` (one call, one bridge of a
+ * default stream): what a caller that counts a bucket's gradients itself sends once the bucket is full. */
+FERRY_C_API int ferry_reducer_mark_ready_many(ferry_reducer* r, const size_t* ps, size_t n, uintptr_t stream);
+/* out[p] = the bucket of gradient p in the current layout, for p < n (n = the parameter count);
+ * *learning = 1 while the automatic plan learns (it needs every gradient's own mark, when it is ready). */
+FERRY_C_API int ferry_reducer_buckets(ferry_reducer* r, size_t* out, size_t n, int* learning);
 /* Closes the step: `stream` waits for the last bucket. FERRY_ERROR_INVALID names the gradients never
  * marked (the step stays open). */
 FERRY_C_API int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream);

@@ -135,6 +135,12 @@ class DataParallel(torch.nn.Module):
         self._generation = -1
         self._views: List[Any] = []
         self._point_grads(keep=[p.grad for p in self._params])
+        self._bucket_generation = -1
+        self._learning = True
+        self._read_buckets(self._generation)
+        self._left: List[int] = []
+        self._pending: List[List[int]] = []
+        self._pending_stream: List[int] = []
 
         self._sync = True
         self._step_open = False
@@ -181,10 +187,30 @@ class DataParallel(torch.nn.Module):
         lib.ferry_reducer_layout(self._red, byref(generation), None)
         if generation.value != self._generation:
             self._point_grads(keep=keep)
+        if self._learning or generation.value != self._bucket_generation:
+            self._read_buckets(generation.value)
         self._step_open = True
         self._marked = [False] * len(self._params)
         self._marks = 0
+        self._left = list(self._bucket_sizes)
+        self._pending = [[] for _ in self._bucket_sizes]
+        self._pending_stream = [0] * len(self._bucket_sizes)
         self._callback_queued = False
+
+    def _read_buckets(self, generation: int) -> None:
+        """Each gradient's bucket, so the hooks call the library once a bucket, not once a gradient (while
+        the automatic plan learns, it needs every gradient's own mark: then they mark one by one)."""
+        n = len(self._params)
+        out = (c_size_t * n)()
+        learning = c_int()
+        lib.ferry_reducer_buckets(self._red, out, n, byref(learning))
+        self._bucket_of = list(out)
+        sizes = [0] * (max(self._bucket_of) + 1)
+        for b in self._bucket_of:
+            sizes[b] += 1
+        self._bucket_sizes = sizes
+        self._learning = bool(learning.value)
+        self._bucket_generation = generation
 
     def _point_grads(self, keep: Optional[List[Any]]) -> None:
         """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout)."""
@@ -227,6 +253,12 @@ class DataParallel(torch.nn.Module):
             return int(torch.cuda.current_stream(self._torch_device).cuda_stream)
         return self._host_stream.handle
 
+    def _mark(self, ps: List[int], stream: int) -> None:
+        if len(ps) == 1:
+            lib.ferry_reducer_mark_ready(self._red, ps[0], stream)
+        else:
+            lib.ferry_reducer_mark_ready_many(self._red, (c_size_t * len(ps))(*ps), len(ps), stream)
+
     def _ready(self, i: int) -> None:
         """Parameter i's gradient is complete (its accumulation hook, on the autograd thread)."""
         if not self._step_open:
@@ -250,7 +282,24 @@ class DataParallel(torch.nn.Module):
             p.grad = v
         self._marked[i] = True
         self._marks += 1
-        lib.ferry_reducer_mark_ready(self._red, i, self._stream())
+        stream = self._stream()
+        if self._learning:
+            lib.ferry_reducer_mark_ready(self._red, i, stream)
+        else:
+            # Counted here; the library hears of the bucket's gradients once it is full, on the stream of
+            # the last (which covers the others when they share it: on another stream, those before are
+            # marked at once, on their own).
+            b = self._bucket_of[i]
+            pending = self._pending[b]
+            if pending and self._pending_stream[b] != stream:
+                self._mark(pending, self._pending_stream[b])
+                pending.clear()
+            pending.append(i)
+            self._pending_stream[b] = stream
+            self._left[b] -= 1
+            if self._left[b] == 0:
+                self._mark(pending, stream)
+                pending.clear()
         if not self._callback_queued:
             self._callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
@@ -265,6 +314,7 @@ class DataParallel(torch.nn.Module):
                            "requires grad must take part in the loss on every rank, or pass "
                            "find_unused_parameters=True (they are then reduced as zeros)")
             raise RuntimeError(self._error)
+        stream = self._stream()
         with torch.no_grad():
             for i in missing:
                 p, v = self._params[i], self._views[i]
@@ -272,8 +322,13 @@ class DataParallel(torch.nn.Module):
                     v.zero_()
                     p.grad = v
                 self._marked[i] = True
-                lib.ferry_reducer_mark_ready(self._red, i, self._stream())
-        lib.ferry_reducer_finish(self._red, self._stream())
+                lib.ferry_reducer_mark_ready(self._red, i, stream)
+        # Buckets that the unused gradients completed: their counted gradients (on their own streams).
+        for b, pending in enumerate(self._pending):
+            if pending:
+                self._mark(pending, self._pending_stream[b])
+                pending.clear()
+        lib.ferry_reducer_finish(self._red, stream)
         self._step_open = False
         if not self._cuda:
             lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
