@@ -4,10 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "ferry/core/error.hpp"
@@ -55,32 +53,6 @@ shim::nccl_data_type to_nccl(dtype t) noexcept {
 shim::nccl_red_op to_nccl(reduce_op op) noexcept {
   return op == reduce_op::avg ? shim::nccl_red_op::avg : shim::nccl_red_op::sum;
 }
-
-// A short wait of the issuing thread (a collective NCCL has not enqueued yet, every record still busy):
-// spins, yielding the core, for the first `spin` of it, then sleeps `backoff`, doubling up to `cap`. A
-// sleep is never shorter than the kernel's timer slack (50 us by default), so sleeping from the first poll
-// put a floor of about 60 us under every collective that waited at all, ten times a small all-reduce on
-// NVLink.
-class waiter {
- public:
-  static constexpr std::chrono::microseconds spin{200};
-
-  explicit waiter(std::chrono::microseconds first, std::chrono::microseconds cap)
-      : backoff_(first), cap_(cap) {}
-  void pause() {
-    if (std::chrono::steady_clock::now() - start_ < spin) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(backoff_);
-    backoff_ = std::min(backoff_ * 2, cap_);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::microseconds backoff_;
-  std::chrono::microseconds cap_;
-};
 
 }  // namespace
 
@@ -251,7 +223,7 @@ nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t s
   // next poll would let the GPU run dry (it would cap the rank at records_per_rank collectives a
   // poll_interval).
   const auto deadline = clock::now() + options_.timeout;
-  waiter wait(std::chrono::microseconds(2), std::chrono::microseconds(100));
+  std::chrono::microseconds backoff(2);
   for (auto it = free_one(); it == records.end(); it = free_one()) {
     if (aborted()) {
       lock.unlock();
@@ -269,7 +241,8 @@ nccl_group::record& nccl_group::acquire(int rank, collective op, std::uint64_t s
       fail(rank, op, problem);
     }
     lock.unlock();
-    wait.pause();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::microseconds(100));
     lock.lock();
   }
   return *free_one();
@@ -337,7 +310,7 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
   // A nonblocking communicator may answer ncclInProgress (while it connects to its peers, say): the
   // collective is enqueued once ncclCommGetAsyncError says ncclSuccess. Polled with the lock released, so
   // abort() can end the wait.
-  waiter wait(std::chrono::microseconds(10), poll_interval);
+  std::chrono::microseconds backoff(10);
   while (r == shim::nccl_in_progress) {
     call_lock.unlock();
     if (aborted()) fail_aborted(rank, c.op, seq);
@@ -351,7 +324,8 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
       }
       fail(rank, c.op, why);
     }
-    wait.pause();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
     call_lock.lock();
     if (rs.comm == nullptr) {
       call_lock.unlock();
