@@ -14,7 +14,7 @@
 #   scripts/gpu.sh dp a|b|c|d               THERE: ferry.torch's data parallel, staged to fit 10-minute calls:
 #                                           a smoke + NVLink, b P2P off + convergence + world size 1,
 #                                           c local cost + comm tests + latency, d 4 GPUs, e a rerun of
-#                                           local cost + NVLink; $OUT/STAGE.tgz
+#                                           local cost + NVLink, f the final main; $OUT/STAGE.tgz
 #
 # Every THERE subcommand runs from the repository root on the GPU machine with .carry/ made by `carry`,
 # writes its raw outputs under $OUT (default /tmp/ferry-out; examples: ./gpu-examples-out) and prints a
@@ -753,8 +753,10 @@ PY
 #      bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
 #   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy), allreduce beside nccl-tests
 #   e  a rerun after a change: the local cost (1 GPU), then ViT-L/32 over NVLink on 2 GPUs, four levels
+#   f  at the final main: the gpu suites, the comm tests (2 GPUs), ViT-L/32 over NVLink (2 GPUs, four
+#      levels) and with NCCL_P2P_DISABLE=1 (4 GPUs, four levels)
 cmd_dp() {
-  local stage=${1:?dp: expected a, b, c, d or e} final work
+  local stage=${1:?dp: expected a, b, c, d, e or f} final work
   final=${OUT:-/tmp/ferry-out}
   work=/tmp/dp-$stage
   rm -rf "$work" && mkdir -p "$work" "$final"
@@ -808,6 +810,23 @@ cmd_dp() {
       rc[nvlink]=$?
       tail -n 8 "$work/nvlink.log"
       ;;
+    f)  # at the final main: the gpu and comm suites, ViT-L/32 over NVLink on 2 GPUs, with P2P off on 4 GPUs
+      OUT=$work/gpu timeout 200 "$0" tests gpu > "$work/tests_gpu.log" 2>&1
+      rc[tests_gpu]=$?
+      grep -E "tests passed|tests failed|Failed|Not Run" "$work/tests_gpu.log" | tail -n 5
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/tests timeout 200 "$0" comm-tests > "$work/comm_tests.log" 2>&1
+      rc[comm_tests]=$?
+      grep -E "^rc |: rc " "$work/comm_tests.log"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy \
+        timeout 150 "$0" vit-ddp nvlink > "$work/nvlink.log" 2>&1
+      rc[nvlink]=$?
+      tail -n 8 "$work/nvlink.log" | grep -v "^  nvlink ferry"
+      mkdir -p "$work/four"
+      OUT=$work/four FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 180 \
+        "$0" vit-ddp p2p_off > "$work/p2p_off4.log" 2>&1
+      rc[p2p_off4]=$?
+      tail -n 8 "$work/p2p_off4.log" | grep -v "^  p2p_off ferry"
+      ;;
     d)  # 4 GPUs: ViT-L/32 scaling and the all-reduce beside nccl-tests
       OUT=$work FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 240 \
         "$0" vit-ddp nvlink > "$work/vit4.log" 2>&1
@@ -815,7 +834,7 @@ cmd_dp() {
       tail -n 12 "$work/vit4.log"
       dp_latency 4 "$work" 45
       ;;
-    *) die "dp: expected a, b, c, d or e, not '$stage'" ;;
+    *) die "dp: expected a, b, c, d, e or f, not '$stage'" ;;
   esac
   echo "=== dp $stage: $(date -u +%FT%TZ)"
   print_rcs
