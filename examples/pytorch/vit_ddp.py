@@ -383,6 +383,9 @@ def wrap(name, model, args, ranks):
             ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)  # None: the default group
         elif cfg["hook"] == "powersgd":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            if not ranks.is_cuda and tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 0):
+                raise Skip("PowerSGD's hook synchronizes a CUDA device after each bucket (torch 2.x): it needs "
+                           "a GPU")
             state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                                 start_powerSGD_iter=POWERSGD_START_ITER)
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)

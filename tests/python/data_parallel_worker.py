@@ -85,7 +85,7 @@ def main() -> int:
         # torch's DDP with ferry's comm hook: DDP's buckets, ferry's reduction.
         codec = SCENARIO[len("hook_"):]
         ddp = torch.nn.parallel.DistributedDataParallel(model_of(seed=10 + RANK), bucket_cap_mb=0.002)
-        ddp.register_comm_hook(None, ferry.torch.comm_hook(codec))
+        ddp.register_comm_hook(None, ferry.torch.comm_hook(codec, device="cpu"))  # the model's device
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
         for s in range(STEPS):
             opt.zero_grad()
