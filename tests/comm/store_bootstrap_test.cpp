@@ -143,11 +143,16 @@ std::vector<float> read_floats(const buffer& b, std::size_t n) {
   return out;
 }
 
-TEST(process_host_group, collectives_over_processes_give_every_process_the_same_bytes) {
+class process_host_group_sizes : public ::testing::TestWithParam<int> {};
+
+// 3 processes, and 8 as a data-parallel job on every GPU of a host has.
+INSTANTIATE_TEST_SUITE_P(processes, process_host_group_sizes, ::testing::Values(3, 8));
+
+TEST_P(process_host_group_sizes, collectives_over_processes_give_every_process_the_same_bytes) {
   const auto store = make_memory_store();
-  constexpr int n = 3;
+  const int n = GetParam();
   constexpr std::size_t count = 1000;
-  std::vector<std::vector<float>> results(n);
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
   each_process(n, [&](int r) {
     std::shared_ptr<bootstrap> job = make_store_bootstrap(store, r, n, "ferry/g", 20s);
     const auto dev = make_host_device();
@@ -165,13 +170,13 @@ TEST(process_host_group, collectives_over_processes_give_every_process_the_same_
     const std::int64_t v[4] = {r, -r, std::int64_t{1} << 40, 7};
     std::memcpy(static_cast<std::byte*>(ints.data()), v, sizeof v);
     comm->all_reduce(ints.view(), ints.view(), 4, dtype::i64, reduce_op::sum, s.view());
-    buffer gathered = dev->alloc_device(n * sizeof(std::int32_t));
+    buffer gathered = dev->alloc_device(static_cast<std::size_t>(n) * sizeof(std::int32_t));
     const auto me = static_cast<std::int32_t>(r * 10);
     std::memcpy(static_cast<std::byte*>(gathered.data()) + static_cast<std::size_t>(r) * 4, &me, 4);
     comm->all_gather(gathered.view(static_cast<std::size_t>(r) * 4, 4), gathered.view(), 1, dtype::i32,
                      s.view());
     buffer b = dev->alloc_device(8);
-    const std::uint64_t root_value = r == 2 ? 0xfeedULL : 0;
+    const std::uint64_t root_value = r == 2 ? 0xfeedULL : 0;  // root 2: not the first process
     std::memcpy(static_cast<std::byte*>(b.data()), &root_value, 8);
     comm->broadcast(b.view(), b.view(), 1, dtype::u64, 2, s.view());
     comm->barrier(s.view());
@@ -179,25 +184,25 @@ TEST(process_host_group, collectives_over_processes_give_every_process_the_same_
     results[static_cast<std::size_t>(r)] = read_floats(x, count);
     std::int64_t sums[4];
     std::memcpy(sums, static_cast<std::byte*>(ints.data()), sizeof sums);
-    EXPECT_EQ(sums[0], 3);
-    EXPECT_EQ(sums[1], -3);
-    EXPECT_EQ(sums[2], 3 * (std::int64_t{1} << 40));
-    EXPECT_EQ(sums[3], 21);
-    std::int32_t all[n];
-    std::memcpy(all, static_cast<std::byte*>(gathered.data()), sizeof all);
-    EXPECT_EQ(all[0], 0);
-    EXPECT_EQ(all[1], 10);
-    EXPECT_EQ(all[2], 20);
+    const std::int64_t ranks_sum = std::int64_t{n} * (n - 1) / 2;
+    EXPECT_EQ(sums[0], ranks_sum);
+    EXPECT_EQ(sums[1], -ranks_sum);
+    EXPECT_EQ(sums[2], n * (std::int64_t{1} << 40));
+    EXPECT_EQ(sums[3], 7 * n);
+    std::vector<std::int32_t> all(static_cast<std::size_t>(n));
+    std::memcpy(all.data(), static_cast<std::byte*>(gathered.data()), all.size() * sizeof(std::int32_t));
+    for (int q = 0; q < n; ++q) EXPECT_EQ(all[static_cast<std::size_t>(q)], q * 10);
     std::uint64_t got = 0;
     std::memcpy(&got, static_cast<std::byte*>(b.data()), 8);
     EXPECT_EQ(got, 0xfeedULL);
   });
   for (std::size_t i = 0; i < count; ++i) {
-    const float expected = 0.1F * static_cast<float>(i) + 1.0F;
+    const float expected = 0.1F * static_cast<float>(i) + static_cast<float>(n - 1) / 2.0F;
     EXPECT_NEAR(results[0][i], expected, 1e-5F * (1.0F + expected));
     // Every process reduced the same gathered parts in the same order: the same bits.
-    EXPECT_EQ(std::memcmp(&results[0][i], &results[1][i], 4), 0);
-    EXPECT_EQ(std::memcmp(&results[0][i], &results[2][i], 4), 0);
+    for (int q = 1; q < n; ++q)
+      EXPECT_EQ(std::memcmp(&results[0][i], &results[static_cast<std::size_t>(q)][i], 4), 0)
+          << "process " << q;
   }
 }
 

@@ -76,7 +76,7 @@ def assert_close(a, b, tol=2e-5):
         assert worst <= tol, f"parameters differ by {worst} (relative), more than {tol}"
 
 
-@pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 3), ("one_bucket", 2), ("auto", 2),
+@pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 4), ("one_bucket", 2), ("auto", 3),
                                             ("no_sync", 2)])
 def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_path, scenario, world):
     results = run_job(tmp_path, scenario, world)
