@@ -110,6 +110,10 @@ def main() -> int:
                 with model.no_sync():
                     loss_fn(model(x[s, lo:lo + half]), y[s, lo:lo + half]).mul(0.5).backward()
                 loss = loss_fn(model(x[s, lo + half:hi]), y[s, lo + half:hi]).mul(0.5)
+            elif SCENARIO == "autocast":
+                # Mixed precision: bf16 compute under autocast, float32 parameters and gradients.
+                with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                    loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
             else:
                 loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
             loss.backward()

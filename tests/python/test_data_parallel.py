@@ -140,3 +140,15 @@ def test_ddp_with_ferrys_comm_hook_trains_as_one_process_within_the_codecs_error
     # bf16 keeps 8 bits of mantissa: each gradient's mean is within about 2^-8 of its magnitude (codec.hpp's
     # bound), and six SGD steps of lr 0.1 move the parameters by a few tenths at most.
     assert_close(results[0][1]["params"], reference(world=2), tol=tol)
+
+
+def test_mixed_precision_under_autocast_just_works(tmp_path):
+    results = run_job(tmp_path, "autocast", 2)
+    for code, rep, err in results:
+        assert code == 0, err
+        assert rep is not None and rep["error"] is None, (rep, err)
+    first = results[0][1]
+    assert results[1][1]["params"] == first["params"]
+    # bf16 compute: close to the float32 run of one process, as autocast is anywhere.
+    assert_close(first["params"], reference(world=2), tol=5e-2)
+    assert first["params"] != first["initial"]
