@@ -363,15 +363,7 @@ int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elem
 int ferry_reducer_mark_ready(ferry_reducer* r, size_t p, uintptr_t stream) {
   return guard([&] {
     auto& st = *checked(r, "ferry_reducer_mark_ready").state;
-    auto& dev = *st.group->dev;
-    // A default stream is bridged (an event recorded there, waited for by the bridge: four runtime calls)
-    // only by the marks that launch a bucket; the others leave the bridge as it is (see default_stand_in).
-    if (ferry::c_api::is_default_stream(dev, stream) && p < st.red->param_count() &&
-        !st.red->needs_producer_point(p)) {
-      st.red->mark_ready(p, ferry::c_api::default_stand_in(dev));
-      return;
-    }
-    st.red->mark_ready(p, ferry::c_api::producer_view(dev, stream));
+    st.red->mark_ready(p, ferry::c_api::producer_view(*st.group->dev, stream));
   });
 }
 

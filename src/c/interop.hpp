@@ -18,12 +18,6 @@ namespace ferry::c_api {
 /// default stream, the device's bridge stream made to wait for the default stream's current point.
 [[nodiscard]] stream_view producer_view(device_state& st, std::uintptr_t handle);
 
-/// The bridge stream that stands in for a default stream, as it is: not joined to the default stream's
-/// current point (producer_view does that). For a reducer's marks that launch nothing: the mark that
-/// launches the bucket joins the bridge, and the default stream's later point covers the earlier marks'
-/// work. Only for handles is_default_stream accepts.
-[[nodiscard]] stream_view default_stand_in(device_state& st);
-
 /// Makes `handle` (any stream, default streams included) wait on the device for what `from` has queued
 /// so far. Never blocks the host.
 void join_into(device_state& st, std::uintptr_t handle, stream_view from);

@@ -53,8 +53,6 @@ stream_view producer_view(device_state& st, std::uintptr_t handle) {
   return bridge;
 }
 
-stream_view default_stand_in(device_state& st) { return bridge_of(st); }
-
 void join_into(device_state& st, std::uintptr_t handle, stream_view from) {
   if (!is_default_stream(st, handle)) {
     const stream_view to = st.dev->adopt_stream(reinterpret_cast<void*>(handle));

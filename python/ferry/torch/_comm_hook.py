@@ -64,6 +64,9 @@ class comm_hook:  # noqa: N801 - used as a function: ddp.register_comm_hook(None
                                            stream)
             fut = torch.futures.Future(devices=[buf.device])
         else:
+            if buf.device.type != "cpu":
+                raise ValueError(f"ferry.torch.comm_hook: bucket on {buf.device}, the hook's group is on ferry's "
+                                 "host backend (CPU tensors); make the hook with device= the model's GPU")
             stream = self._host_stream.handle
             lib.ferry_comm_all_reduce_mean(self._group.handle, buf.data_ptr(), buf.numel(), self.codec.encode(),
                                            stream)

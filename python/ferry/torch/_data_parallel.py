@@ -84,7 +84,14 @@ class DataParallel(torch.nn.Module):
             raise ValueError(f"timeout={timeout!r}: expected a positive number of seconds")
         self.module = module
         self._pid = _runtime.current_pid()
-        self._closed = False
+        self._closed = True  # until the group and the reducer exist: close() then has nothing to release
+        self._hooks: List[Any] = []
+        self._red: Optional[ReducerHandle] = None
+        self._group: Optional[Group] = None
+        self._views: List[Any] = []
+        self._params: List[Any] = []
+        self._step_open = False
+        self._marks = 0
         self._find_unused = bool(find_unused_parameters)
         self._broadcast_buffers = bool(broadcast_buffers)
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -110,6 +117,19 @@ class DataParallel(torch.nn.Module):
         self._group = Group(self._dev, timeout=timeout, store=store, rank=rank, world_size=world_size)
         handle = self._comm = self._group.handle
         self.rank, self.world_size, self.backend = self._group.rank, self._group.world_size, self._group.backend
+        self._closed = False
+        try:
+            self._set_up(plan, lossy, learn_steps, first_bucket_mb, bucket_cap_mb)
+        except BaseException:
+            self._abort("setting up DataParallel failed on this rank")
+            self.close()
+            raise
+        _runtime.register(self)
+
+    def _set_up(self, plan: str, lossy: bool, learn_steps: int, first_bucket_mb: float,
+                bucket_cap_mb: float) -> None:
+        handle = self._comm
+        module = self.module
 
         # Every rank starts from rank 0's parameters and buffers.
         with torch.no_grad():
@@ -128,8 +148,6 @@ class DataParallel(torch.nn.Module):
             lib.ferry_reducer_create(handle, rows, cols, len(self._params), json.dumps(options).encode(),
                                      byref(red))
         except Exception as e:
-            self._group.close()
-            self._comm = None
             raise self._group.with_store_error(e) from None
         self._red = red
         self._generation = -1
@@ -149,17 +167,22 @@ class DataParallel(torch.nn.Module):
         self._callback_queued = False
         self._error: Optional[str] = None
         self._hooks = [self._hook(i, p) for i, p in enumerate(self._params)]
-        _runtime.register(self)
 
     # ---- the step ----------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._check_usable()
-        if self._broadcast_buffers and self.world_size > 1:
+        if self._step_open and self._marks > 0:
+            # The last backward stopped part way (an exception in it, a Ctrl-C): some of its buckets went
+            # out, others never will, so the ranks no longer agree on the next collective.
+            self._fail("the previous backward stopped part way (an exception or an interrupt during it), after "
+                       f"{self._marks} of {len(self._params)} gradients; the ranks' collectives no longer match")
+        grad_sync = self._sync and torch.is_grad_enabled()
+        if self._broadcast_buffers and self.world_size > 1 and grad_sync:
             buffers = list(self.module.buffers())
             if buffers:
                 with torch.no_grad():
                     self._broadcast(buffers)
-        if self._sync and torch.is_grad_enabled() and not self._step_open:
+        if grad_sync and not self._step_open:
             self._begin_step()
         return self.module(*args, **kwargs)
 
@@ -264,12 +287,10 @@ class DataParallel(torch.nn.Module):
         if not self._step_open:
             return
         if self._marked[i]:
-            self._error = (f"ferry.torch.DataParallel (rank {self.rank} of {self.world_size}): parameter "
-                           f"{self._names[i]} got a second gradient in one backward after its bucket was "
-                           "launched (reentrant activation checkpointing, or a parameter used by two "
-                           "backward passes of one step); use torch.utils.checkpoint with "
-                           "use_reentrant=False, or one backward per step")
-            raise RuntimeError(self._error)
+            self._fail(f"parameter {self._names[i]} got a second gradient in one backward after its bucket was "
+                       "launched (reentrant activation checkpointing, or a parameter used by two backward "
+                       "passes of one step); use torch.utils.checkpoint with use_reentrant=False, or one "
+                       "backward per step")
         p, v = self._params[i], self._views[i]
         g = p.grad
         if g is None or g.data_ptr() != v.data_ptr():
@@ -309,11 +330,9 @@ class DataParallel(torch.nn.Module):
         missing = [i for i, m in enumerate(self._marked) if not m]
         if missing and not self._find_unused:
             names = ", ".join(self._names[i] for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
-            self._error = (f"ferry.torch.DataParallel (rank {self.rank} of {self.world_size}): {len(missing)} "
-                           f"parameter(s) got no gradient in this backward: {names}. Every parameter that "
-                           "requires grad must take part in the loss on every rank, or pass "
-                           "find_unused_parameters=True (they are then reduced as zeros)")
-            raise RuntimeError(self._error)
+            self._fail(f"{len(missing)} parameter(s) got no gradient in this backward: {names}. Every parameter "
+                       "that requires grad must take part in the loss on every rank, or pass "
+                       "find_unused_parameters=True (they are then reduced as zeros)")
         stream = self._stream()
         with torch.no_grad():
             for i in missing:
@@ -332,6 +351,19 @@ class DataParallel(torch.nn.Module):
         self._step_open = False
         if not self._cuda:
             lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+
+    def _abort(self, why: str) -> None:
+        """Aborts the group: the other ranks' pending and later collectives fail at once, naming `why`."""
+        if self._comm is not None:
+            try:
+                lib.ferry_comm_abort(self._comm, why.encode())
+            except Exception:  # noqa: BLE001 - the group may be aborted already
+                pass
+
+    def _fail(self, why: str) -> None:
+        self._error = f"ferry.torch.DataParallel (rank {self.rank} of {self.world_size}): {why}"
+        self._abort(self._error)
+        raise RuntimeError(self._error)
 
     # ---- collectives ---------------------------------------------------------------------------------
     def _broadcast(self, tensors: List[Any]) -> None:
@@ -383,12 +415,19 @@ class DataParallel(torch.nn.Module):
             raise RuntimeError(f"{self._error} (the step could not be finished; make a new DataParallel)")
 
     def close(self) -> None:
-        """Releases the group. Gradients stay readable (they are copied out of ferry's buffer)."""
+        """Releases the group. The parameters' .grad stay readable (copied out of ferry's buffer); another
+        reference to a gradient taken before (g = p.grad) points into ferry's buffer, freed here: clone
+        what you keep, as for a change of plan."""
         if getattr(self, "_closed", True) or _runtime.current_pid() != self._pid:
             return
         self._closed = True
+        if (self._step_open and self._marks > 0) or _runtime.exiting_on_interrupt():
+            # Half a step, or a Ctrl-C: the other ranks learn at once instead of at their timeout, and the
+            # waits below end.
+            self._abort(f"rank {self.rank} closed its DataParallel during a step or after an interrupt")
         for h in self._hooks:
             (h[1] if isinstance(h, tuple) else h).remove()
+        self._hooks = []
         with torch.no_grad():
             for p, v in zip(self._params, self._views):
                 if p.grad is not None and p.grad.data_ptr() == v.data_ptr():
@@ -397,9 +436,11 @@ class DataParallel(torch.nn.Module):
             torch.cuda.current_stream(self._torch_device).synchronize()
         self._views, self._flat = [], None
         red, self._red = self._red, None
-        lib.ferry_reducer_destroy(red)
+        if red is not None:
+            lib.ferry_reducer_destroy(red)
         self._comm = None
-        self._group.close()
+        if self._group is not None:
+            self._group.close()
 
     def __del__(self) -> None:
         try:

@@ -141,6 +141,8 @@ class Group:
     def with_store_error(self, e: BaseException) -> BaseException:
         """`e` with what the store said, when a store callback failed under it."""
         store_error = self._store.error if self._store is not None else None
+        if isinstance(store_error, KeyboardInterrupt):
+            return store_error  # a Ctrl-C while ferry waited on the store is the user's, not a failure
         if store_error is not None:
             return type(e)(f"{e} (the store said: {type(store_error).__name__}: {store_error})")
         return e
