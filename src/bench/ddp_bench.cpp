@@ -21,6 +21,7 @@
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/f32_ops.hpp"
 #include "ferry/comm/plan_measure.hpp"
+#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "ferry/core/clock.hpp"
 #include "ferry/core/error.hpp"
@@ -458,7 +459,7 @@ class rank_model {
           // what PowerSGD sends whole comes back as the exact fp32 mean.
           const std::vector<std::size_t>& in = red_->plan().buckets[b].params;
           const auto k = static_cast<std::size_t>(std::find(in.begin(), in.end(), p) - in.begin());
-          if (red_->bucket_powersgd(b)->compressed(k)) {
+          if (comm::powersgd_state(red_->codec(b))->compressed(k)) {
             mine.approximated += run_.elements[p];
             continue;
           }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/bus_factor.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
@@ -474,7 +475,10 @@ comm_plan from_words(std::span<const std::uint64_t> w, std::span<const std::size
                             p.layout.buckets.size()));
   for (std::size_t k = 0; k < p.layout.buckets.size(); ++k) {
     const std::uint64_t c = w[header_words + params + k];
-    FERRY_EXPECTS(c <= static_cast<std::uint64_t>(codec_kind::bf16),
+    // The plan chooses none or one of the registry's automatic codecs.
+    FERRY_EXPECTS(c == static_cast<std::uint64_t>(codec_kind::none) ||
+                      (c < 256 && registered(static_cast<codec_kind>(c)) &&
+                       codec_info(static_cast<codec_kind>(c)).automatic),
                   fmt::format("the broadcast plan's bucket {} names codec {}, which is not a codec", k, c));
     p.codecs.push_back(static_cast<codec_kind>(c));
   }

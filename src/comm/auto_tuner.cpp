@@ -10,6 +10,7 @@
 #include <cmath>
 #include <exception>
 
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/f32_ops.hpp"
 #include "ferry/comm/plan_measure.hpp"
 #include "ferry/core/clock.hpp"
@@ -60,19 +61,21 @@ std::vector<double> time_all_reduce(communicator& c, mem_view scratch, std::span
   return out;
 }
 
+// An element-wise codec's encode and decode (its registered parts), each timed at two sizes.
 codec_cost measure_codec(codec_kind codec, mem_view scratch, mem_view wire, int world_size, stream_view s) {
+  const elementwise_parts& parts = *codec_info(codec).elementwise;
   const std::size_t big = scratch.bytes / sizeof(float);
   const std::size_t small = std::min<std::size_t>(1024, big);
   auto time = [&](std::size_t count, bool encode) {
     constexpr int iters = 3;
-    if (encode) encode_async(codec, scratch, wire, count, world_size, s);  // warm-up
+    if (encode) parts.encode(scratch, wire, count, world_size, s);  // warm-up
     s.synchronize();
     const auto t0 = steady_clock::now();
     for (int i = 0; i < iters; ++i) {
       if (encode) {
-        encode_async(codec, scratch, wire, count, world_size, s);
+        parts.encode(scratch, wire, count, world_size, s);
       } else {
-        decode_async(codec, wire, scratch, count, s);
+        parts.decode(wire, scratch, count, s);
       }
     }
     s.synchronize();
@@ -182,11 +185,17 @@ auto_tuner::auto_tuner(communicator& comm, std::span<const std::size_t> elements
       options_.link_sizes.empty() ? default_link_sizes(model) : options_.link_sizes;
   link_ = link_table::from_times(comm.size(), sizes, time_all_reduce(comm, data, sizes, link_iters, cs));
   codecs_ = {codec_cost{}};
-  if (options_.policy == codec_policy::lossy_allowed) {
+  // The registry's automatic codecs: the lossless ones always, the lossy ones under the lossy policy.
+  std::vector<codec_kind> candidates;
+  for (const codec_kind c : automatic_codecs()) {
+    if (!lossy(c) || options_.policy == codec_policy::lossy_allowed) candidates.push_back(c);
+  }
+  if (!candidates.empty()) {
     const std::size_t count = model / sizeof(float);
-    const buffer wire =
-        dev.alloc_device(std::max(wire_bytes(codec_kind::bf16, count), wire_bytes(codec_kind::fp16, count)));
-    for (const codec_kind c : {codec_kind::bf16, codec_kind::fp16})
+    std::size_t wire_size = 0;
+    for (const codec_kind c : candidates) wire_size = std::max(wire_size, wire_bytes(c, count));
+    const buffer wire = dev.alloc_device(wire_size);
+    for (const codec_kind c : candidates)
       codecs_.push_back(measure_codec(c, data, wire.view(), comm.size(), cs));
   }
   ready_.reserve(elements_.size());

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/detail/device_ops.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/units.hpp"
@@ -33,14 +34,23 @@ constexpr std::array<codec_row, 4> rows{{
     {"powersgd", dtype::f32, 4, 0x1p-24, 0x1p-150, 3.4028234663852886e38},
 }};
 
+bool in_table(codec_kind c) noexcept { return static_cast<std::size_t>(c) < rows.size(); }
+
 void expect_elementwise(codec_kind c, std::string_view call) {
   FERRY_EXPECTS(c != codec_kind::powersgd,
-                fmt::format("{}(powersgd): PowerSGD is not an element-wise codec; the reducer runs it "
+                fmt::format("{}(powersgd): PowerSGD is not an element-wise codec; its bucket codec runs it "
                             "(powersgd.hpp)",
                             call));
+  FERRY_EXPECTS(in_table(c),
+                fmt::format("{}({}): only none, fp16 and bf16 are this table's element-wise "
+                            "codecs; a registered codec runs as its bucket codec (bucket_codec.hpp)",
+                            call, to_string(c)));
 }
 
-const codec_row& row(codec_kind c) noexcept { return rows[static_cast<std::size_t>(c)]; }
+// Codecs outside the table read as PowerSGD's row: fp32 on the wire, fp32's roundoff.
+const codec_row& row(codec_kind c) noexcept {
+  return rows[in_table(c) ? static_cast<std::size_t>(c) : static_cast<std::size_t>(codec_kind::powersgd)];
+}
 
 void expect_world(int world_size, std::string_view what) {
   FERRY_EXPECTS(world_size >= 1, fmt::format("{} for a world size of {}: it must be >= 1", what, world_size));
@@ -65,19 +75,16 @@ void expect_floats(mem_view v, std::size_t count, std::size_t element_bytes, std
 
 }  // namespace
 
-std::string_view to_string(codec_kind c) noexcept { return row(c).name; }
-
-codec_kind parse_codec(std::string_view text) {
-  if (text == "none" || text == "fp32" || text == "f32") return codec_kind::none;
-  if (text == "fp16" || text == "f16" || text == "half") return codec_kind::fp16;
-  if (text == "bf16") return codec_kind::bf16;
-  if (text == "powersgd") return codec_kind::powersgd;
-  throw logic_error(fmt::format("codec \"{}\": expected none (fp32), fp16, bf16 or powersgd", text));
+// A registered element-wise codec outside the table puts its own wire type on the wire.
+dtype wire_type(codec_kind c) noexcept {
+  if (in_table(c) || !registered(c)) return row(c).wire;
+  const codec_entry& e = codec_info(c);
+  return e.elementwise ? e.elementwise->wire : dtype::f32;
 }
 
-dtype wire_type(codec_kind c) noexcept { return row(c).wire; }
-
-std::size_t wire_bytes(codec_kind c, std::size_t elements) noexcept { return elements * row(c).wire_bytes; }
+std::size_t wire_bytes(codec_kind c, std::size_t elements) noexcept {
+  return elements * (in_table(c) ? row(c).wire_bytes : size_of(wire_type(c)));
+}
 
 double unit_roundoff(codec_kind c) noexcept { return row(c).u; }
 

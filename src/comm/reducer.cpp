@@ -16,7 +16,8 @@
 
 namespace ferry::comm {
 
-// One bucket of the current plan: its countdown for the step and, with options.timing, its events.
+// One bucket of the current plan: its countdown for the step, its codec and, with options.timing, its
+// events.
 struct reducer::bucket_state {
   std::size_t params = 0;     // parameters in the bucket
   std::size_t remaining = 0;  // not yet marked in this step
@@ -24,7 +25,7 @@ struct reducer::bucket_state {
   event reduce_start;
   event reduce_end;
   event end;
-  std::unique_ptr<powersgd> psgd;  // the bucket's PowerSGD state, when its codec is powersgd
+  std::unique_ptr<bucket_codec> codec;  // the bucket's exchange (and its state between steps, if any)
 };
 
 struct reducer::pending_plan {
@@ -37,15 +38,12 @@ namespace {
 // The producer streams remembered between launches; more distinct streams than this flush early.
 constexpr std::size_t max_producers = 8;
 
-// One wire buffer for every bucket of a lossy codec, sized for the largest: the buckets' encode, all-reduce
-// and decode run one after another on the communication stream, so they never use it at once. Empty when
-// every codec is none.
-buffer make_wire(device& dev, const bucket_plan& plan, const std::vector<codec_kind>& codecs) {
+// One scratch buffer lent to every bucket's codec, sized for the largest need: the buckets' work runs one
+// after another on the communication stream, so they never use it at once. Empty when no codec needs one
+// (none, PowerSGD).
+buffer make_scratch(device& dev, const std::vector<const bucket_codec*>& codecs) {
   std::size_t bytes = 0;
-  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
-    if (lossy(codecs[b]) && codecs[b] != codec_kind::powersgd)
-      bytes = std::max(bytes, wire_bytes(codecs[b], plan.buckets[b].elements));
-  }
+  for (const bucket_codec* c : codecs) bytes = std::max(bytes, c->scratch_bytes());
   return bytes > 0 ? dev.alloc_device(bytes) : buffer{};
 }
 
@@ -74,10 +72,6 @@ std::vector<std::size_t> elements_of(std::span<const matrix_shape> shapes) {
   return out;
 }
 
-bool is_codec(codec_kind c) {
-  return static_cast<std::uint8_t>(c) <= static_cast<std::uint8_t>(codec_kind::powersgd);
-}
-
 std::uint64_t model_bytes(std::span<const std::size_t> elements) {
   std::uint64_t total = 0;
   for (const std::size_t n : elements) total += n * sizeof(float);
@@ -103,7 +97,7 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
       options_(options),
       comm_stream_(comm.dev().make_stream()) {
   check(options_.plan);
-  FERRY_EXPECTS(is_codec(options_.codec),
+  FERRY_EXPECTS(registered(options_.codec),
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
   FERRY_EXPECTS(options_.powersgd.rank >= 1,
                 fmt::format("reducer_options::powersgd.rank = {}: must be >= 1", options_.powersgd.rank));
@@ -169,8 +163,9 @@ mem_view reducer::grad(std::size_t p) const {
 void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
   device& dev = comm_->dev();
   buffer flat = dev.alloc_device(plan.total_bytes());
-  buffer wire_buffer = make_wire(dev, plan, codecs);
   std::vector<bucket_state> states(plan.buckets.size());
+  std::vector<const bucket_codec*> made;
+  made.reserve(plan.buckets.size());
   for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
     states[b].params = plan.buckets[b].params.size();
     if (options_.timing) {
@@ -179,8 +174,10 @@ void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
       states[b].reduce_end = dev.make_timing_event();
       states[b].end = dev.make_timing_event();
     }
-    if (codecs[b] == codec_kind::powersgd) states[b].psgd = make_powersgd(plan, b);
+    states[b].codec = make_codec(plan, b, codecs[b]);
+    made.push_back(states[b].codec.get());
   }
+  buffer wire_buffer = make_scratch(dev, made);
   std::vector<std::size_t> bucket_of(sizes_.size());
   for (std::size_t p = 0; p < sizes_.size(); ++p) bucket_of[p] = plan.places[p].bucket;
   // Nothing above may fail half-way through the swap below.
@@ -193,8 +190,8 @@ void reducer::install(const bucket_plan& plan, std::vector<codec_kind> codecs) {
   stats_.bucket_launches.assign(plan_.buckets.size(), 0);
 }
 
-// Bucket b's PowerSGD: its parameters as matrices at their offsets within the bucket.
-std::unique_ptr<powersgd> reducer::make_powersgd(const bucket_plan& plan, std::size_t b) {
+// Bucket b's codec: it sees the bucket's parameters as matrices at their offsets within the bucket.
+std::unique_ptr<bucket_codec> reducer::make_codec(const bucket_plan& plan, std::size_t b, codec_kind c) {
   const bucket& k = plan.buckets[b];
   std::vector<matrix_shape> shapes;
   std::vector<std::size_t> offsets;
@@ -204,7 +201,7 @@ std::unique_ptr<powersgd> reducer::make_powersgd(const bucket_plan& plan, std::s
     shapes.push_back(shapes_[p]);
     offsets.push_back(plan.places[p].offset - k.offset);
   }
-  return std::make_unique<powersgd>(*comm_, shapes, offsets, k.elements, options_.powersgd);
+  return make_bucket_codec(bucket_setup{c, *comm_, k.elements, shapes, offsets, options_.powersgd});
 }
 
 void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
@@ -222,7 +219,9 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
                 fmt::format("set_plan of {} codecs for {} buckets: give one per bucket, or one for all",
                             codecs.size(), plan.buckets.size()));
   for (const codec_kind c : codecs) {
-    FERRY_EXPECTS(is_codec(c), fmt::format("set_plan: codec {} is not a codec", static_cast<int>(c)));
+    FERRY_EXPECTS(registered(c), fmt::format("set_plan: codec {} is not a codec (none is registered under "
+                                             "that value; see register_codec)",
+                                             static_cast<int>(c)));
   }
   queue_plan(std::move(plan), std::move(codecs));
 }
@@ -269,25 +268,24 @@ void reducer::exchange_order() {
 }
 
 // Makes the pending plan current: a new layout moves the gradients into a new buffer; new codecs alone
-// change only the wire buffer, and the gradient views stay.
+// change only the changed buckets' codecs and the scratch, and the gradient views stay.
 void reducer::apply_pending() {
   device& dev = comm_->dev();
   const stream_view cs = comm_stream_.view();
   if (pending_->plan == plan_) {
-    cs.synchronize();  // the last step's buckets may still use the wire buffer
-    buffer wire_buffer = make_wire(dev, plan_, pending_->codecs);
-    // PowerSGD state: kept where a bucket stays powersgd, made where it becomes so, dropped elsewhere.
-    std::vector<std::unique_ptr<powersgd>> states(buckets_.size());
+    cs.synchronize();  // the last step's buckets may still use the scratch
+    // Codec state (PowerSGD's feedback and Q) is kept where a bucket keeps its codec, made afresh where
+    // the codec changes.
+    std::vector<std::unique_ptr<bucket_codec>> states(buckets_.size());
+    std::vector<const bucket_codec*> next;
+    next.reserve(buckets_.size());
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (pending_->codecs[b] == codec_kind::powersgd && codecs_[b] != codec_kind::powersgd)
-        states[b] = make_powersgd(plan_, b);
+      if (pending_->codecs[b] != codecs_[b]) states[b] = make_codec(plan_, b, pending_->codecs[b]);
+      next.push_back(states[b] ? states[b].get() : buckets_[b].codec.get());
     }
+    buffer wire_buffer = make_scratch(dev, next);
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (pending_->codecs[b] != codec_kind::powersgd) {
-        buckets_[b].psgd.reset();
-      } else if (states[b]) {
-        buckets_[b].psgd = std::move(states[b]);
-      }
+      if (states[b]) buckets_[b].codec = std::move(states[b]);
     }
     wire_ = std::move(wire_buffer);
     codecs_ = std::move(pending_->codecs);
@@ -386,32 +384,22 @@ void reducer::launch(std::size_t b) {
   const stream_view cs = comm_stream_.view();
   bucket_state& st = buckets_[b];
   const bucket& k = plan_.buckets[b];
-  const codec_kind c = codecs_[b];
   const mem_view data = flat_.view(k.offset * sizeof(float), k.bytes());
-  if (options_.timing) st.start.record(cs);
-  std::uint64_t sent = wire_bytes(c, k.elements);
-  if (c == codec_kind::none) {
-    if (options_.timing) st.reduce_start.record(cs);
-    static_cast<void>(comm_->all_reduce(data, data, k.elements, dtype::f32, reduce_op::avg, cs));
-    if (options_.timing) st.reduce_end.record(cs);
-  } else if (c == codec_kind::powersgd) {
-    if (options_.timing) st.reduce_start.record(cs);
-    st.psgd->reduce_async(data, cs);
-    if (options_.timing) st.reduce_end.record(cs);
-    sent = st.psgd->wire_elements() * sizeof(float);
-  } else {
-    const std::size_t wb = wire_bytes(c, k.elements);
-    const mem_view wire = wire_.view(0, wb);
-    encode_async(c, data, wire, k.elements, comm_->size(), cs);
-    if (options_.timing) st.reduce_start.record(cs);
-    static_cast<void>(comm_->all_reduce(wire, wire, k.elements, wire_type(c), reduce_op::sum, cs));
-    if (options_.timing) st.reduce_end.record(cs);
-    decode_async(c, wire, data, k.elements, cs);
+  reduce_marks marks;
+  if (options_.timing) {
+    st.start.record(cs);
+    marks = reduce_marks(&st.reduce_start, &st.reduce_end);
   }
-  if (options_.timing) st.end.record(cs);
+  st.codec->reduce_async(data, wire_.view(), cs, marks);
+  if (options_.timing) {
+    // A codec that marks no all-reduce is timed as one that ends with its work.
+    if (!marks.started()) st.reduce_start.record(cs);
+    if (!marks.ended()) st.reduce_end.record(cs);
+    st.end.record(cs);
+  }
   ++stats_.buckets_launched;
   ++stats_.bucket_launches[b];
-  stats_.wire_bytes += sent;
+  stats_.wire_bytes += st.codec->wire_bytes();
   stats_.gradient_bytes += k.bytes();
 }
 
@@ -445,10 +433,9 @@ void reducer::finish(stream_view s) {
   }
 }
 
-const powersgd* reducer::bucket_powersgd(std::size_t b) const {
-  FERRY_EXPECTS(b < buckets_.size(),
-                fmt::format("bucket_powersgd({}): the plan has {} buckets", b, buckets_.size()));
-  return buckets_[b].psgd.get();
+const bucket_codec& reducer::codec(std::size_t b) const {
+  FERRY_EXPECTS(b < buckets_.size(), fmt::format("codec({}): the plan has {} buckets", b, buckets_.size()));
+  return *buckets_[b].codec;
 }
 
 std::vector<bucket_timing> reducer::last_step_timing() const {

@@ -11,6 +11,7 @@
 
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/detail/codec_math.hpp"
+#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "host_ranks.hpp"
 #include "reducer_steps.hpp"
@@ -92,7 +93,8 @@ TEST(reducer_powersgd, rank_r_means_come_back_exactly_whole_tensors_as_the_mean_
     // Less on the wire than the gradients: P and Q instead of the compressed matrices.
     const reducer_stats st = red.stats();
     EXPECT_LT(st.wire_bytes, st.gradient_bytes / 2);
-    for (std::size_t b = 0; b < red.plan().buckets.size(); ++b) EXPECT_NE(red.bucket_powersgd(b), nullptr);
+    for (std::size_t b = 0; b < red.plan().buckets.size(); ++b)
+      EXPECT_NE(powersgd_state(red.codec(b)), nullptr);
   });
   for (std::size_t p = 0; p < shapes.size(); ++p) {
     for (std::size_t i = 0; i < shapes[p].rows; ++i) {
@@ -138,7 +140,7 @@ TEST(reducer_powersgd, error_feedback_carries_the_residual_and_the_sum_over_step
     auto errors = [&] {
       std::vector<float> e(total, 0.0F);
       for (std::size_t b = 0; b < red.plan().buckets.size(); ++b) {
-        const std::vector<float> eb = read_floats(dev, red.bucket_powersgd(b)->error(), s);
+        const std::vector<float> eb = read_floats(dev, powersgd_state(red.codec(b))->error(), s);
         std::copy(eb.begin(), eb.end(),
                   e.begin() + static_cast<std::ptrdiff_t>(red.plan().buckets[b].offset));
       }
@@ -219,7 +221,7 @@ TEST(reducer_powersgd, set_plan_mixes_codecs_per_bucket_and_keeps_the_state_whil
     reducer red(ranks[rank], shapes, o);
     const std::size_t buckets = red.plan().buckets.size();
     ASSERT_GE(buckets, 2U);
-    for (std::size_t b = 0; b < buckets; ++b) EXPECT_EQ(red.bucket_powersgd(b), nullptr);
+    for (std::size_t b = 0; b < buckets; ++b) EXPECT_EQ(powersgd_state(red.codec(b)), nullptr);
     std::vector<codec_kind> codecs(buckets, codec_kind::bf16);
     codecs[0] = codec_kind::powersgd;
     red.set_plan(red.plan(), codecs);
@@ -233,9 +235,9 @@ TEST(reducer_powersgd, set_plan_mixes_codecs_per_bucket_and_keeps_the_state_whil
     };
     step(1);
     EXPECT_EQ(red.generation(), 0U) << "new codecs on the same buckets keep the layout";
-    const powersgd* state = red.bucket_powersgd(0);
+    const powersgd* state = powersgd_state(red.codec(0));
     ASSERT_NE(state, nullptr);
-    for (std::size_t b = 1; b < buckets; ++b) EXPECT_EQ(red.bucket_powersgd(b), nullptr);
+    for (std::size_t b = 1; b < buckets; ++b) EXPECT_EQ(powersgd_state(red.codec(b)), nullptr);
     // The bf16 buckets' parameters are within bf16's bound of the mean.
     for (std::size_t p = 0; p < shapes.size(); ++p) {
       if (red.plan().places[p].bucket == 0) continue;
@@ -253,11 +255,11 @@ TEST(reducer_powersgd, set_plan_mixes_codecs_per_bucket_and_keeps_the_state_whil
     }
     red.set_plan(red.plan(), codecs);  // the same: nothing changes
     step(2);
-    EXPECT_EQ(red.bucket_powersgd(0), state) << "the same codecs keep bucket 0's feedback and Q";
+    EXPECT_EQ(powersgd_state(red.codec(0)), state) << "the same codecs keep bucket 0's feedback and Q";
     codecs[0] = codec_kind::none;
     red.set_plan(red.plan(), codecs);
     step(3);
-    EXPECT_EQ(red.bucket_powersgd(0), nullptr);
+    EXPECT_EQ(powersgd_state(red.codec(0)), nullptr);
   });
 }
 

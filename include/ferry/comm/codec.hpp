@@ -11,11 +11,15 @@
 //   fp16   fp16   2          2^-11              2^-25
 //   bf16   bf16   2          2^-8               2^-134
 //
+// These functions are the three element-wise codecs' arithmetic. How a bucket travels is a bucket codec
+// (bucket_codec.hpp): these three are registered there over encode_async/decode_async, and other codecs
+// (PowerSGD, or one registered by a user) are more implementations of that interface.
 // codec_kind::powersgd is of another kind: a rank-r approximation of each gradient matrix with error
-// feedback (powersgd.hpp), which needs the parameters' shapes and keeps state between steps, so only the
-// reducer runs it (reducer_options::powersgd). Its wire is fp32; wire_bytes(powersgd, n) counts the n
+// feedback (powersgd.hpp), which needs the parameters' shapes and keeps state between steps, so only a
+// bucket codec runs it (reducer_options::powersgd). Its wire is fp32; wire_bytes(powersgd, n) counts the n
 // elements as if nothing were compressed (an upper bound; the reducer's stats count what travels). It has
-// no element-wise bound: error_bound, saturation_limit, encode_async and decode_async refuse it.
+// no element-wise bound: error_bound, saturation_limit, encode_async and decode_async refuse it, as they
+// refuse every registered codec but none, fp16 and bf16.
 //
 // Error bound (error_bound below), per element i, against the exact mean m_i = (1/n) sum_r x_{r,i} of the
 // n ranks' fp32 values, with M_i = max_r |x_{r,i}| and gamma = (n-1) u / (1 - (n-1) u):
@@ -47,20 +51,25 @@
 
 namespace ferry::comm {
 
-/// The codecs, in the order of the table above, then PowerSGD.
+/// A codec's identifier: the built-in ones, in the order of the table above, then PowerSGD; the values
+/// after powersgd are given out by register_codec (bucket_codec.hpp).
 enum class codec_kind : std::uint8_t { none, fp16, bf16, powersgd };
 
+/// The registered name ("none", "fp16", ...); "unregistered" for a value no codec holds.
 [[nodiscard]] std::string_view to_string(codec_kind c) noexcept;
-/// Parses "none"/"fp32", "fp16", "bf16", "powersgd"; throws logic_error naming the text and the choices.
+/// Parses a registered codec's name or alias ("none"/"fp32", "fp16", "bf16", "powersgd", and those
+/// registered since); throws logic_error naming the text and the choices.
 [[nodiscard]] codec_kind parse_codec(std::string_view text);
-/// True for codecs that lose precision (all but none): a caller must allow them explicitly.
-[[nodiscard]] constexpr bool lossy(codec_kind c) noexcept { return c != codec_kind::none; }
+/// True for codecs that lose precision (of the built-ins, all but none) and for unregistered values: a
+/// caller must allow them explicitly.
+[[nodiscard]] bool lossy(codec_kind c) noexcept;
 
-/// The element type on the wire.
+/// The element type on the wire (an element-wise codec's registered wire type; fp32 for the others).
 [[nodiscard]] dtype wire_type(codec_kind c) noexcept;
-/// Bytes on the wire for `elements` fp32 elements (what one rank sends into the all-reduce).
+/// Bytes on the wire for `elements` fp32 elements (what one rank sends into the all-reduce): for an
+/// element-wise codec exact, for the others `elements` fp32 values (an upper bound).
 [[nodiscard]] std::size_t wire_bytes(codec_kind c, std::size_t elements) noexcept;
-/// The codec's unit roundoff u (table above).
+/// The codec's unit roundoff u (table above; fp32's for codecs not in it).
 [[nodiscard]] double unit_roundoff(codec_kind c) noexcept;
 /// The bound of the header's comment for n = world_size ranks and M = max_abs, the largest |x| of the
 /// element over the ranks. Throws logic_error for world_size < 1 or a negative or non-finite max_abs.

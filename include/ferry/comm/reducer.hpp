@@ -11,7 +11,8 @@
 //
 // mark_ready never blocks the host and allocates nothing. When p completes its bucket, the reducer makes
 // its communication stream (comm_stream()) wait for the producers, by an event recorded on each producer
-// stream that marked since the last launch, and queues on it the bucket's encode, all-reduce and decode.
+// stream that marked since the last launch, and queues on it the bucket's exchange: its codec's
+// reduce_async (bucket_codec.hpp; for none, fp16 and bf16 an encode, an all-reduce and a decode).
 // Buckets launch strictly in plan order on every rank (a complete bucket waits for the ones before it,
 // as in PyTorch DDP), because the ranks' collectives are matched by issue order. finish() queues no
 // collective: it makes the caller's stream wait for an event recorded on the communication stream after
@@ -32,13 +33,15 @@
 // generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
 // after begin_step(). Views taken earlier are invalid from then on.
 //
-// PowerSGD (codec_kind::powersgd, options.powersgd): each such bucket gets its own powersgd object
-// (powersgd.hpp) when its plan takes effect, holding the bucket's error feedback and warm-start Q between
-// steps; the bucket's matrices are its parameters of 2-D shapes (the reducer of param_shapes), compressed
-// where PowerSGD's rule says so, the others averaged whole in the same bucket. Its two all-reduces run
-// on the communication stream where the bucket's one would, in plan order; nothing waits on the host.
-// A new layout, or a bucket's codec changing to powersgd, starts that state afresh (zero feedback, the
-// seeded Q); set_plan with the same buckets and codecs keeps it.
+// Codecs (bucket_codec.hpp): each bucket gets its own bucket_codec, made from the registry when its plan
+// takes effect, which runs the bucket's exchange on the communication stream in plan order and holds any
+// state it keeps between steps; the reducer lends them one shared scratch buffer (the largest any needs).
+// A new layout, or a bucket's codec changing, makes that bucket's codec afresh; set_plan with the same
+// buckets and codecs keeps them. PowerSGD (codec_kind::powersgd, options.powersgd) is one such codec: it
+// holds the bucket's error feedback and warm-start Q (zero feedback and the seeded Q when made); the
+// bucket's matrices are its parameters of 2-D shapes (the reducer of param_shapes), compressed where
+// PowerSGD's rule says so, the others averaged whole in the same bucket. Its two all-reduces run where
+// the bucket's one would; nothing waits on the host.
 //
 // The automatic plan (options.automatic.enabled): the reducer measures, learns and chooses its plan itself
 // (auto_plan.hpp's model and search), on every rank alike, over its first 1 + 3 * learn_steps steps:
@@ -78,6 +81,7 @@
 #include <vector>
 
 #include "ferry/comm/auto_plan.hpp"
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/bucket_plan.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
@@ -237,10 +241,11 @@ class reducer {
   /// The parameters in the order they were marked ready in the current (or else the last) step.
   [[nodiscard]] std::span<const std::size_t> observed_order() const noexcept { return observed_; }
   [[nodiscard]] reducer_stats stats() const { return stats_; }
-  /// Bucket b's PowerSGD state (its error feedback in the bucket's layout: element i of the bucket is
-  /// flat element plan().buckets[b].offset + i), or nullptr when b's codec is not powersgd. Valid until
-  /// the next plan change. Throws logic_error for b out of range.
-  [[nodiscard]] const powersgd* bucket_powersgd(std::size_t b) const;
+  /// Bucket b's codec (bucket_codec.hpp), e.g. its state between steps: error_feedback() is in the
+  /// bucket's layout (element i of the bucket is flat element plan().buckets[b].offset + i), and
+  /// powersgd_state() (powersgd_codec.hpp) gives a PowerSGD bucket's. Valid until the bucket's codec or
+  /// the layout changes (begin_step after set_plan). Throws logic_error for b out of range.
+  [[nodiscard]] const bucket_codec& codec(std::size_t b) const;
   /// Each bucket's times in the last finished step. Waits for the step's timing events (a host sync).
   /// Throws logic_error without options.timing, before any step finished, or while a step is open.
   [[nodiscard]] std::vector<bucket_timing> last_step_timing() const;
@@ -256,7 +261,8 @@ class reducer {
   struct bucket_state;
 
   void install(const bucket_plan& plan, std::vector<codec_kind> codecs);
-  [[nodiscard]] std::unique_ptr<powersgd> make_powersgd(const bucket_plan& plan, std::size_t b);
+  [[nodiscard]] std::unique_ptr<bucket_codec> make_codec(const bucket_plan& plan, std::size_t b,
+                                                         codec_kind c);
   void exchange_order();
   void apply_pending();
   void launch(std::size_t b);
@@ -273,7 +279,7 @@ class reducer {
   bucket_plan plan_;
   std::vector<codec_kind> codecs_;
   buffer flat_;
-  buffer wire_;  // shared by the buckets of lossy codecs: they run one after another on comm_stream_
+  buffer wire_;  // scratch lent to every bucket's codec: they run one after another on comm_stream_
   std::vector<bucket_state> buckets_;
   std::vector<std::size_t> bucket_of_;
 
