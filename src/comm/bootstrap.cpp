@@ -238,8 +238,9 @@ class store_job final : public bootstrap {
                         collective::barrier, rank_);
     };
     for (;;) {
+      // Rounded up: a truncated remainder would give up to 1 ms before the timeout.
       const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       try {
         if (store_->get(key, out, std::clamp(left, std::chrono::milliseconds(0), slice))) return;
       } catch (const std::exception& e) {
