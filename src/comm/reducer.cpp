@@ -372,13 +372,6 @@ void reducer::mark_ready(std::size_t p, stream_view producer) {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].remaining == 0) launch(next_launch_++);
 }
 
-bool reducer::needs_producer_point(std::size_t p) const noexcept {
-  if (!open_ || p >= sizes_.size()) return false;
-  if (tuner_) return true;
-  const std::size_t b = bucket_of_[p];
-  return b == next_launch_ && buckets_[b].remaining == 1;
-}
-
 void reducer::launch(std::size_t b) {
   flush_producers();
   const stream_view cs = comm_stream_.view();

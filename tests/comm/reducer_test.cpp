@@ -105,41 +105,6 @@ TEST(reducer, a_complete_bucket_waits_for_the_buckets_before_it) {
   });
 }
 
-TEST(reducer, only_the_mark_that_launches_a_bucket_needs_its_producers_current_point) {
-  host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 6);
-  on_every_rank(2, [&](int rank) {
-    device& dev = ranks.dev(rank);
-    reducer_options o = small_buckets();
-    o.rebuild = false;
-    reducer r(ranks[rank], sizes, o);
-    const bucket_plan& plan = r.plan();
-    const std::size_t nb = plan.buckets.size();
-    ASSERT_GE(nb, 2U);
-    const stream producer = dev.make_stream();
-    EXPECT_FALSE(r.needs_producer_point(0));  // outside a step
-    r.begin_step();
-    EXPECT_FALSE(r.needs_producer_point(sizes.size()));  // out of range
-    // The last bucket first: complete, but it launches later (with bucket 0's last mark), so none of its
-    // marks needs its point.
-    for (const std::size_t p : plan.buckets[nb - 1].params) {
-      EXPECT_FALSE(r.needs_producer_point(p)) << "parameter " << p;
-      fill_f32_async(r.grad(p), sizes[p], fill_of(1, p, rank), producer);
-      r.mark_ready(p, producer);
-    }
-    for (std::size_t b = 0; b + 1 < nb; ++b) {
-      const std::vector<std::size_t>& in = plan.buckets[b].params;
-      for (std::size_t i = 0; i < in.size(); ++i) {
-        EXPECT_EQ(r.needs_producer_point(in[i]), i + 1 == in.size()) << "bucket " << b << " entry " << i;
-        fill_f32_async(r.grad(in[i]), sizes[in[i]], fill_of(1, in[i], rank), producer);
-        r.mark_ready(in[i], producer);
-      }
-    }
-    EXPECT_EQ(r.stats().buckets_launched, nb);
-    r.finish(producer);
-    expect_reduced(r, 1, 2, producer);
-  });
-}
-
 TEST(reducer, the_communication_stream_waits_for_the_producer) {
   host_ranks ranks(2, unmodelled(std::chrono::seconds(20)), 7);
   on_every_rank(2, [&](int rank) {

@@ -218,12 +218,6 @@ class reducer {
   /// outside a step, for p out of range, for p already marked this step, or a producer stream of another
   /// device; comm_error when the group was aborted.
   void mark_ready(std::size_t p, stream_view producer);
-  /// Whether mark_ready(p, ...) now needs its producer stream at its current point: it would launch a
-  /// bucket (p is the last gradient of the next bucket to go), or the automatic plan is learning (it
-  /// records when each gradient became ready). Otherwise the mark only counts, and any stream whose later
-  /// point covers p's producer (the one passed to the mark that launches p's bucket) may stand in for it.
-  /// False for p out of range or outside a step (mark_ready then throws).
-  [[nodiscard]] bool needs_producer_point(std::size_t p) const noexcept;
   /// Closes the step: `s` waits for the last bucket's work. Throws logic_error naming the parameters that
   /// were never marked (the step stays open: mark them, then finish again), outside a step, or for a
   /// stream of another device. While learning(), `s` should be the stream backward ran on (its end is
