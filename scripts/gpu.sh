@@ -751,10 +751,11 @@ PY
 #      size 1 on one GPU (ferry's local cost against plain training)
 #   c  1 GPU: the wrappers' local cost (scripts/dp_local_cost.py); 2 GPUs: the multigpu and comm tests,
 #      bench allreduce 8 B .. 1 GiB beside nccl-tests (one process, mpirun)
-#   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy), allreduce beside nccl-tests
+#   d  4 GPUs: ViT-L/32 scaling (single, DDP's best, ferry, ferry lossy) over NVLink and with P2P off,
+#      allreduce beside nccl-tests
 #   e  a rerun after a change: the local cost (1 GPU), then ViT-L/32 over NVLink on 2 GPUs, four levels
-#   f  at the final main: the gpu suites, the comm tests (2 GPUs), ViT-L/32 over NVLink (2 GPUs, four
-#      levels) and with NCCL_P2P_DISABLE=1 (4 GPUs, four levels)
+#   f  at the final main: the gpu suites (python_cuda alone takes about 250 s), the comm tests (2 GPUs),
+#      ViT-L/32 over NVLink (2 GPUs, four levels)
 cmd_dp() {
   local stage=${1:?dp: expected a, b, c, d, e or f} final work
   final=${OUT:-/tmp/ferry-out}
@@ -811,7 +812,7 @@ cmd_dp() {
       tail -n 8 "$work/nvlink.log"
       ;;
     f)  # at the final main: the gpu and comm suites, ViT-L/32 over NVLink on 2 GPUs, with P2P off on 4 GPUs
-      OUT=$work/gpu timeout 200 "$0" tests gpu > "$work/tests_gpu.log" 2>&1
+      OUT=$work/gpu timeout 330 "$0" tests gpu > "$work/tests_gpu.log" 2>&1
       rc[tests_gpu]=$?
       grep -E "tests passed|tests failed|Failed|Not Run" "$work/tests_gpu.log" | tail -n 5
       CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/tests timeout 200 "$0" comm-tests > "$work/comm_tests.log" 2>&1
@@ -821,17 +822,17 @@ cmd_dp() {
         timeout 150 "$0" vit-ddp nvlink > "$work/nvlink.log" 2>&1
       rc[nvlink]=$?
       tail -n 8 "$work/nvlink.log" | grep -v "^  nvlink ferry"
-      mkdir -p "$work/four"
-      OUT=$work/four FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 180 \
-        "$0" vit-ddp p2p_off > "$work/p2p_off4.log" 2>&1
-      rc[p2p_off4]=$?
-      tail -n 8 "$work/p2p_off4.log" | grep -v "^  p2p_off ferry"
       ;;
     d)  # 4 GPUs: ViT-L/32 scaling and the all-reduce beside nccl-tests
       OUT=$work FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 240 \
         "$0" vit-ddp nvlink > "$work/vit4.log" 2>&1
       rc[vit4]=$?
       tail -n 12 "$work/vit4.log"
+      mkdir -p "$work/four"
+      OUT=$work/four FERRY_GPUS=4 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy timeout 180 \
+        "$0" vit-ddp p2p_off > "$work/p2p_off4.log" 2>&1
+      rc[p2p_off4]=$?
+      tail -n 8 "$work/p2p_off4.log" | grep -v "^  p2p_off ferry"
       dp_latency 4 "$work" 45
       ;;
     *) die "dp: expected a, b, c, d, e or f, not '$stage'" ;;
