@@ -9,7 +9,10 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "ferry/c/ferry.h"
+#include "ferry/core/error.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::c_api {
@@ -51,6 +54,18 @@ int guard(F&& fn) noexcept {
 
 /// A copy of `s` the caller frees with ferry_string_free.
 char* dup_string(const std::string& s);
+
+/// *h, or logic_error naming the function when the handle is NULL.
+template <class Handle>
+Handle& checked(Handle* h, const char* fn) {
+  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
+  return *h;
+}
+
+/// logic_error naming the function when its output pointer is NULL.
+inline void expect_out(const void* out, const char* fn) {
+  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
+}
 
 }  // namespace ferry::c_api
 

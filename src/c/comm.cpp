@@ -15,6 +15,7 @@
 #include "api.hpp"
 #include "dlpack.hpp"
 #include "ferry/comm/bootstrap.hpp"
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/group.hpp"
@@ -92,19 +93,11 @@ struct ferry_reducer {
   std::shared_ptr<ferry::c_api::reducer_state> state;
 };
 
+using ferry::c_api::checked;
+using ferry::c_api::expect_out;
 using ferry::c_api::guard;
 
 namespace {
-
-template <class Handle>
-Handle& checked(Handle* h, const char* fn) {
-  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
-  return *h;
-}
-
-void expect_out(const void* out, const char* fn) {
-  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
-}
 
 ferry_comm* make_comm(ferry_device* dev, std::shared_ptr<ferry::comm::bootstrap> job, double timeout_s,
                       const char* fn) {
@@ -248,30 +241,26 @@ int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const ch
                   "reducer (DataParallel(lossy=True)), not per bucket; expected none, bf16 or fp16");
     const ferry::mem_view bucket = view_of(st, data, count, ferry::comm::dtype::f32);
     const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
-    ferry::event done;
-    if (k == ferry::comm::codec_kind::none) {
-      done =
-          st.comm->all_reduce(bucket, bucket, count, ferry::comm::dtype::f32, ferry::comm::reduce_op::avg, s);
-    } else {
-      const std::lock_guard lock(st.wire_mu);
-      const std::size_t bytes = ferry::comm::wire_bytes(k, count);
-      if (st.wire.size() < bytes) {
-        if (!st.wire_free.empty() && st.wire_free.recorded()) st.wire_free.synchronize();
-        st.wire = st.dev->dev->alloc_device(bytes);
-      } else if (!st.wire_free.empty() && st.wire_free.recorded()) {
-        s.wait(st.wire_free);
-      }
-      const ferry::mem_view wire = st.wire.view(0, bytes);
-      ferry::comm::encode_async(k, bucket, wire, count, st.comm->size(), s);
-      static_cast<void>(
-          st.comm->all_reduce(wire, wire, count, ferry::comm::wire_type(k), ferry::comm::reduce_op::sum, s));
-      ferry::comm::decode_async(k, wire, bucket, count, s);
-      if (st.wire_free.empty()) st.wire_free = st.dev->dev->make_event();
-      st.wire_free.record(s);
-      done = st.dev->dev->make_event();
-      done.record(s);
+    // The reducer's own per-bucket exchange (bucket_codec.hpp), made for this bucket: a heap object a call,
+    // beside the collective's own events.
+    const ferry::comm::powersgd_options no_options{};
+    const std::unique_ptr<ferry::comm::bucket_codec> exchange =
+        ferry::comm::make_bucket_codec({k, *st.comm, count, {}, {}, no_options});
+    const std::lock_guard lock(st.wire_mu);
+    const std::size_t bytes = exchange->scratch_bytes();
+    const bool used = !st.wire_free.empty() && st.wire_free.recorded();
+    if (st.wire.size() < bytes) {
+      if (used) st.wire_free.synchronize();
+      st.wire = st.dev->dev->alloc_device(bytes);
+    } else if (used && bytes > 0) {
+      s.wait(st.wire_free);
     }
-    ferry::c_api::wait_event(*st.dev, stream, done);
+    ferry::comm::reduce_marks marks;
+    exchange->reduce_async(bucket, bytes > 0 ? st.wire.view(0, bytes) : ferry::mem_view{}, s, marks);
+    if (st.wire_free.empty()) st.wire_free = st.dev->dev->make_event();
+    st.wire_free.record(s);
+    // The caller's stream waits for the exchange through the same event (a wait takes the record it sees).
+    ferry::c_api::wait_event(*st.dev, stream, st.wire_free);
   });
 }
 

@@ -50,19 +50,11 @@ struct ferry_egress {
   std::unique_ptr<ferry::egress::pipeline> pipeline;  // last: closed before the device goes
 };
 
+using ferry::c_api::checked;
+using ferry::c_api::expect_out;
 using ferry::c_api::guard;
 
 namespace {
-
-template <class Handle>
-Handle& checked(Handle* h, const char* fn) {
-  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
-  return *h;
-}
-
-void expect_out(const void* out, const char* fn) {
-  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
-}
 
 ferry::egress::checksum_sink& checksum_of_sink(ferry_sink* s, const char* fn) {
   auto* c = checked(s, fn).checksum;

@@ -75,22 +75,10 @@ char* dup_string(const std::string& s) {
 
 }  // namespace ferry::c_api
 
+using ferry::c_api::checked;
 using ferry::c_api::dup_string;
+using ferry::c_api::expect_out;
 using ferry::c_api::guard;
-
-namespace {
-
-void expect_out(const void* out, const char* fn) {
-  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
-}
-
-template <class Handle>
-Handle& checked(Handle* h, const char* fn) {
-  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
-  return *h;
-}
-
-}  // namespace
 
 struct ferry_analysis {
   ferry::trace::timeline timeline;

@@ -55,19 +55,11 @@ struct ferry_batch {
   std::atomic<int> holds{1};
 };
 
+using ferry::c_api::checked;
+using ferry::c_api::expect_out;
 using ferry::c_api::guard;
 
 namespace {
-
-template <class Handle>
-Handle& checked(Handle* h, const char* fn) {
-  FERRY_EXPECTS(h != nullptr, fmt::format("{}: the handle is NULL", fn));
-  return *h;
-}
-
-void expect_out(const void* out, const char* fn) {
-  FERRY_EXPECTS(out != nullptr, fmt::format("{}: the output pointer is NULL", fn));
-}
 
 // Drops one hold; the last one releases the batch on its consumer stream. Never throws: it runs in DLPack
 // deleters. A failure to release is reported (the slot then stays lent; the prefetcher still closes).

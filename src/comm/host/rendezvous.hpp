@@ -39,6 +39,9 @@ struct request {
   void* recv = nullptr;
 };
 
+/// "all_reduce sum of 4 f32", "broadcast of 2 u64 from root 1": a collective, for messages.
+[[nodiscard]] std::string describe(const request& r);
+
 class rendezvous {
  public:
   /// Collectives a rank may run ahead of the slowest rank before it waits for a slot (in its timeout).
@@ -84,7 +87,6 @@ class rendezvous {
   void work(int rank, const slot& s) const noexcept;
   // "rank 2" or "ranks 1, 3": the ranks of `s` that have not arrived (other than `except`).
   [[nodiscard]] std::string missing(const slot& s, int except) const;
-  [[nodiscard]] std::string describe(const request& r) const;
 
   const int size_;
   const comm_options options_;
