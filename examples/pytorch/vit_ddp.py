@@ -81,6 +81,7 @@ LEVELS = {
     "ddp_powersgd": "DDP, 100 MB, PowerSGD rank 1 (error feedback, from step 2)",
     "ferry": "ferry.torch.DataParallel, plan auto, lossless",
     "ferry_lossy": "ferry.torch.DataParallel, plan auto, lossy codecs allowed",
+    "ferry_f32": "ferry.torch.DataParallel, plan auto, 16-bit gradients averaged in float32 (--param-dtype)",
 }
 # The convergence run's reference: DDP at fp32 with 100 MB buckets and nothing else changed.
 CONVERGENCE_LEVELS = {"ddp": "DDP, fp32, 100 MB buckets (the reference curve)",
@@ -97,7 +98,8 @@ DDP_LEVELS = {
     "ddp_bf16": dict(bucket_cap_mb=100, views=True, hook="bf16"),
     "ddp_powersgd": dict(bucket_cap_mb=100, views=False, hook="powersgd"),
 }
-FERRY_LEVELS = {"ferry": dict(lossy=False), "ferry_lossy": dict(lossy=True)}
+FERRY_LEVELS = {"ferry": dict(lossy=False), "ferry_lossy": dict(lossy=True),
+                "ferry_f32": dict(lossy=False, reduce_dtype=torch.float32)}
 POWERSGD_START_ITER = 2  # PowerSGD all-reduces plainly before this step, compresses from it on
 
 # ferry's automatic plan: 1 step to learn the gradients' ready order + 3 candidate plans x 3 steps each.
@@ -135,6 +137,9 @@ def parse_args(argv=None):
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0, help="model and data seed (rank r's data: seed + 1 + r)")
     p.add_argument("--amp", action="store_true", help="bf16 autocast around the forward pass and the loss")
+    p.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the parameters' dtype: float32 (default), or pure low-precision training (the model and "
+                        "the images cast to it; gradients of that dtype)")
     p.add_argument("--accumulate", type=int, default=1,
                    help="micro-batches per optimizer step; all but the last inside no_sync() (default 1)")
     p.add_argument("--data-batches", type=int, default=None,
@@ -325,7 +330,7 @@ def build_model(args, device):
         import torchvision.models as tvm
         model = getattr(tvm, args.model)(weights=None, image_size=args.image_size)
     PARAMETERS[args.model] = sum(p.numel() for p in model.parameters())
-    return model.train().to(device)
+    return model.train().to(device=device, dtype=getattr(torch, args.param_dtype))
 
 
 def make_data(args, ranks):
@@ -334,7 +339,7 @@ def make_data(args, ranks):
     g = torch.Generator(device=ranks.device)
     g.manual_seed(args.seed + 1 + ranks.rank)
     shape = (args.batch, 3, args.image_size, args.image_size)
-    return [(torch.randn(shape, generator=g, device=ranks.device),
+    return [(torch.randn(shape, generator=g, device=ranks.device).to(getattr(torch, args.param_dtype)),
              torch.randint(0, num_classes(args), (args.batch,), generator=g, device=ranks.device))
             for _ in range(args.data_batches)]
 
@@ -344,16 +349,22 @@ def make_data(args, ranks):
 def check_level(name, args, ranks):
     """Raises Skip when `name` cannot run here. Every rank decides the same way (same software, and the
     one probe below is a collective), so the ranks never disagree on which levels run."""
-    if name == "ddp_bf16":
+    low = args.param_dtype != "float32"
+    if low and name in ("ddp_bf16", "ddp_powersgd", "ferry_lossy"):
+        raise Skip(f"its codec compresses float32 gradients; these are {args.param_dtype}")
+    if not low and name == "ferry_f32":
+        raise Skip("float32 parameters: their gradients are averaged in float32 at level ferry")
+    if name == "ddp_bf16" or (low and name in DDP_LEVELS):
         if ranks.backend == "nccl":
             if not torch.cuda.is_bf16_supported():
                 raise Skip("this GPU has no bf16")
-        else:  # gloo all-reduces bf16 only in newer torch: ask it
+        else:  # gloo all-reduces 16-bit types only in newer torch: ask it
+            probe = torch.bfloat16 if name == "ddp_bf16" else getattr(torch, args.param_dtype)
             try:
-                dist.all_reduce(torch.zeros(1, dtype=torch.bfloat16), group=ranks.ctrl)
+                dist.all_reduce(torch.zeros(1, dtype=probe), group=ranks.ctrl)
             except RuntimeError as e:
-                raise Skip(f"bf16_compress_hook needs a backend that all-reduces bf16; gloo in torch "
-                           f"{torch.__version__} does not ({e})") from None
+                raise Skip(f"DDP needs a backend that all-reduces {probe}; gloo in torch {torch.__version__} "
+                           f"does not ({e})") from None
     if args.accumulate > 1 and DDP_LEVELS.get(name, {}).get("views"):
         # The first backward under no_sync() trips an internal assert with static_graph=True, and with that
         # unblocked the reducer stops all-reducing from the second step (pytorch/pytorch#143580, #187732).
@@ -392,7 +403,9 @@ def wrap(name, model, args, ranks):
         return ddp, ddp.no_sync, lambda: None
     if name in FERRY_LEVELS:
         import ferry.torch
-        dp = ferry.torch.DataParallel(model, plan="auto", lossy=FERRY_LEVELS[name]["lossy"])
+        cfg = FERRY_LEVELS[name]
+        extra = {"reduce_dtype": cfg["reduce_dtype"]} if "reduce_dtype" in cfg else {}
+        dp = ferry.torch.DataParallel(model, plan="auto", lossy=cfg["lossy"], **extra)
         return dp, dp.no_sync, dp.close
     raise AssertionError(name)
 
@@ -724,7 +737,8 @@ def main(argv=None):
     params = f" ({env['model_parameters'] / 1e6:.1f}M parameters)" if env["model_parameters"] else ""
     head = (f"{args.model}{params} on {ranks.world} x {env['gpu'] or 'CPU'} ({ranks.backend}"
             f"{', NCCL ' + env['nccl'] if env['nccl'] else ''}, NCCL_P2P_DISABLE={env['env']['NCCL_P2P_DISABLE']}), "
-            f"batch {args.batch}/rank, {args.image_size}px, {'bf16 autocast' if args.amp else 'fp32'}")
+            f"batch {args.batch}/rank, {args.image_size}px, {args.param_dtype} parameters"
+            f"{', bf16 autocast' if args.amp else ''}")
     doc = {"mode": mode, **env, "config": {k: v for k, v in vars(args).items()}}
     if args.convergence:
         ref = compare_curves(rows)

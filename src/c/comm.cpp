@@ -152,11 +152,15 @@ ferry::comm::reducer_options reducer_options_of(const char* json, int world) {
       o.timing = value.get<bool>();
     } else if (key == "powersgd_rank") {
       o.powersgd.rank = value.get<std::size_t>();
+    } else if (key == "grad_dtype") {
+      o.grad_type = ferry::comm::parse_dtype(value.get<std::string>());
+    } else if (key == "reduce_dtype") {
+      if (!value.is_null()) o.reduce_type = ferry::comm::parse_dtype(value.get<std::string>());
     } else {
       throw ferry::logic_error(
           fmt::format("ferry_reducer_create: option '{}' is not one of plan, lossy, first_bucket_bytes, "
-                      "bucket_cap_bytes, "
-                      "codec, rebuild, learn_steps, timing, powersgd_rank",
+                      "bucket_cap_bytes, codec, rebuild, learn_steps, timing, powersgd_rank, grad_dtype, "
+                      "reduce_dtype",
                       key));
     }
   }
@@ -318,14 +322,17 @@ int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out) {
       std::int64_t stride = 1;
     };
     auto h = std::make_unique<holder>();
-    h->shape = static_cast<std::int64_t>(flat.bytes / sizeof(float));
+    const ferry::comm::dtype type = st.red->grad_type();
+    const std::size_t size = ferry::comm::size_of(type);
+    h->shape = static_cast<std::int64_t>(flat.bytes / size);
     const auto& dev = *st.group->dev;
     const bool cuda = dev.dev->kind() == ferry::backend::cuda;
     auto& t = h->managed.dl_tensor;
     t.data = flat.data;
     t.device = {cuda ? ferry::c_api::kdl_cuda : ferry::c_api::kdl_cpu, cuda ? dev.ordinal : 0};
     t.ndim = 1;
-    t.dtype = {ferry::c_api::kdl_float, 32, 1};
+    t.dtype = {type == ferry::comm::dtype::bf16 ? ferry::c_api::kdl_bfloat : ferry::c_api::kdl_float,
+               static_cast<std::uint8_t>(8 * size), 1};
     t.shape = &h->shape;
     t.strides = &h->stride;
     t.byte_offset = 0;
@@ -344,8 +351,9 @@ int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elem
                                                      red.param_count(), red.param_count() - 1));
     const ferry::mem_view g = red.grad(p);
     const ferry::mem_view flat = red.flat();
-    if (offset != nullptr) *offset = (g.begin() - flat.begin()) / sizeof(float);
-    if (elements != nullptr) *elements = g.bytes / sizeof(float);
+    const std::size_t size = ferry::comm::size_of(red.grad_type());
+    if (offset != nullptr) *offset = (g.begin() - flat.begin()) / size;
+    if (elements != nullptr) *elements = g.bytes / size;
   });
 }
 
@@ -406,6 +414,7 @@ int ferry_reducer_stats_json(ferry_reducer* r, char** out) {
     j["gradient_bytes"] = s.gradient_bytes;
     j["plan_changes"] = s.plan_changes;
     j["generation"] = red.generation();
+    j["grad_dtype"] = std::string(ferry::comm::to_string(red.grad_type()));
     j["buckets"] = red.plan().buckets.size();
     std::vector<std::string> codecs;
     for (const ferry::comm::codec_kind k : red.codecs()) codecs.emplace_back(ferry::comm::to_string(k));

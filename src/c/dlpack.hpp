@@ -32,5 +32,6 @@ struct dl_managed_tensor {
 constexpr std::int32_t kdl_cpu = 1;
 constexpr std::int32_t kdl_cuda = 2;
 constexpr std::uint8_t kdl_float = 2;
+constexpr std::uint8_t kdl_bfloat = 4;
 
 }  // namespace ferry::c_api

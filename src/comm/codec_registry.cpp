@@ -151,6 +151,10 @@ std::vector<codec_kind> automatic_codecs() { return codecs().automatic(); }
 
 std::unique_ptr<bucket_codec> make_bucket_codec(const bucket_setup& setup) {
   const codec_entry& e = codec_info(setup.kind);
+  FERRY_EXPECTS(setup.kind == codec_kind::none || setup.grad == dtype::f32,
+                fmt::format("codec {} for {} gradients: it compresses f32 gradients; {} ones are reduced by "
+                            "none",
+                            e.name, to_string(setup.grad), to_string(setup.grad)));
   if (e.make) return e.make(setup);
   return detail::make_elementwise_codec(setup, *e.elementwise);
 }

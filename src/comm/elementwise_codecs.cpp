@@ -1,6 +1,6 @@
-// The element-wise bucket codecs: none (an fp32 average in place) and any codec given as element-wise
-// parts (encode into the reducer's scratch, all-reduce with sum, decode), fp16 and bf16 among them over
-// codec.hpp's encode_async/decode_async.
+// The element-wise bucket codecs: none (the exact average, in place or widened to f32) and any codec given as
+// element-wise parts (encode into the reducer's scratch, all-reduce with sum, decode), fp16 and bf16 among
+// them over codec.hpp's encode_async/decode_async.
 #include <fmt/format.h>
 
 #include <memory>
@@ -23,22 +23,52 @@ void reduce_marks::reduce_end(stream_view s) {
 
 namespace {
 
-// none: fp32 averaged in place (reduce_op::avg), with no wire buffer.
-class fp32_codec final : public bucket_codec {
+// none: the exact average. f32 and 16-bit gradients averaged in place in their own type (reduce_op::avg,
+// no wire buffer); 16-bit gradients with reduce f32 widened into the scratch, averaged in f32 and rounded
+// back once (codec.hpp's decode and encode of that type, the latter saturating as the codecs do).
+class plain_codec final : public bucket_codec {
  public:
-  explicit fp32_codec(const bucket_setup& setup)
-      : bucket_codec(setup.kind), comm_(&setup.comm), elements_(setup.elements) {}
-
-  void reduce_async(mem_view bucket, mem_view /*scratch*/, stream_view s, reduce_marks& marks) override {
-    marks.reduce_start(s);
-    static_cast<void>(comm_->all_reduce(bucket, bucket, elements_, dtype::f32, reduce_op::avg, s));
-    marks.reduce_end(s);
+  explicit plain_codec(const bucket_setup& setup)
+      : bucket_codec(setup.kind),
+        comm_(&setup.comm),
+        grad_(setup.grad),
+        reduce_(setup.reduce),
+        count_(setup.elements * sizeof(float) / size_of(setup.grad)) {
+    FERRY_EXPECTS(
+        grad_ == reduce_ || (reduce_ == dtype::f32 && (grad_ == dtype::bf16 || grad_ == dtype::f16)),
+        fmt::format("codec none: {} gradients averaged in {}; expected their own type, or f32 for "
+                    "bf16 and f16 gradients",
+                    to_string(grad_), to_string(reduce_)));
   }
-  [[nodiscard]] std::size_t wire_bytes() const noexcept override { return elements_ * sizeof(float); }
+
+  void reduce_async(mem_view bucket, mem_view scratch, stream_view s, reduce_marks& marks) override {
+    if (grad_ == reduce_) {
+      marks.reduce_start(s);
+      static_cast<void>(comm_->all_reduce(bucket, bucket, count_, grad_, reduce_op::avg, s));
+      marks.reduce_end(s);
+      return;
+    }
+    FERRY_EXPECTS(scratch.bytes >= scratch_bytes(),
+                  fmt::format("codec none: a scratch of {} bytes cannot hold the bucket's {} f32 values",
+                              scratch.bytes, count_));
+    const codec_kind half = grad_ == dtype::f16 ? codec_kind::fp16 : codec_kind::bf16;
+    const mem_view wide = scratch.subview(0, scratch_bytes());
+    decode_async(half, bucket, wide, count_, s);
+    marks.reduce_start(s);
+    static_cast<void>(comm_->all_reduce(wide, wide, count_, dtype::f32, reduce_op::avg, s));
+    marks.reduce_end(s);
+    encode_async(half, wide, bucket, count_, 1, s);
+  }
+  [[nodiscard]] std::size_t wire_bytes() const noexcept override { return count_ * size_of(reduce_); }
+  [[nodiscard]] std::size_t scratch_bytes() const noexcept override {
+    return grad_ == reduce_ ? 0 : count_ * sizeof(float);
+  }
 
  private:
   communicator* comm_;
-  std::size_t elements_;
+  dtype grad_;
+  dtype reduce_;
+  std::size_t count_;  // elements of grad_
 };
 
 // Encode into the scratch, all-reduce it with sum, decode: the bucket then holds the mean over ranks.
@@ -97,7 +127,7 @@ codec_entry none_codec_entry() {
   e.name = "none";
   e.aliases = {"fp32", "f32"};
   e.lossy = false;
-  e.make = [](const bucket_setup& setup) { return std::make_unique<fp32_codec>(setup); };
+  e.make = [](const bucket_setup& setup) { return std::make_unique<plain_codec>(setup); };
   return e;
 }
 

@@ -72,6 +72,35 @@ std::vector<std::size_t> elements_of(std::span<const matrix_shape> shapes) {
   return out;
 }
 
+// 4-byte slots of each parameter's gradient of type t (f32: its elements; 16-bit: half, rounded up).
+std::vector<std::size_t> slots_of(std::span<const std::size_t> elements, dtype t) {
+  std::vector<std::size_t> out;
+  out.reserve(elements.size());
+  for (const std::size_t n : elements) out.push_back((n * size_of(t) + sizeof(float) - 1) / sizeof(float));
+  return out;
+}
+
+// Gradient and reduction types a reducer takes; throws logic_error naming the value otherwise.
+void check_types(const reducer_options& o) {
+  const dtype g = o.grad_type;
+  FERRY_EXPECTS(g == dtype::f32 || g == dtype::bf16 || g == dtype::f16,
+                fmt::format("reducer_options::grad_type = {}: expected f32, bf16 or f16", to_string(g)));
+  if (o.reduce_type) {
+    FERRY_EXPECTS(*o.reduce_type == g || *o.reduce_type == dtype::f32,
+                  fmt::format("reducer_options::reduce_type = {} for {} gradients: expected {} or f32",
+                              to_string(*o.reduce_type), to_string(g), to_string(g)));
+  }
+  if (g == dtype::f32) return;
+  FERRY_EXPECTS(o.codec == codec_kind::none,
+                fmt::format("reducer_options::codec = {} for {} gradients: the lossy codecs compress f32 "
+                            "gradients; {} ones are reduced by none (in {} or, with reduce_type f32, in f32)",
+                            to_string(o.codec), to_string(g), to_string(g), to_string(g)));
+  FERRY_EXPECTS(!o.automatic.enabled || o.automatic.policy == codec_policy::lossless,
+                fmt::format("reducer_options::automatic.policy allows lossy codecs for {} gradients: they "
+                            "compress f32 gradients only; use the lossless policy",
+                            to_string(g)));
+}
+
 std::uint64_t model_bytes(std::span<const std::size_t> elements) {
   std::uint64_t total = 0;
   for (const std::size_t n : elements) total += n * sizeof(float);
@@ -92,10 +121,12 @@ reducer::reducer(communicator& comm, std::span<const std::size_t> param_elements
 
 reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes, reducer_options options)
     : comm_(&comm),
-      sizes_(elements_of(param_shapes)),
+      elements_(elements_of(param_shapes)),
       shapes_(param_shapes.begin(), param_shapes.end()),
       options_(options),
       comm_stream_(comm.dev().make_stream()) {
+  check_types(options_);
+  sizes_ = slots_of(elements_, options_.grad_type);
   check(options_.plan);
   FERRY_EXPECTS(registered(options_.codec),
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
@@ -155,8 +186,7 @@ void reducer::start_automatic() {
 mem_view reducer::grad(std::size_t p) const {
   FERRY_EXPECTS(p < sizes_.size(), fmt::format("grad({}): the reducer has {} parameters (0..{})", p,
                                                sizes_.size(), sizes_.size() - 1));
-  const param_place& at = plan_.places[p];
-  return flat_.view(at.offset * sizeof(float), at.elements * sizeof(float));
+  return flat_.view(plan_.places[p].offset * sizeof(float), elements_[p] * size_of(options_.grad_type));
 }
 
 // Makes `plan` current: buffers, per-bucket state and events. The caller moves the gradients over.
@@ -201,7 +231,9 @@ std::unique_ptr<bucket_codec> reducer::make_codec(const bucket_plan& plan, std::
     shapes.push_back(shapes_[p]);
     offsets.push_back(plan.places[p].offset - k.offset);
   }
-  return make_bucket_codec(bucket_setup{c, *comm_, k.elements, shapes, offsets, options_.powersgd});
+  const dtype reduce = options_.reduce_type.value_or(options_.grad_type);
+  return make_bucket_codec(
+      bucket_setup{c, *comm_, k.elements, shapes, offsets, options_.powersgd, options_.grad_type, reduce});
 }
 
 void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
@@ -222,6 +254,10 @@ void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
     FERRY_EXPECTS(registered(c), fmt::format("set_plan: codec {} is not a codec (none is registered under "
                                              "that value; see register_codec)",
                                              static_cast<int>(c)));
+    FERRY_EXPECTS(c == codec_kind::none || options_.grad_type == dtype::f32,
+                  fmt::format("set_plan: codec {} for {} gradients; the lossy codecs compress f32 gradients, "
+                              "{} ones take none",
+                              to_string(c), to_string(options_.grad_type), to_string(options_.grad_type)));
   }
   queue_plan(std::move(plan), std::move(codecs));
 }

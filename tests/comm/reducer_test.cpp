@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ferry/comm/f32_ops.hpp"
+#include "ferry/comm/float16.hpp"
 #include "host_ranks.hpp"
 #include "reducer_steps.hpp"
 #include "support/test_support.hpp"
@@ -375,6 +376,110 @@ TEST(reducer, ten_jittered_steps_on_four_ranks_stay_correct_and_every_rank_ends_
   for (int rank = 1; rank < n; ++rank)
     EXPECT_EQ(flats[static_cast<std::size_t>(rank)], flats[0])
         << "rank " << rank << "'s buffer differs from rank 0's";
+}
+
+// A 16-bit gradient value of rank `rank`: small multiples of 1/8, so every sum of a few of them is exact
+// in f32 and the only rounding is the mean's, once.
+float half_value(std::uint64_t step, std::size_t p, std::size_t i, int rank) {
+  return static_cast<float>(
+             static_cast<int>((step * 7 + p * 13 + i * 3 + static_cast<std::size_t>(rank) * 5) % 41) - 20) /
+         8.0F;
+}
+
+std::uint16_t to_half(dtype t, float f) { return t == dtype::f16 ? float_to_f16(f) : float_to_bf16(f); }
+
+// Pure low-precision training: bf16 and f16 gradients (odd element counts, so 2-byte padding inside the
+// plans' 4-byte slots), averaged in their own type or widened to f32, over 2 and 3 ranks and a rebuild.
+// The host group sums in f32 and rounds once, so either way each element is the rounded exact mean.
+TEST(reducer, bf16_and_f16_gradients_are_averaged_in_their_type_or_in_f32_and_the_padding_stays_zero) {
+  for (const dtype t : {dtype::bf16, dtype::f16}) {
+    for (const bool widen : {false, true}) {
+      for (const int n : {2, 3}) {
+        SCOPED_TRACE(::testing::Message()
+                     << to_string(t) << (widen ? " in f32, " : " in its type, ") << n << " ranks");
+        host_ranks ranks(n, unmodelled(std::chrono::seconds(20)), 21);
+        std::vector<std::vector<std::byte>> flats(static_cast<std::size_t>(n));
+        on_every_rank(n, [&](int rank) {
+          device& dev = ranks.dev(rank);
+          reducer_options o = small_buckets();
+          o.grad_type = t;
+          if (widen) o.reduce_type = dtype::f32;
+          reducer r(ranks[rank], sizes, o);
+          ASSERT_GE(r.plan().buckets.size(), 3U);
+          EXPECT_EQ(r.grad_type(), t);
+          const stream producer = dev.make_stream();
+          const stream optimizer = dev.make_stream();
+          for (std::uint64_t step = 1; step <= 2; ++step) {
+            r.begin_step();
+            for (const std::size_t p : reverse_order(sizes.size())) {
+              const mem_view g = r.grad(p);
+              ASSERT_EQ(g.bytes, sizes[p] * 2);
+              buffer staged = dev.alloc_pinned(g.bytes);
+              auto* h = reinterpret_cast<std::uint16_t*>(staged.host_bytes());
+              for (std::size_t i = 0; i < sizes[p]; ++i) h[i] = to_half(t, half_value(step, p, i, rank));
+              dev.copy(g, staged.view(), producer);
+              r.mark_ready(p, producer);
+            }
+            r.finish(optimizer);
+            for (std::size_t p = 0; p < sizes.size(); ++p) {
+              const buffer back = dev.alloc_pinned(r.grad(p).bytes);
+              dev.copy(back.view(), r.grad(p), optimizer);
+              const auto* got = reinterpret_cast<const std::uint16_t*>(back.host_bytes());
+              for (std::size_t i = 0; i < sizes[p]; ++i) {
+                float sum = 0;
+                for (int k = 0; k < n; ++k) sum += half_value(step, p, i, k);
+                const std::uint16_t want = to_half(t, sum / static_cast<float>(n));
+                ASSERT_EQ(got[i], want)
+                    << "rank " << rank << ", step " << step << ", param " << p << " element " << i;
+              }
+            }
+          }
+          // In their own type the gradients' bytes travel; widened to f32, twice as many.
+          EXPECT_EQ(r.stats().wire_bytes, (widen ? 2 : 1) * r.stats().gradient_bytes);
+          const buffer all = dev.alloc_pinned(r.flat().bytes);
+          dev.copy(all.view(), r.flat(), optimizer);
+          flats[static_cast<std::size_t>(rank)].assign(all.host_bytes(), all.host_bytes() + all.size());
+          // Every byte outside the gradients is padding, and zero.
+          std::vector<bool> used(r.flat().bytes, false);
+          for (std::size_t p = 0; p < sizes.size(); ++p) {
+            const std::size_t at = static_cast<std::size_t>(r.grad(p).begin() - r.flat().begin());
+            std::fill_n(used.begin() + static_cast<std::ptrdiff_t>(at), r.grad(p).bytes, true);
+          }
+          for (std::size_t b = 0; b < used.size(); ++b) {
+            if (!used[b]) ASSERT_EQ(all.host_bytes()[b], std::byte{0}) << "padding byte " << b;
+          }
+        });
+        for (int rank = 1; rank < n; ++rank)
+          EXPECT_EQ(flats[static_cast<std::size_t>(rank)], flats[0])
+              << "rank " << rank << " differs from rank 0";
+      }
+    }
+  }
+}
+
+TEST(reducer, a_16_bit_gradient_is_refused_a_lossy_codec_and_a_reduction_in_another_16_bit_type) {
+  host_ranks ranks(1, unmodelled(std::chrono::seconds(20)), 22);
+  reducer_options o = small_buckets(codec_kind::fp16);
+  o.grad_type = dtype::bf16;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer bad(ranks[0], sizes, o); }),
+                     "reducer_options::codec = fp16 for bf16 gradients");
+  o.codec = codec_kind::none;
+  o.reduce_type = dtype::f16;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer bad(ranks[0], sizes, o); }),
+                     "reduce_type = f16 for bf16 gradients: expected bf16 or f32");
+  o.reduce_type.reset();
+  o.automatic.enabled = true;
+  o.automatic.policy = codec_policy::lossy_allowed;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer bad(ranks[0], sizes, o); }),
+                     "lossy codecs for bf16 gradients");
+  o.automatic = {};
+  o.grad_type = dtype::i32;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer bad(ranks[0], sizes, o); }),
+                     "grad_type = i32: expected f32, bf16 or f16");
+  o.grad_type = dtype::f16;
+  reducer r(ranks[0], sizes, o);
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.set_plan(r.plan(), {codec_kind::bf16}); }),
+                     "set_plan: codec bf16 for f16 gradients");
 }
 
 TEST(reducer, timing_events_follow_the_modelled_link) {

@@ -56,7 +56,7 @@ def report(**fields) -> None:
 
 
 def params_of(m) -> list:
-    return [p.detach().reshape(-1).tolist() for p in m.parameters()]
+    return [p.detach().float().reshape(-1).tolist() for p in m.parameters()]
 
 
 def main() -> int:
@@ -99,8 +99,14 @@ def main() -> int:
     # Different initial parameters per rank: DataParallel starts every rank from rank 0's.
     plan = "auto" if SCENARIO == "auto" else "fixed"
     small = SCENARIO != "one_bucket"  # several buckets, or every gradient counted into one
-    model = ferry.torch.DataParallel(model_of(seed=10 + RANK), plan=plan, learn_steps=1, timeout=timeout,
-                                     bucket_cap_mb=0.002 if small else 25, first_bucket_mb=0.001 if small else 25)
+    module = model_of(seed=10 + RANK)
+    if SCENARIO.startswith("bf16"):
+        # Pure low-precision training: bf16 parameters and gradients, averaged in bf16 or widened to f32.
+        module = module.to(torch.bfloat16)
+        x = x.to(torch.bfloat16)
+    model = ferry.torch.DataParallel(module, plan=plan, learn_steps=1, timeout=timeout,
+                                     bucket_cap_mb=0.002 if small else 25, first_bucket_mb=0.001 if small else 25,
+                                     reduce_dtype=torch.float32 if SCENARIO == "bf16_f32" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     initial = params_of(model.module)
     losses = []

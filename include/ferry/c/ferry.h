@@ -238,12 +238,14 @@ FERRY_C_API int ferry_comm_abort(ferry_comm* c, const char* why);
  * group alive until they are destroyed. */
 FERRY_C_API void ferry_comm_destroy(ferry_comm* c);
 
-/* A reducer of `params` fp32 gradients of shapes rows[i] x cols[i] (a 1-D tensor of n elements is n x 1;
+/* A reducer of `params` gradients of shapes rows[i] x cols[i] (a 1-D tensor of n elements is n x 1;
  * a higher-dimensional one its first dimension x the rest), in the group of `c`. `options_json` (NULL for
  * the defaults): {"plan": "auto" | "fixed", "lossy": false, "first_bucket_bytes": N, "bucket_cap_bytes":
- * N, "codec": "none" | "fp16" | "bf16" | "powersgd", "rebuild": true, "learn_steps": 3, "timing": false}.
+ * N, "codec": "none" | "fp16" | "bf16" | "powersgd", "rebuild": true, "learn_steps": 3, "timing": false,
+ * "grad_dtype": "f32" | "bf16" | "f16", "reduce_dtype": null | "f32"}.
  * "auto" learns the backward over the first 1 + 3 * learn_steps steps and then sets its own plan;
- * "lossy" allows it bf16 and fp16 buckets. Collective. */
+ * "lossy" allows it bf16 and fp16 buckets (f32 gradients only). bf16/f16 gradients are averaged in their
+ * own type, or in f32 with "reduce_dtype": "f32" (widened, rounded back once). Collective. */
 FERRY_C_API int ferry_reducer_create(ferry_comm* c, const int64_t* rows, const int64_t* cols, size_t params,
                                      const char* options_json, ferry_reducer** out);
 /* *pending = 1 when the next ferry_reducer_begin_step will lay the gradients out anew (their memory moves:
@@ -251,8 +253,9 @@ FERRY_C_API int ferry_reducer_create(ferry_comm* c, const int64_t* rows, const i
 FERRY_C_API int ferry_reducer_layout(ferry_reducer* r, uint64_t* generation, int* pending);
 /* Opens a step (applying a new plan: a host sync, once per plan change). */
 FERRY_C_API int ferry_reducer_begin_step(ferry_reducer* r);
-/* The flat gradient buffer as a DLPack DLManagedTensor (as void*): 1-D, fp32, every gradient and the
- * padding between them; gradient p is elements [offset, offset + elements) of it (ferry_reducer_place).
+/* The flat gradient buffer as a DLPack DLManagedTensor (as void*): 1-D, of the gradients' type, every
+ * gradient and the padding between them; gradient p is elements [offset, offset + elements) of it
+ * (ferry_reducer_place, in elements of that type).
  * Borrowed: valid until the layout changes or the reducer is destroyed; its deleter frees the struct only. */
 FERRY_C_API int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out);
 FERRY_C_API int ferry_reducer_place(ferry_reducer* r, size_t p, size_t* offset, size_t* elements);

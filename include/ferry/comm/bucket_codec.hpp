@@ -39,10 +39,14 @@ namespace ferry::comm {
 struct bucket_setup {
   codec_kind kind;                       // the codec being made
   communicator& comm;                    // the group; it outlives the codec
-  std::size_t elements = 0;              // fp32 elements of the bucket (padding included)
+  std::size_t elements = 0;              // 4-byte slots of the bucket (padding included): its f32 elements
   std::span<const matrix_shape> shapes;  // the bucket's parameters, in the bucket's order
   std::span<const std::size_t> offsets;  // their element offsets within the bucket
   const powersgd_options& powersgd;      // options of the codecs that take some (reducer_options)
+  /// The gradients' type (reducer_options::grad_type) and the type none averages them in. A codec other
+  /// than none is made for f32 gradients only (make_bucket_codec refuses the others).
+  dtype grad = dtype::f32;
+  dtype reduce = dtype::f32;
 };
 
 /// The timing points a codec marks on the communication stream around its all-reduce(s) (bucket_timing's
@@ -132,8 +136,8 @@ codec_kind register_codec(codec_entry entry);
 [[nodiscard]] std::vector<codec_kind> registered_codecs();
 /// The automatic plan's candidates (entries marked automatic), in registration order.
 [[nodiscard]] std::vector<codec_kind> automatic_codecs();
-/// Makes the bucket codec of setup.kind. Throws logic_error when it is not registered, or what the
-/// codec's factory throws.
+/// Makes the bucket codec of setup.kind. Throws logic_error when it is not registered, when a codec other
+/// than none is asked for 16-bit gradients, or what the codec's factory throws.
 [[nodiscard]] std::unique_ptr<bucket_codec> make_bucket_codec(const bucket_setup& setup);
 
 }  // namespace ferry::comm

@@ -1,7 +1,7 @@
 // ferry::comm reducer: averages every rank's gradients over a communicator, bucket by bucket, while
 // backward is still producing them.
 //
-// Gradients live in the reducer's flat fp32 buffer, laid out by a bucket plan (bucket_plan.hpp):
+// Gradients live in the reducer's flat buffer, laid out by a bucket plan (bucket_plan.hpp):
 // grad(p) is parameter p's gradient, and the caller's gradient tensors are views of it, so nothing is
 // copied in or out. A step is
 //
@@ -62,6 +62,13 @@
 // allocation. At world size 1 there is nothing to hide: the plan is one bucket, decided at construction
 // with no learning step. The first plans of the automatic mode are its own (options.plan's caps are not
 // used, its alignment is); options.codec must stay none, and set_plan is refused while learning().
+//
+// Gradient types (options.grad_type): f32 by default. bf16 and f16 gradients (a model trained in that type)
+// live in the same flat buffer, two bytes each; the plans lay them out in 4-byte slots (a parameter of an
+// odd number of elements ends in 2 bytes of padding, which stay zero), so caps and alignment keep their
+// meaning in bytes. Their buckets are averaged exactly by codec none, in their own type or, with
+// options.reduce_type = f32, widened to f32 in the scratch and rounded back once; the lossy codecs (bf16,
+// fp16, PowerSGD) compress f32 gradients and are refused for them.
 //
 // Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
 // (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
@@ -130,6 +137,14 @@ struct reducer_options {
   bool timing = false;
   /// The automatic plan: learned over the first steps, chosen on rank 0, the same on every rank.
   auto_plan_options automatic{};
+  /// The gradients' element type: f32, or bf16 / f16 for parameters trained in that type (pure
+  /// low-precision training; mixed precision under autocast keeps f32 gradients). 16-bit gradients take
+  /// codec none only (the lossy codecs compress f32), under the lossless policy.
+  dtype grad_type = dtype::f32;
+  /// The type the average is computed in: empty for grad_type itself (16-bit gradients all-reduced as
+  /// they are, half the bytes of f32), or f32 for 16-bit gradients widened into the scratch, averaged in
+  /// f32 and rounded back once (twice the bytes on the wire, one rounding instead of one per partial sum).
+  std::optional<dtype> reduce_type;
 };
 
 /// The automatic plan's decision, identical on every rank (rank 0's, broadcast).
@@ -152,7 +167,7 @@ struct reducer_stats {
   /// Bytes this rank handed to its all-reduces (count * wire element size): the payload. A ring
   /// all-reduce moves 2(n-1)/n of it in and out of each rank.
   std::uint64_t wire_bytes = 0;      // for powersgd: its two all-reduces' floats (powersgd::wire_elements)
-  std::uint64_t gradient_bytes = 0;  // fp32 bytes those all-reduces averaged (padding included)
+  std::uint64_t gradient_bytes = 0;  // gradient bytes those all-reduces averaged (padding included)
   std::uint64_t plan_changes = 0;    // plans (new layouts or new codecs) that took effect after the first
   std::vector<std::uint64_t> bucket_launches;  // per bucket of the current plan
 };
@@ -170,7 +185,8 @@ struct bucket_timing {
 /// See the header's comment.
 class reducer {
  public:
-  /// A reducer for parameters of `param_elements` fp32 elements each (registration order), over `comm`,
+  /// A reducer for parameters of `param_elements` elements each (registration order; of
+  /// options.grad_type, f32 by default), over `comm`,
   /// which must outlive it. Allocates the flat buffer, the wire buffer and its events, and makes its
   /// communication stream on comm.dev(). Throws logic_error for bad options or sizes (as
   /// make_bucket_plan).
@@ -189,6 +205,8 @@ class reducer {
   // field, its value and the limit.
 
   [[nodiscard]] std::size_t param_count() const noexcept { return sizes_.size(); }
+  /// The gradients' element type (options.grad_type).
+  [[nodiscard]] dtype grad_type() const noexcept { return options_.grad_type; }
   [[nodiscard]] communicator& comm() const noexcept { return *comm_; }
   /// The communication stream: bucket work runs on it.
   [[nodiscard]] stream_view comm_stream() const { return comm_stream_.view(); }
@@ -265,7 +283,11 @@ class reducer {
   void start_automatic();
 
   communicator* comm_;
+  // The plans see every parameter as sizes_[p] 4-byte slots (its bytes rounded up to 4): for f32
+  // gradients its elements, for 16-bit ones half of them, rounded up (the odd one's last 2 bytes are
+  // padding). elements_[p] counts its elements of options_.grad_type.
   std::vector<std::size_t> sizes_;
+  std::vector<std::size_t> elements_;
   std::vector<matrix_shape> shapes_;
   reducer_options options_;
   stream comm_stream_;

@@ -43,6 +43,10 @@ from .._dlpack import make_capsule
 from ._common import resolve_device
 from ._group import Group
 
+# The parameter dtypes the reducer takes, by the name its options give them.
+_GRAD_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
 def _shape_2d(shape: Any) -> tuple:
     """A gradient as a matrix, as PowerSGD sees it: (first dimension, the rest); a scalar or a vector of n
     elements is (n, 1)."""
@@ -66,12 +70,18 @@ class DataParallel(torch.nn.Module):
     broadcast_buffers: rank 0's buffers (batch-norm statistics) are copied to every rank before each
     forward, as DDP does.
     timeout: seconds a collective may take before the group is aborted on every rank.
+    reduce_dtype: for a model trained in bfloat16 or float16 (its parameters, hence its gradients, of that
+    type): None averages the gradients in their own type (half the bytes of float32, rounded at each
+    partial sum as DDP's all-reduce of them is), torch.float32 widens them, averages in float32 and rounds
+    back once (twice the bytes). float32 parameters (mixed precision under autocast included) are averaged
+    in float32. Every parameter that requires grad must have the same dtype.
     """
 
     def __init__(self, module: Any, *, plan: str = "auto", lossy: bool = False, bucket_cap_mb: float = 25.0,
                  first_bucket_mb: float = 1.0, find_unused_parameters: bool = False,
                  broadcast_buffers: bool = True, timeout: float = 300.0, learn_steps: int = 3,
-                 store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
+                 store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 reduce_dtype: Any = None) -> None:
         super().__init__()
         if plan not in ("auto", "fixed"):
             raise ValueError(f"plan {plan!r}: expected 'auto' or 'fixed'")
@@ -97,10 +107,21 @@ class DataParallel(torch.nn.Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("DataParallel: the module has no parameter that requires grad")
+        grad_dtype = named[0][1].dtype
+        if grad_dtype not in _GRAD_DTYPES:
+            raise ValueError(f"DataParallel: parameter {named[0][0]} is {grad_dtype}; ferry's reducer takes "
+                             "float32, bfloat16 or float16 parameters")
+        if reduce_dtype not in (None, grad_dtype, torch.float32):
+            raise ValueError(f"DataParallel: reduce_dtype={reduce_dtype} for {grad_dtype} parameters; expected "
+                             f"None (their own type) or torch.float32")
+        if lossy and grad_dtype != torch.float32:
+            raise ValueError(f"DataParallel: lossy=True with {grad_dtype} parameters; the lossy codecs compress "
+                             "float32 gradients (16-bit ones travel as they are)")
         for n, p in named:
-            if p.dtype != torch.float32:
-                raise ValueError(f"DataParallel: parameter {n} is {p.dtype}; ferry's reducer takes float32 "
-                                 "parameters (mixed precision under autocast keeps them float32)")
+            if p.dtype != grad_dtype:
+                raise ValueError(f"DataParallel: parameter {n} is {p.dtype} and {named[0][0]} {grad_dtype}; "
+                                 "every parameter that requires grad must have one dtype (cast the module "
+                                 "with .to(dtype), or keep float32 parameters under autocast)")
             if p.is_sparse:
                 raise ValueError(f"DataParallel: parameter {n} is sparse; ferry reduces dense gradients")
         devices = {p.device for _, p in named}
@@ -119,7 +140,7 @@ class DataParallel(torch.nn.Module):
         self.rank, self.world_size, self.backend = self._group.rank, self._group.world_size, self._group.backend
         self._closed = False
         try:
-            self._set_up(plan, lossy, learn_steps, first_bucket_mb, bucket_cap_mb)
+            self._set_up(plan, lossy, learn_steps, first_bucket_mb, bucket_cap_mb, grad_dtype, reduce_dtype)
         except BaseException:
             self._abort("setting up DataParallel failed on this rank")
             self.close()
@@ -127,7 +148,7 @@ class DataParallel(torch.nn.Module):
         _runtime.register(self)
 
     def _set_up(self, plan: str, lossy: bool, learn_steps: int, first_bucket_mb: float,
-                bucket_cap_mb: float) -> None:
+                bucket_cap_mb: float, grad_dtype: Any, reduce_dtype: Any) -> None:
         handle = self._comm
         module = self.module
 
@@ -142,7 +163,8 @@ class DataParallel(torch.nn.Module):
             rows[i], cols[i] = _shape_2d(p.shape)
         options = {"plan": plan, "lossy": bool(lossy), "learn_steps": int(learn_steps),
                    "first_bucket_bytes": int(first_bucket_mb * (1 << 20)),
-                   "bucket_cap_bytes": int(bucket_cap_mb * (1 << 20))}
+                   "bucket_cap_bytes": int(bucket_cap_mb * (1 << 20)), "grad_dtype": _GRAD_DTYPES[grad_dtype],
+                   "reduce_dtype": None if reduce_dtype in (None, grad_dtype) else "f32"}
         red = ReducerHandle()
         try:
             lib.ferry_reducer_create(handle, rows, cols, len(self._params), json.dumps(options).encode(),
