@@ -60,8 +60,14 @@ def params_of(m) -> list:
 
 
 def main() -> int:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK, world_size=WORLD)
+    # nccl: one GPU per rank, torch's own NCCL group beside ferry's (its collectives between the steps).
+    nccl = SCENARIO == "nccl"
+    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK,
+                            world_size=WORLD)
     x, y = data()
+    if nccl:
+        torch.cuda.set_device(RANK)
+        x, y = x.cuda(), y.cuda()
     lo, hi = RANK * BATCH, (RANK + 1) * BATCH
     loss_fn = torch.nn.CrossEntropyLoss()
     # killed: the others learn only at the timeout; raise: the failing rank tells them when it exits, well
@@ -100,6 +106,8 @@ def main() -> int:
     plan = "auto" if SCENARIO == "auto" else "fixed"
     small = SCENARIO != "one_bucket"  # several buckets, or every gradient counted into one
     module = model_of(seed=10 + RANK)
+    if nccl:
+        module = module.cuda()
     if SCENARIO.startswith("bf16"):
         # Pure low-precision training: bf16 parameters and gradients, averaged in bf16 or widened to f32.
         module = module.to(torch.bfloat16)
@@ -125,6 +133,11 @@ def main() -> int:
             else:
                 loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
             loss.backward()
+            if nccl:
+                # torch's NCCL group between ferry's backward and the optimizer, as a loss average is.
+                mean = loss.detach().clone()
+                dist.all_reduce(mean)
+                mean /= WORLD
             opt.step()
             losses.append(loss.item())
             if SCENARIO == "raise" and RANK == 1 and s == 2:

@@ -28,10 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(tmp_path, scenario: str, world: int, timeout: float = 90.0):
+def run_job(tmp_path, scenario: str, world: int, timeout: float = 90.0, backends: str = "host"):
     """Starts `world` ranks; returns their (exit status, report or None, stderr)."""
     port = free_port()
-    env = dict(os.environ, FERRY_TEST_BACKENDS="host", OMP_NUM_THREADS="1")
+    env = dict(os.environ, FERRY_TEST_BACKENDS=backends, OMP_NUM_THREADS="1")
     procs = []
     for r in range(world):
         out = tmp_path / f"{scenario}_{r}.json"
@@ -180,3 +180,20 @@ def test_parameters_of_mixed_or_unsupported_dtypes_and_lossy_bf16_are_refused_by
         ferry.torch.DataParallel(m, reduce_dtype=torch.float16)
     with pytest.raises(ValueError, match=r"parameter 0.weight is torch.float64"):
         ferry.torch.DataParallel(m.to(torch.float64))
+
+
+@pytest.mark.skipif("cuda" not in os.environ.get("FERRY_TEST_BACKENDS", "host").split(",")
+                    or not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs FERRY_TEST_BACKENDS=cuda and two GPUs")
+def test_on_two_gpus_beside_torchs_own_nccl_group_every_step_all_reduces_in_both(tmp_path):
+    """ferry's NCCL communicator and torch's ProcessGroupNCCL on the same two GPUs: torch's all-reduce of
+    the loss after every backward, ferry's buckets during it; no deadlock, and the same parameters as one
+    process on the whole batch (float32 on GPUs against the CPU: a looser tolerance)."""
+    results = run_job(tmp_path, "nccl", 2, timeout=240, backends="cuda")
+    for code, rep, err in results:
+        assert code == 0, err
+        assert rep is not None and rep["error"] is None, (rep, err)
+    first = results[0][1]
+    assert first["stats"]["backend"] == "nccl" and first["stats"]["world_size"] == 2
+    assert results[1][1]["params"] == first["params"]
+    assert_close(first["params"], reference(world=2), tol=1e-4)
