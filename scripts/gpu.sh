@@ -756,8 +756,12 @@ PY
 #   e  a rerun after a change: the local cost (1 GPU), then ViT-L/32 over NVLink on 2 GPUs, four levels
 #   f  at the final main: the gpu suites (python_cuda alone takes about 250 s), the comm tests (2 GPUs),
 #      ViT-L/32 over NVLink (2 GPUs, four levels)
+#   g  2 GPUs: where the small all-reduce's time goes (nccl-tests with sum and avg, blocking and nonblocking
+#      communicators, beside bench allreduce 8 B .. 16 MiB), ViT-L/32 trained in bf16 (single, DDP's best,
+#      ferry in bf16 and in f32), and torch.profiler traces of DDP's best, DDP bf16 and ferry, each read by
+#      ferry analyze
 cmd_dp() {
-  local stage=${1:?dp: expected a, b, c, d, e or f} final work
+  local stage=${1:?dp: expected a, b, c, d, e, f or g} final work
   final=${OUT:-/tmp/ferry-out}
   work=/tmp/dp-$stage
   rm -rf "$work" && mkdir -p "$work" "$final"
@@ -835,7 +839,27 @@ cmd_dp() {
       tail -n 8 "$work/p2p_off4.log" | grep -v "^  p2p_off ferry"
       dp_latency 4 "$work" 45
       ;;
-    *) die "dp: expected a, b, c, d, e or f, not '$stage'" ;;
+    g)  # the per-call floor, pure bf16, the analyzer on DDP's and ferry's traces
+      dp_floor "$work"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/bf16 VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_f32 \
+        VIT_ARGS="--param-dtype bfloat16" timeout 150 "$0" vit-ddp nvlink > "$work/bf16.log" 2>&1
+      rc[bf16]=$?
+      tail -n 9 "$work/bf16.log" | grep -v "^  nvlink ferry"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/profiles VIT_PROFILE=ddp100_view,ddp_bf16,ferry \
+        VIT_LEVELS=ddp100_view,ddp_bf16,ferry VIT_ARGS="--steps 10" timeout 180 "$0" vit-ddp nvlink \
+        > "$work/profiles.log" 2>&1
+      rc[profiles]=$?
+      mkdir -p "$work/analyze"
+      tar -xzf "$work/profiles/nvlink/traces.tgz" -C "$work/analyze" 2>/dev/null
+      for t in "$work"/analyze/trace_*_rank0.json; do
+        [ -f "$t" ] || continue
+        "$c/ferry" analyze "$t" > "${t%.json}.txt" 2>&1
+        echo "--- $(basename "$t")"
+        head -n 14 "${t%.json}.txt"
+      done
+      rm -f "$work"/analyze/trace_*.json
+      ;;
+    *) die "dp: expected a, b, c, d, e, f or g, not '$stage'" ;;
   esac
   echo "=== dp $stage: $(date -u +%FT%TZ)"
   print_rcs
@@ -844,6 +868,49 @@ cmd_dp() {
 
 # dp_latency GPUS DIR SECONDS: bench allreduce 8 B .. 1 GiB beside nccl-tests' all_reduce_perf, in one
 # process and over mpirun (one process per GPU), fp32, NVLink.
+# dp_floor DIR: nccl-tests' small all-reduces with sum and avg (ferry's reducer and bench average), with
+# nonblocking communicators (as ferry's) and blocking ones, beside ferry's bench, 8 B .. 16 MiB on 2 GPUs.
+dp_floor() {
+  local dir=$1 op blocking
+  [ -x "$c/all_reduce_perf" ] || { echo "dp_floor: no $c/all_reduce_perf"; return; }
+  for op in sum avg; do
+    for blocking in 1 0; do
+      CUDA_VISIBLE_DEVICES=0,1 NCCL_COMM_BLOCKING=$blocking timeout 60 "$c/all_reduce_perf" -b 8 -e 16M -f 4 -g 2 \
+        -n 200 -w 20 -c 0 -o "$op" > "$dir/nccl_tests_${op}_blocking$blocking.txt" 2>&1
+      rc[nccl_${op}_$blocking]=$?
+    done
+  done
+  CUDA_VISIBLE_DEVICES=0,1 timeout 90 "$c/ferry" bench allreduce --backend cuda --gpus 2 -b 8 -e 16M -f 4 -n 200 \
+    -w 20 --codec fp32 --json > "$dir/ferry_floor.json" 2> "$dir/ferry_floor.err"
+  rc[ferry_floor]=$?
+  python3 - "$dir" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+cols = {}
+for op in ("sum", "avg"):
+    for b in ("1", "0"):
+        rows = {}
+        try:
+            for line in open(os.path.join(d, f"nccl_tests_{op}_blocking{b}.txt")):
+                f = line.split()
+                if len(f) >= 8 and f[0].isdigit():
+                    rows[int(f[0])] = float(f[5])
+        except OSError:
+            pass
+        cols[f"nccl {op} {'blocking' if b == '1' else 'nonblocking'}"] = rows
+try:
+    j = json.load(open(os.path.join(d, "ferry_floor.json")))
+    cols["ferry (avg, nonblocking)"] = {r["size"]: r["out_of_place"]["time_us"] for r in j["rows"] if r["codec"] == "fp32"}
+except Exception as e:  # noqa: BLE001
+    print("ferry_floor.json unreadable:", e)
+sizes = sorted(set().union(*[set(c) for c in cols.values()]))
+print("out-of-place us per call, 2 GPUs, one process")
+print(f"{'bytes':>10}" + "".join(f"  {k:>26}" for k in cols))
+for s in sizes:
+    print(f"{s:>10}" + "".join(f"  {c.get(s, float('nan')):>26.1f}" for c in cols.values()))
+PY
+}
+
 dp_latency() {
   local n=$1 dir=$2 limit=$3
   timeout "$limit" "$c/ferry" bench allreduce --backend cuda --gpus "$n" -b 8 -e 1G -f 4 -n 50 -w 10 --codec fp32 \

@@ -146,9 +146,10 @@ def parse_args(argv=None):
                    help="distinct batches per rank, cycled (default 1; with --convergence 8)")
     p.add_argument("--device", default="cuda", help="cuda (default; one GPU per rank) or cpu (gloo)")
     p.add_argument("--out", default=None, help="folder for results.json (and --profile's traces)")
-    p.add_argument("--profile", default=None, metavar="LEVEL",
-                   help=f"after timing LEVEL, trace {PROFILE_STEPS} more of its steps with torch.profiler "
-                        "into OUT/trace_<level>_rank<r>.json")
+    p.add_argument("--profile", default=None, metavar="LEVEL[,LEVEL...]",
+                   help=f"after timing each LEVEL, trace {PROFILE_STEPS} more of its steps with torch.profiler "
+                        "into OUT/trace_<level>_rank<r>.json (the profiler can slow the levels after it in the "
+                        "same run: time the ladder in a run without it)")
     p.add_argument("--convergence", type=int, default=0, metavar="N",
                    help="instead of timing: train N steps per level, record rank 0's loss per step and "
                         "compare each curve with DDP's")
@@ -194,7 +195,8 @@ def parse_args(argv=None):
     if args.profile is not None:
         if args.convergence:
             bad("--profile times nothing with --convergence: give one or the other")
-        if args.profile not in chosen:
+        args.profile_list = [s.strip() for s in args.profile.split(",") if s.strip()]
+        if not args.profile_list or any(p not in chosen for p in args.profile_list):
             bad(f"--profile {args.profile!r}: not among the levels run ({','.join(chosen)})")
         if not args.out:
             bad("--profile needs --out DIR for its traces")
@@ -522,7 +524,7 @@ def run_timed(name, args, ranks, data, mine):
         if ranks.is_cuda:
             mine["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
         mine["stats"] = ferry_stats(wrapped)
-        if args.profile == name:
+        if args.profile is not None and name in args.profile_list:
             mine["trace"] = profile_steps(name, wrapped, no_sync, opt, data, args.warmup + args.steps, args, ranks)
     finally:
         close()
