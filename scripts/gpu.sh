@@ -760,8 +760,10 @@ PY
 #      communicators, beside bench allreduce 8 B .. 16 MiB), ViT-L/32 trained in bf16 (single, DDP's best,
 #      ferry in bf16 and in f32), and torch.profiler traces of DDP's best, DDP bf16 and ferry, each read by
 #      ferry analyze
+#   h  2 GPUs, after a change of the comm path: the all-reduce's floor (as g), the multigpu and comm tests,
+#      ViT-L/32 over NVLink (four levels)
 cmd_dp() {
-  local stage=${1:?dp: expected a, b, c, d, e, f or g} final work
+  local stage=${1:?dp: expected a, b, c, d, e, f, g or h} final work
   final=${OUT:-/tmp/ferry-out}
   work=/tmp/dp-$stage
   rm -rf "$work" && mkdir -p "$work" "$final"
@@ -859,7 +861,17 @@ cmd_dp() {
       done
       rm -f "$work"/analyze/trace_*.json
       ;;
-    *) die "dp: expected a, b, c, d, e, f or g, not '$stage'" ;;
+    h)  # after a comm change: the floor, the multigpu and comm tests, ViT-L/32 over NVLink (four levels)
+      dp_floor "$work"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work/tests timeout 240 "$0" comm-tests > "$work/comm_tests.log" 2>&1
+      rc[comm_tests]=$?
+      grep -E "^rc |: rc " "$work/comm_tests.log"
+      CUDA_VISIBLE_DEVICES=$gpus2 OUT=$work VIT_PROFILE=none VIT_LEVELS=single,ddp100_view,ferry,ferry_lossy \
+        timeout 170 "$0" vit-ddp nvlink > "$work/nvlink.log" 2>&1
+      rc[nvlink]=$?
+      tail -n 8 "$work/nvlink.log" | grep -v "^  nvlink ferry"
+      ;;
+    *) die "dp: expected a, b, c, d, e, f, g or h, not '$stage'" ;;
   esac
   echo "=== dp $stage: $(date -u +%FT%TZ)"
   print_rcs
@@ -868,46 +880,65 @@ cmd_dp() {
 
 # dp_latency GPUS DIR SECONDS: bench allreduce 8 B .. 1 GiB beside nccl-tests' all_reduce_perf, in one
 # process and over mpirun (one process per GPU), fp32, NVLink.
-# dp_floor DIR: nccl-tests' small all-reduces with sum and avg (ferry's reducer and bench average), with
-# nonblocking communicators (as ferry's) and blocking ones, beside ferry's bench, 8 B .. 16 MiB on 2 GPUs.
+# dp_floor DIR: the small and middle all-reduces on 2 GPUs, 8 B .. 64 MiB: nccl-tests (sum and avg; one
+# process and mpirun) beside ferry's bench with its blocking communicators and with FERRY_NCCL_NONBLOCKING=1
+# (NCCL then starts a thread to enqueue every collective), in one process and over mpirun.
 dp_floor() {
-  local dir=$1 op blocking
-  [ -x "$c/all_reduce_perf" ] || { echo "dp_floor: no $c/all_reduce_perf"; return; }
-  for op in sum avg; do
-    for blocking in 1 0; do
-      CUDA_VISIBLE_DEVICES=0,1 NCCL_COMM_BLOCKING=$blocking timeout 60 "$c/all_reduce_perf" -b 8 -e 16M -f 4 -g 2 \
-        -n 200 -w 20 -c 0 -o "$op" > "$dir/nccl_tests_${op}_blocking$blocking.txt" 2>&1
-      rc[nccl_${op}_$blocking]=$?
+  local dir=$1 op mode
+  local sizes=(-b 8 -e 64M -f 4)
+  if [ -x "$c/all_reduce_perf" ]; then
+    for op in sum avg; do
+      CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$c/all_reduce_perf" "${sizes[@]}" -g 2 -n 200 -w 20 -c 0 -o "$op" \
+        > "$dir/nccl_tests_$op.txt" 2>&1
+      rc[nccl_$op]=$?
     done
+    CUDA_VISIBLE_DEVICES=0,1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun -n 2 \
+      -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$c/all_reduce_perf" "${sizes[@]}" -g 1 -n 200 -w 20 -c 0 \
+      > "$dir/nccl_tests_mpi.txt" 2>&1
+    rc[nccl_mpi]=$?
+  fi
+  for mode in blocking nonblocking; do
+    local nb=0
+    [ "$mode" = nonblocking ] && nb=1
+    CUDA_VISIBLE_DEVICES=0,1 FERRY_NCCL_NONBLOCKING=$nb timeout 90 "$c/ferry" bench allreduce --backend cuda \
+      --gpus 2 "${sizes[@]}" -n 200 -w 20 --codec fp32 --json > "$dir/ferry_$mode.json" 2> "$dir/ferry_$mode.err"
+    rc[ferry_$mode]=$?
+    CUDA_VISIBLE_DEVICES=0,1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 90 mpirun -n 2 \
+      -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x FERRY_NCCL_NONBLOCKING=$nb "$c/ferry" bench allreduce \
+      --bootstrap mpi "${sizes[@]}" -n 200 -w 20 --codec fp32 --json > "$dir/ferry_mpi_$mode.json" \
+      2> "$dir/ferry_mpi_$mode.err"
+    rc[ferry_mpi_$mode]=$?
   done
-  CUDA_VISIBLE_DEVICES=0,1 timeout 90 "$c/ferry" bench allreduce --backend cuda --gpus 2 -b 8 -e 16M -f 4 -n 200 \
-    -w 20 --codec fp32 --json > "$dir/ferry_floor.json" 2> "$dir/ferry_floor.err"
-  rc[ferry_floor]=$?
   python3 - "$dir" <<'PY'
 import json, os, sys
 d = sys.argv[1]
 cols = {}
-for op in ("sum", "avg"):
-    for b in ("1", "0"):
-        rows = {}
-        try:
-            for line in open(os.path.join(d, f"nccl_tests_{op}_blocking{b}.txt")):
-                f = line.split()
-                if len(f) >= 8 and f[0].isdigit():
-                    rows[int(f[0])] = float(f[5])
-        except OSError:
-            pass
-        cols[f"nccl {op} {'blocking' if b == '1' else 'nonblocking'}"] = rows
-try:
-    j = json.load(open(os.path.join(d, "ferry_floor.json")))
-    cols["ferry (avg, nonblocking)"] = {r["size"]: r["out_of_place"]["time_us"] for r in j["rows"] if r["codec"] == "fp32"}
-except Exception as e:  # noqa: BLE001
-    print("ferry_floor.json unreadable:", e)
+def nt(name):
+    rows = {}
+    try:
+        for line in open(os.path.join(d, name)):
+            f = line.split()
+            if len(f) >= 8 and f[0].isdigit():
+                rows[int(f[0])] = (float(f[5]), float(f[7]))
+    except OSError:
+        pass
+    return rows
+def fe(name):
+    try:
+        j = json.load(open(os.path.join(d, name)))
+        return {r["size"]: (r["out_of_place"]["time_us"], r["out_of_place"]["busbw"]) for r in j["rows"] if r["codec"] == "fp32"}
+    except Exception as e:  # noqa: BLE001
+        print(name, "unreadable:", e)
+        return {}
+cols = {"nccl sum": nt("nccl_tests_sum.txt"), "nccl avg": nt("nccl_tests_avg.txt"), "nccl mpi": nt("nccl_tests_mpi.txt"),
+        "ferry": fe("ferry_blocking.json"), "ferry nonblock": fe("ferry_nonblocking.json"),
+        "ferry mpi": fe("ferry_mpi_blocking.json"), "ferry mpi nonbl": fe("ferry_mpi_nonblocking.json")}
 sizes = sorted(set().union(*[set(c) for c in cols.values()]))
-print("out-of-place us per call, 2 GPUs, one process")
-print(f"{'bytes':>10}" + "".join(f"  {k:>26}" for k in cols))
+print("out-of-place us per call (busbw GB/s), 2 GPUs")
+print(f"{'bytes':>9}" + "".join(f"  {k:>17}" for k in cols))
 for s in sizes:
-    print(f"{s:>10}" + "".join(f"  {c.get(s, float('nan')):>26.1f}" for c in cols.values()))
+    cells = [f"{c[s][0]:7.1f} ({c[s][1]:6.1f})" if s in c else "-" for c in cols.values()]
+    print(f"{s:>9}" + "".join(f"  {x:>17}" for x in cells))
 PY
 }
 

@@ -117,6 +117,7 @@ nccl_api load_nccl(const std::vector<std::string>& names) {
   lib.look_up("ncclGroupStart", api.group_start, missing);
   lib.look_up("ncclGroupEnd", api.group_end, missing);
   api.get_last_error = lib.optional_function<decltype(api.get_last_error)>("ncclGetLastError");
+  api.comm_split = lib.optional_function<decltype(api.comm_split)>("ncclCommSplit");
   if (!missing.empty()) {
     api.error = fmt::format("NCCL not available: {} ({}) lacks {}; ferry needs NCCL 2.14 or later",
                             lib.name(), lib.path(), missing);

@@ -87,6 +87,8 @@ struct nccl_api {
   nccl_result (*group_end)() = nullptr;
   /// ncclGetLastError (NCCL 2.13): optional, nullptr when this NCCL lacks it.
   const char* (*get_last_error)(nccl_comm) = nullptr;
+  /// ncclCommSplit (NCCL 2.18): optional, nullptr when this NCCL lacks it.
+  nccl_result (*comm_split)(nccl_comm, int, int, nccl_comm*, nccl_config*) = nullptr;
 
   dynamic_library library;
   /// ncclGetVersion's code (22809 for 2.28.9); 0 when not loaded.

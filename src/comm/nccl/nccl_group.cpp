@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <string_view>
 #include <utility>
@@ -100,6 +101,9 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
           fmt::format("ncclGroupEnd after creating the communicators failed: {}", api_.error_string(end));
   }
   if (failure.empty()) failure = settle_all("creating the communicators", clock::now() + options_.timeout);
+  const char* keep = std::getenv("FERRY_NCCL_NONBLOCKING");
+  const bool nonblocking = (keep != nullptr && std::string_view(keep) == "1") || api_.comm_split == nullptr;
+  if (failure.empty() && !nonblocking) failure = make_blocking(clock::now() + options_.timeout);
   if (!failure.empty()) {
     abort_communicators();
     throw comm_error(fmt::format("NCCL {} could not make a group of {} ranks ({} of them on GPUs of this "
@@ -149,6 +153,137 @@ nccl_group::~nccl_group() {
                                                               &rs - ranks_.data(), api_.error_string(r)));
     rs->comm = nullptr;
   }
+}
+
+std::string nccl_group::settle_comms(const char* what, const std::vector<shim::nccl_comm>& comms,
+                                     clock::time_point deadline) noexcept {
+  std::chrono::microseconds backoff(10);
+  for (;;) {
+    bool busy = false;
+    for (std::size_t k = 0; k < comms.size(); ++k) {
+      if (comms[k] == nullptr) continue;
+      shim::nccl_result state = shim::nccl_success;
+      const shim::nccl_result r = api_.comm_get_async_error(comms[k], &state);
+      if (r != shim::nccl_success) state = r;
+      if (state == shim::nccl_in_progress) {
+        busy = true;
+      } else if (state != shim::nccl_success) {
+        return fmt::format("{}: rank {} (GPU {}) reports {}", what, global(static_cast<int>(k)),
+                           ranks_[k]->ordinal, api_.error_string(state));
+      }
+    }
+    if (!busy) return {};
+    if (clock::now() >= deadline)
+      return fmt::format("{} did not finish within {} ms", what, options_.timeout.count());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+  }
+}
+
+std::string nccl_group::make_blocking(clock::time_point deadline) {
+  const std::size_t n = ranks_.size();
+  std::vector<shim::nccl_comm> parents(n);
+  std::vector<shim::nccl_comm> children(n, nullptr);
+  for (std::size_t k = 0; k < n; ++k) parents[k] = ranks_[k]->comm;
+  std::string failure;
+  {
+    const device_guard restore(ranks_.front()->ordinal);
+    shim::nccl_result r = api_.group_start();
+    for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
+      if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      shim::nccl_config config = shim::nccl_config_initializer();
+      config.blocking = 1;
+      r = api_.comm_split(parents[k], 0, global(static_cast<int>(k)), &children[k], &config);
+      if (r == shim::nccl_in_progress) r = shim::nccl_success;
+      if (r != shim::nccl_success)
+        failure = fmt::format("ncclCommSplit of rank {} failed: {}", global(static_cast<int>(k)),
+                              api_.error_string(r));
+    }
+    const shim::nccl_result end = api_.group_end();
+    if (failure.empty() && end != shim::nccl_success && end != shim::nccl_in_progress)
+      failure =
+          fmt::format("ncclGroupEnd after splitting the communicators failed: {}", api_.error_string(end));
+  }
+  // The split runs on the nonblocking parents' side: both answer ncclInProgress until it is done.
+  if (failure.empty()) failure = settle_comms("splitting the communicators", parents, deadline);
+  if (failure.empty()) failure = settle_comms("splitting the communicators", children, deadline);
+  if (!failure.empty()) {
+    for (std::size_t k = 0; k < n; ++k) {
+      if (children[k] == nullptr) continue;
+      const device_guard on(ranks_[k]->ordinal);
+      static_cast<void>(api_.comm_abort(children[k]));
+    }
+    return failure;  // the parents are still the ranks' communicators: the caller aborts them
+  }
+  // The parents are done with: finalized together (nonblocking), then destroyed.
+  for (std::size_t k = 0; k < n; ++k) {
+    const device_guard on(ranks_[k]->ordinal);
+    static_cast<void>(api_.comm_finalize(parents[k]));
+    ranks_[k]->comm = children[k];
+  }
+  failure = settle_comms("finalizing the nonblocking communicators", parents, deadline);
+  for (std::size_t k = 0; k < n; ++k) {
+    const device_guard on(ranks_[k]->ordinal);
+    static_cast<void>(failure.empty() ? api_.comm_destroy(parents[k]) : api_.comm_abort(parents[k]));
+  }
+  if (!failure.empty()) return failure;
+  return warm_up(deadline);
+}
+
+// Collectives of every kind the group issues, at sizes that take NCCL's usual algorithms, so each makes
+// its connections now, while every rank is there, and never later inside a blocking enqueue.
+std::string nccl_group::warm_up(clock::time_point deadline) {
+  constexpr std::size_t largest = 8 * 1024 * 1024;  // floats: 32 MiB
+  const std::size_t n = ranks_.size();
+  std::vector<buffer> data(n);
+  std::vector<stream> streams;
+  std::vector<event> done;
+  for (std::size_t k = 0; k < n; ++k) {
+    device& dev = *ranks_[k]->dev;
+    data[k] = dev.alloc_device(largest * sizeof(float) * static_cast<std::size_t>(world_));
+    streams.push_back(dev.make_stream());
+    done.push_back(dev.make_event());
+    dev.memset_async(data[k].view(), 0, streams.back().view());
+  }
+  std::vector<call> calls;
+  for (std::size_t count = 1; count <= largest; count *= 16)
+    calls.push_back({collective::all_reduce, nullptr, nullptr, count, dtype::f32, reduce_op::sum, 0});
+  calls.push_back({collective::all_gather, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
+  calls.push_back({collective::all_gather, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
+  calls.push_back({collective::broadcast, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
+  calls.push_back({collective::broadcast, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
+  for (const call& proto : calls) {
+    // Every local rank's part in one NCCL group: a blocking call of one rank may wait for the others.
+    const device_guard restore(ranks_.front()->ordinal);
+    shim::nccl_result r = api_.group_start();
+    for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
+      if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      call c = proto;
+      c.recv = data[k].data();
+      // An all-gather in place: this rank's part is its slot of the result.
+      c.send = c.op == collective::all_gather
+                   ? static_cast<void*>(static_cast<std::byte*>(c.recv) +
+                                        static_cast<std::size_t>(global(static_cast<int>(k))) * c.count *
+                                            sizeof(float))
+                   : c.recv;
+      r = issue(*ranks_[k], c, streams[k].view().native());
+    }
+    const shim::nccl_result end = api_.group_end();
+    if (r != shim::nccl_success || end != shim::nccl_success)
+      return fmt::format("the warm-up {} of {} elements failed: {}", to_string(proto.op), proto.count,
+                         api_.error_string(r != shim::nccl_success ? r : end));
+  }
+  for (std::size_t k = 0; k < n; ++k) done[k].record(streams[k].view());
+  std::chrono::microseconds backoff(10);
+  for (std::size_t k = 0; k < n; ++k) {
+    while (!done[k].query()) {
+      if (clock::now() >= deadline)
+        return fmt::format("the warm-up collectives did not finish within {} ms", options_.timeout.count());
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+    }
+  }
+  return {};
 }
 
 std::string nccl_group::settle_all(const char* what, clock::time_point deadline) noexcept {

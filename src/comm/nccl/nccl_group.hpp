@@ -1,11 +1,22 @@
 // The NCCL communicators of one group in this process, and the watchdog that keeps them from hanging (private
 // to src/comm/nccl).
 //
-// The communicators are nonblocking (ncclConfig_t::blocking = 0): no NCCL call waits for another rank, so a
-// rank that never arrives cannot trap a thread inside NCCL. A call that answers ncclInProgress is polled with
-// ncclCommGetAsyncError until it is enqueued, at most comm_options::timeout. NCCL calls on one communicator
-// are serialized by that rank's mutex (NCCL is not thread-safe per communicator), which is also what lets
-// abort() free the communicators safely from any thread.
+// The communicators are made nonblocking (ncclConfig_t::blocking = 0): no NCCL call of the making waits for
+// another rank, so a rank that never arrives cannot trap a thread inside NCCL. A call that answers
+// ncclInProgress is polled with ncclCommGetAsyncError until it is done, at most comm_options::timeout. NCCL
+// calls on one communicator are serialized by that rank's mutex (NCCL is not thread-safe per communicator),
+// which is also what lets abort() free the communicators safely from any thread.
+//
+// Collectives, though, go through blocking communicators: on a nonblocking one NCCL starts a thread for
+// every collective to enqueue it (ncclGroupEnd's nonblocking path), about 100 us a call where a blocking
+// one enqueues on the calling thread in 10-20 us. So once the nonblocking communicators exist, each is split
+// (ncclCommSplit, every rank in one color; nonblocking too, polled the same way) into a blocking one that
+// replaces it, and every connection the collectives use (ring and tree, small and large) is made at once by
+// warm-up collectives (all-reduces of 4 B to 32 MiB, an all-gather, a broadcast), while every rank is known
+// to be there. A blocking enqueue waits for another rank only when it makes a connection; after the warm-up
+// the collectives' usual algorithms have theirs, so a rank that never calls leaves the others' threads
+// free, and the watchdog below aborts them at the timeout.
+// FERRY_NCCL_NONBLOCKING=1 (or an NCCL without ncclCommSplit) keeps the nonblocking communicators.
 //
 // Every collective is followed on the GPU by two events of the rank's device, recorded before and after it.
 // One watchdog thread per group polls them (every poll_interval while a collective is in flight, and sleeps
@@ -117,6 +128,13 @@ class nccl_group {
   // ncclInProgress, at most until `deadline`; the first error (or "") as text.
   std::string settle_all(const char* what, clock::time_point deadline) noexcept;
   std::string check_async_errors() noexcept;
+  // Replaces every rank's nonblocking communicator by a blocking one split from it, and warms the new ones
+  // up (see the header's comment); the failure as text, or "".
+  std::string make_blocking(clock::time_point deadline);
+  std::string warm_up(clock::time_point deadline);
+  // Polls ncclCommGetAsyncError of `comms` (null ones skipped) until none answers ncclInProgress.
+  std::string settle_comms(const char* what, const std::vector<shim::nccl_comm>& comms,
+                           clock::time_point deadline) noexcept;
   // Under mu_: the ranks that have not issued collective `seq` ("rank 1", "ranks 0, 2" or "none").
   [[nodiscard]] std::string not_issued(std::uint64_t seq) const;
   // Under mu_: a free record of `rank`, waiting (bounded by the timeout) for the watchdog to retire one.
