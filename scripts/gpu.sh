@@ -756,8 +756,8 @@ PY
 #   e  a rerun after a change: the local cost (1 GPU), then ViT-L/32 over NVLink on 2 GPUs, four levels
 #   f  at the final main: the gpu suites (python_cuda alone takes about 250 s), the comm tests (2 GPUs),
 #      ViT-L/32 over NVLink (2 GPUs, four levels)
-#   g  2 GPUs: where the small all-reduce's time goes (nccl-tests with sum and avg, blocking and nonblocking
-#      communicators, beside bench allreduce 8 B .. 16 MiB), ViT-L/32 trained in bf16 (single, DDP's best,
+#   g  2 GPUs: where the small all-reduce's time goes (dp_floor: nccl-tests and bench allreduce 8 B .. 64 MiB,
+#      ferry with blocking and nonblocking communicators), ViT-L/32 trained in bf16 (single, DDP's best,
 #      ferry in bf16 and in f32), and torch.profiler traces of DDP's best, DDP bf16 and ferry, each read by
 #      ferry analyze
 #   h  2 GPUs, after a change of the comm path: the all-reduce's floor (as g), the multigpu and comm tests,

@@ -109,7 +109,8 @@ bool aborted_within(const communicator& c, std::chrono::seconds limit) {
 TEST_F(nccl_mpi, a_process_that_never_calls_leaves_no_other_waiting_and_every_process_gets_comm_error) {
   // A group of its own, with a short timeout. The last process never issues the first all-reduce: every
   // other process's watchdog aborts its communicator within the timeout and names the collective; then the
-  // last process issues it alone and its own watchdog does the same. Nobody waits forever, and every later
+  // last process issues it alone and its own watchdog does the same (at that all-reduce, or at the next
+  // collective when that one completed on what the others left). Nobody waits forever, and every later
   // call fails with comm_error naming its rank and operation.
   comm_options o;
   o.timeout = std::chrono::seconds(3);
@@ -141,7 +142,24 @@ TEST_F(nccl_mpi, a_process_that_never_calls_leaves_no_other_waiting_and_every_pr
   }
   // Every process meets on the bootstrap (MPI, not NCCL) once the others have given up.
   static_cast<void>(job().all_gather(std::as_bytes(std::span(&last, 1))));
-  if (c.rank() == last) lone_all_reduce();
+  if (c.rank() == last) {
+    // Alone now. Its all-reduce may still complete on what the others sent before they gave up (the
+    // connections were made at creation, and their part reached its buffers); then the next collective
+    // has nobody to meet, and its own watchdog aborts that one within the timeout.
+    try {
+      static_cast<void>(c.all_reduce(buf, buf, 1 << 18, dtype::f32, reduce_op::sum, s));
+      if (!aborted_within(c, std::chrono::seconds(9)))  // 3 x the timeout
+        static_cast<void>(c.barrier(s));
+    } catch (const comm_error& e) {
+      EXPECT_TRUE(e.op() == collective::all_reduce || e.op() == collective::barrier) << e.what();
+    }
+    EXPECT_TRUE(aborted_within(c, std::chrono::seconds(120))) << "rank " << c.rank() << " still waits";
+    try {
+      s.synchronize();  // the aborted collective's kernel has ended
+    } catch (const std::exception& e) {
+      std::cout << "rank " << c.rank() << ": synchronize after the abort: " << e.what() << "\n";
+    }
+  }
   try {
     static_cast<void>(c.barrier(s));
     ADD_FAILURE() << "rank " << c.rank() << ": no comm_error after the abort";
