@@ -114,9 +114,14 @@ def test_every_level_ends_as_a_number_or_a_stated_skip(tmp_path):
         assert_number_or_skip(row)
         line = next(line for line in stdout.splitlines() if line.startswith(row["level"] + " "))
         assert ("skipped: " in line) == (row["status"] == "skipped"), line
-    # single: rank 0 alone; the DDP levels that need nothing more than gloo always run.
+    # single: rank 0 alone; the DDP levels that need nothing more than gloo always run (PowerSGD's hook on
+    # CPU tensors only before torch 2, whose hook synchronizes a CUDA device: the example says so).
     assert rows["single"]["ranks_timed"] == 1 and rows["single"]["x_single"] == 1.0
+    torch2 = int(torch.__version__.split(".")[0]) >= 2
     for level in ("ddp25", "ddp100", "ddp25_view", "ddp100_view", "ddp_powersgd"):
+        if level == "ddp_powersgd" and torch2:
+            assert rows[level]["status"] == "skipped" and "needs a GPU" in rows[level]["skipped"], rows[level]
+            continue
         assert rows[level]["status"] == "ok", rows[level]
         assert rows[level]["ranks_timed"] == 2
     assert max(rows[level]["x_best_ddp"] for level in vit.DDP_LEVELS if level in rows
