@@ -905,37 +905,7 @@ dp_floor() {
       2> "$dir/ferry_mpi_$mode.err"
     rc[ferry_mpi_$mode]=$?
   done
-  python3 - "$dir" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-cols = {}
-def nt(name):
-    rows = {}
-    try:
-        for line in open(os.path.join(d, name)):
-            f = line.split()
-            if len(f) >= 8 and f[0].isdigit():
-                rows[int(f[0])] = (float(f[5]), float(f[7]))
-    except OSError:
-        pass
-    return rows
-def fe(name):
-    try:
-        j = json.load(open(os.path.join(d, name)))
-        return {r["size"]: (r["out_of_place"]["time_us"], r["out_of_place"]["busbw"]) for r in j["rows"] if r["codec"] == "fp32"}
-    except Exception as e:  # noqa: BLE001
-        print(name, "unreadable:", e)
-        return {}
-cols = {"nccl sum": nt("nccl_tests_sum.txt"), "nccl avg": nt("nccl_tests_avg.txt"), "nccl mpi": nt("nccl_tests_mpi.txt"),
-        "ferry": fe("ferry_blocking.json"), "ferry nonblock": fe("ferry_nonblocking.json"),
-        "ferry mpi": fe("ferry_mpi_blocking.json"), "ferry mpi nonbl": fe("ferry_mpi_nonblocking.json")}
-sizes = sorted(set().union(*[set(c) for c in cols.values()]))
-print("out-of-place us per call (busbw GB/s), 2 GPUs")
-print(f"{'bytes':>9}" + "".join(f"  {k:>17}" for k in cols))
-for s in sizes:
-    cells = [f"{c[s][0]:7.1f} ({c[s][1]:6.1f})" if s in c else "-" for c in cols.values()]
-    print(f"{s:>9}" + "".join(f"  {x:>17}" for x in cells))
-PY
+  python3 "$here/allreduce_tables.py" floor "$dir"
 }
 
 dp_latency() {
@@ -954,34 +924,7 @@ dp_latency() {
     -x NCCL_NVLS_ENABLE "$c/ferry" bench allreduce --bootstrap mpi -b 8 -e 1G -f 4 -n 50 -w 10 --codec fp32 --json \
     > "$dir/allreduce_mpi_$n.json" 2> "$dir/allreduce_mpi_$n.err"
   rc[allreduce_mpi_$n]=$?
-  python3 - "$dir" "$n" <<'PY'
-import json, os, sys
-d, n = sys.argv[1], sys.argv[2]
-def nt(name):
-    rows = {}
-    try:
-        for line in open(os.path.join(d, name)):
-            f = line.split()
-            if len(f) >= 8 and f[0].isdigit():
-                rows[int(f[0])] = (float(f[5]), float(f[7]))  # out-of-place time (us), busbw
-    except OSError:
-        pass
-    return rows
-def fe(name):
-    try:
-        j = json.load(open(os.path.join(d, name)))
-        return {r["size"]: (r["out_of_place"]["time_us"], r["out_of_place"]["busbw"]) for r in j["rows"] if r["codec"] == "fp32"}
-    except Exception as e:  # noqa: BLE001
-        print(f"{name}: {e}")
-        return {}
-for label, f, t in (("one process", fe(f"allreduce_{n}.json"), nt(f"nccl_tests_{n}.txt")),
-                    ("mpirun", fe(f"allreduce_mpi_{n}.json"), nt(f"nccl_tests_mpi_{n}.txt"))):
-    print(f"{n} GPUs, {label}: size, ferry us, nccl-tests us, time ratio, ferry busbw, nccl-tests busbw, ratio")
-    for size in sorted(f):
-        fu, fb = f[size]
-        tu, tb = t.get(size, (0, 0))
-        print(f"  {size:>11} {fu:9.1f} {tu:9.1f} {fu / tu if tu else 0:6.2f} {fb:8.1f} {tb:8.1f} {fb / tb if tb else 0:6.3f}")
-PY
+  python3 "$here/allreduce_tables.py" latency "$dir" "$n"
 }
 
 sub=${1:-help}
