@@ -43,6 +43,10 @@ from .._dlpack import make_capsule
 from ._common import resolve_device
 from ._group import Group
 
+# The current CUDA stream of a device index as an int (torch's own fast path, no Stream object); None on
+# torches without it (then torch.cuda.current_stream).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
 # The parameter dtypes the reducer takes, by the name its options give them.
 _GRAD_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -128,6 +132,7 @@ class DataParallel(torch.nn.Module):
         if len(devices) != 1:
             raise ValueError(f"DataParallel: parameters on {sorted(map(str, devices))}; one device per process")
         self._torch_device = next(iter(devices))
+        self._cuda_index = self._torch_device.index if self._torch_device.index is not None else 0
         self._dev: Device = resolve_device(self._torch_device)
         self._cuda = self._dev.backend == "cuda"
         self._host_stream = None if self._cuda else self._dev.default_stream()
@@ -234,6 +239,18 @@ class DataParallel(torch.nn.Module):
             self._point_grads(keep=keep)
         if self._learning or generation.value != self._bucket_generation:
             self._read_buckets(generation.value)
+        # Gradients the optimizer set to None become their zeroed views again, so that backward accumulates
+        # into them in place and the hooks copy nothing (one zeroing launch for all when all were None).
+        dropped = [i for i, p in enumerate(self._params) if p.grad is None]
+        if dropped:
+            with torch.no_grad():
+                if len(dropped) == len(self._params):
+                    self._flat.zero_()
+                else:
+                    for i in dropped:
+                        self._views[i].zero_()
+                for i in dropped:
+                    self._params[i].grad = self._views[i]
         self._step_open = True
         self._marked = [False] * len(self._params)
         self._marks = 0
@@ -295,6 +312,8 @@ class DataParallel(torch.nn.Module):
 
     def _stream(self) -> int:
         if self._cuda:
+            if _raw_stream is not None:
+                return int(_raw_stream(self._cuda_index))
             return int(torch.cuda.current_stream(self._torch_device).cuda_stream)
         return self._host_stream.handle
 
