@@ -101,6 +101,7 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
           fmt::format("ncclGroupEnd after creating the communicators failed: {}", api_.error_string(end));
   }
   if (failure.empty()) failure = settle_all("creating the communicators", clock::now() + options_.timeout);
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ferry changes the environment
   const char* keep = std::getenv("FERRY_NCCL_NONBLOCKING");
   const bool nonblocking = (keep != nullptr && std::string_view(keep) == "1") || api_.comm_split == nullptr;
   if (failure.empty() && !nonblocking) failure = make_blocking(clock::now() + options_.timeout);
