@@ -185,9 +185,11 @@ auto_tuner::auto_tuner(communicator& comm, std::span<const std::size_t> elements
       options_.link_sizes.empty() ? default_link_sizes(model) : options_.link_sizes;
   link_ = link_table::from_times(comm.size(), sizes, time_all_reduce(comm, data, sizes, link_iters, cs));
   codecs_ = {codec_cost{}};
-  // The registry's automatic codecs: the lossless ones always, the lossy ones under the lossy policy.
+  // The registry's automatic codecs: the lossless ones always, the lossy ones under the lossy policy; for
+  // 16-bit gradients none alone (every other codec takes f32 gradients).
   std::vector<codec_kind> candidates;
   for (const codec_kind c : automatic_codecs()) {
+    if (options.grad_type != dtype::f32) break;
     if (!lossy(c) || options_.policy == codec_policy::lossy_allowed) candidates.push_back(c);
   }
   if (!candidates.empty()) {

@@ -49,8 +49,9 @@ class plain_codec final : public bucket_codec {
       return;
     }
     FERRY_EXPECTS(scratch.bytes >= scratch_bytes(),
-                  fmt::format("codec none: a scratch of {} bytes cannot hold the bucket's {} f32 values",
-                              scratch.bytes, count_));
+                  fmt::format("codec none: a scratch of {} bytes cannot hold the bucket's {} f32 values ({} "
+                              "bytes)",
+                              scratch.bytes, count_, scratch_bytes()));
     const codec_kind half = grad_ == dtype::f16 ? codec_kind::fp16 : codec_kind::bf16;
     const mem_view wide = scratch.subview(0, scratch_bytes());
     decode_async(half, bucket, wide, count_, s);

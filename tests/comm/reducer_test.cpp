@@ -411,7 +411,9 @@ TEST(reducer, bf16_and_f16_gradients_are_averaged_in_their_type_or_in_f32_and_th
           const stream optimizer = dev.make_stream();
           for (std::uint64_t step = 1; step <= 2; ++step) {
             r.begin_step();
-            for (const std::size_t p : reverse_order(sizes.size())) {
+            // Marked first to last: the rebuild after step 1 lays the gradients out anew (the first plan is
+            // in reverse order), so step 2 runs on a moved layout.
+            for (std::size_t p = 0; p < sizes.size(); ++p) {
               const mem_view g = r.grad(p);
               ASSERT_EQ(g.bytes, sizes[p] * 2);
               buffer staged = dev.alloc_pinned(g.bytes);
@@ -434,6 +436,9 @@ TEST(reducer, bf16_and_f16_gradients_are_averaged_in_their_type_or_in_f32_and_th
               }
             }
           }
+          EXPECT_EQ(r.generation(), 1U) << "the rebuild did not move the layout";
+          ASSERT_EQ(r.plan_sizes().size(), sizes.size());
+          EXPECT_EQ(r.plan_sizes()[1], 19U);  // 37 bf16/f16 values: 74 bytes, 19 slots of 4
           // In their own type the gradients' bytes travel; widened to f32, twice as many.
           EXPECT_EQ(r.stats().wire_bytes, (widen ? 2 : 1) * r.stats().gradient_bytes);
           const buffer all = dev.alloc_pinned(r.flat().bytes);
@@ -446,7 +451,9 @@ TEST(reducer, bf16_and_f16_gradients_are_averaged_in_their_type_or_in_f32_and_th
             std::fill_n(used.begin() + static_cast<std::ptrdiff_t>(at), r.grad(p).bytes, true);
           }
           for (std::size_t b = 0; b < used.size(); ++b) {
-            if (!used[b]) ASSERT_EQ(all.host_bytes()[b], std::byte{0}) << "padding byte " << b;
+            if (!used[b]) {
+              ASSERT_EQ(all.host_bytes()[b], std::byte{0}) << "padding byte " << b;
+            }
           }
         });
         for (int rank = 1; rank < n; ++rank)

@@ -161,6 +161,10 @@ def test_bf16_parameters_train_with_bf16_gradients_averaged_in_bf16_or_in_f32(tm
     first = results[0][1]
     assert results[1][1]["params"] == first["params"]
     assert first["stats"]["grad_dtype"] == "bf16"
+    # The host group sums in f32 and rounds once either way: the wire tells the modes apart (widened to f32,
+    # twice the gradients' bytes travel).
+    stats = first["stats"]
+    assert stats["wire_bytes"] == (2 if scenario == "bf16_f32" else 1) * stats["gradient_bytes"] > 0
     # bf16 parameters, activations and gradients: every value carries bf16's 2^-8 (0.004) relative rounding;
     # the run follows the float32 one of one process on the whole batch within 2.5 of those (0.0033 seen),
     # while the initial parameters are 0.07 away from its end.

@@ -66,9 +66,13 @@
 // Gradient types (options.grad_type): f32 by default. bf16 and f16 gradients (a model trained in that type)
 // live in the same flat buffer, two bytes each; the plans lay them out in 4-byte slots (a parameter of an
 // odd number of elements ends in 2 bytes of padding, which stay zero), so caps and alignment keep their
-// meaning in bytes. Their buckets are averaged exactly by codec none, in their own type or, with
-// options.reduce_type = f32, widened to f32 in the scratch and rounded back once; the lossy codecs (bf16,
-// fp16, PowerSGD) compress f32 gradients and are refused for them.
+// meaning in bytes, and every plan of such a reducer (plan(), set_plan) counts slots, not elements
+// (plan_sizes()). Their buckets are averaged by codec none, in their own type (rounded at each partial sum
+// on NCCL, as an all-reduce of them is) or, with options.reduce_type = f32, widened to f32 in the scratch,
+// averaged and rounded back once (saturating as codec.hpp's encode does: f16 averages above 65440 clamp
+// there); the lossy codecs (bf16, fp16, PowerSGD) compress f32 gradients and are refused for them. The
+// automatic plan models a bucket's wire as its bytes, which widening doubles: its choice of buckets then
+// underestimates the communication.
 //
 // Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
 // (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
@@ -207,6 +211,9 @@ class reducer {
   [[nodiscard]] std::size_t param_count() const noexcept { return sizes_.size(); }
   /// The gradients' element type (options.grad_type).
   [[nodiscard]] dtype grad_type() const noexcept { return options_.grad_type; }
+  /// What the plans count per parameter: its elements for f32 gradients, its 4-byte slots for 16-bit
+  /// ones (see the header's comment). A plan for set_plan is made over these (make_bucket_plan).
+  [[nodiscard]] std::span<const std::size_t> plan_sizes() const noexcept { return sizes_; }
   [[nodiscard]] communicator& comm() const noexcept { return *comm_; }
   /// The communication stream: bucket work runs on it.
   [[nodiscard]] stream_view comm_stream() const { return comm_stream_.view(); }
@@ -244,8 +251,9 @@ class reducer {
   /// step is closed either way).
   void finish(stream_view s);
 
-  /// Replaces the plan at the next begin_step(): `plan` must lay out this reducer's parameters (validate)
-  /// with the reducer's alignment; `codecs` holds one codec per bucket, or one for all. Cancels a rebuild
+  /// Replaces the plan at the next begin_step(): `plan` must lay out this reducer's parameters (validate
+  /// against plan_sizes(): slots for 16-bit gradients) with the reducer's alignment; for 16-bit gradients
+  /// every codec must be none; `codecs` holds one codec per bucket, or one for all. Cancels a rebuild
   /// not yet done. Call it between steps, with the same arguments on every rank. Throws logic_error, also
   /// while learning() (the automatic plan sets the plans then).
   void set_plan(bucket_plan plan, std::vector<codec_kind> codecs);

@@ -104,7 +104,13 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
   // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ferry changes the environment
   const char* keep = std::getenv("FERRY_NCCL_NONBLOCKING");
   const bool nonblocking = (keep != nullptr && std::string_view(keep) == "1") || api_.comm_split == nullptr;
-  if (failure.empty() && !nonblocking) failure = make_blocking(clock::now() + options_.timeout);
+  if (failure.empty() && !nonblocking) {
+    try {
+      failure = make_blocking(clock::now() + options_.timeout);
+    } catch (const std::exception& e) {
+      failure = fmt::format("making the blocking communicators: {}", e.what());
+    }
+  }
   if (!failure.empty()) {
     abort_communicators();
     throw comm_error(fmt::format("NCCL {} could not make a group of {} ranks ({} of them on GPUs of this "
@@ -130,8 +136,10 @@ nccl_group::~nccl_group() {
     abort_communicators();
     return;
   }
-  // A clean end: finalize every communicator still alive (nonblocking, so they finish together), then
-  // destroy them; any that does not finalize within the timeout is aborted instead.
+  // A clean end: finalize every communicator still alive, then destroy them. Nonblocking ones finish
+  // together and any that does not finalize within the timeout is aborted instead; a blocking one (the
+  // split ones) finalizes in its call, which flushes its own work (the suites' groups of 2 GPUs in one
+  // process finalize so, one after the other).
   for (const auto& rs : ranks_) {
     if (rs->comm == nullptr) continue;
     const device_guard on(rs->ordinal);
@@ -236,55 +244,70 @@ std::string nccl_group::make_blocking(clock::time_point deadline) {
 std::string nccl_group::warm_up(clock::time_point deadline) {
   constexpr std::size_t largest = 8 * 1024 * 1024;  // floats: 32 MiB
   const std::size_t n = ranks_.size();
+  const std::size_t gathered = std::max<std::size_t>(1, largest / static_cast<std::size_t>(world_));
+  // Declared outside the attempt: on a failure the communicators are aborted (ending whatever still runs or
+  // waits for a rank) before these buffers are freed, which would otherwise wait for that work.
   std::vector<buffer> data(n);
   std::vector<stream> streams;
   std::vector<event> done;
-  for (std::size_t k = 0; k < n; ++k) {
-    device& dev = *ranks_[k]->dev;
-    data[k] = dev.alloc_device(largest * sizeof(float) * static_cast<std::size_t>(world_));
-    streams.push_back(dev.make_stream());
-    done.push_back(dev.make_event());
-    dev.memset_async(data[k].view(), 0, streams.back().view());
-  }
-  std::vector<call> calls;
-  for (std::size_t count = 1; count <= largest; count *= 16)
-    calls.push_back({collective::all_reduce, nullptr, nullptr, count, dtype::f32, reduce_op::sum, 0});
-  calls.push_back({collective::all_gather, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
-  calls.push_back({collective::all_gather, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
-  calls.push_back({collective::broadcast, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
-  calls.push_back({collective::broadcast, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
-  for (const call& proto : calls) {
-    // Every local rank's part in one NCCL group: a blocking call of one rank may wait for the others.
-    const device_guard restore(ranks_.front()->ordinal);
-    shim::nccl_result r = api_.group_start();
-    for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
-      if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
-      call c = proto;
-      c.recv = data[k].data();
-      // An all-gather in place: this rank's part is its slot of the result.
-      c.send = c.op == collective::all_gather
-                   ? static_cast<void*>(static_cast<std::byte*>(c.recv) +
-                                        static_cast<std::size_t>(global(static_cast<int>(k))) * c.count *
-                                            sizeof(float))
-                   : c.recv;
-      r = issue(*ranks_[k], c, streams[k].view().native());
+  const auto attempt = [&]() -> std::string {
+    for (std::size_t k = 0; k < n; ++k) {
+      device& dev = *ranks_[k]->dev;
+      data[k] =
+          dev.alloc_device(std::max(largest, gathered * static_cast<std::size_t>(world_)) * sizeof(float));
+      streams.push_back(dev.make_stream());
+      done.push_back(dev.make_event());
+      dev.memset_async(data[k].view(), 0, streams.back().view());
     }
-    const shim::nccl_result end = api_.group_end();
-    if (r != shim::nccl_success || end != shim::nccl_success)
-      return fmt::format("the warm-up {} of {} elements failed: {}", to_string(proto.op), proto.count,
-                         api_.error_string(r != shim::nccl_success ? r : end));
-  }
-  for (std::size_t k = 0; k < n; ++k) done[k].record(streams[k].view());
-  std::chrono::microseconds backoff(10);
-  for (std::size_t k = 0; k < n; ++k) {
-    while (!done[k].query()) {
-      if (clock::now() >= deadline)
-        return fmt::format("the warm-up collectives did not finish within {} ms", options_.timeout.count());
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+    std::vector<call> calls;
+    for (std::size_t count = 1; count < largest; count *= 16)
+      calls.push_back({collective::all_reduce, nullptr, nullptr, count, dtype::f32, reduce_op::sum, 0});
+    calls.push_back({collective::all_reduce, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
+    calls.push_back({collective::all_gather, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
+    calls.push_back({collective::all_gather, nullptr, nullptr, gathered, dtype::f32, reduce_op::sum, 0});
+    calls.push_back({collective::broadcast, nullptr, nullptr, 1, dtype::f32, reduce_op::sum, 0});
+    calls.push_back({collective::broadcast, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
+    for (const call& proto : calls) {
+      // Every local rank's part in one NCCL group: a blocking call of one rank may wait for the others.
+      const device_guard restore(ranks_.front()->ordinal);
+      shim::nccl_result r = api_.group_start();
+      for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
+        if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+        call c = proto;
+        c.recv = data[k].data();
+        // An all-gather in place: this rank's part is its slot of the result.
+        c.send = c.op == collective::all_gather
+                     ? static_cast<void*>(static_cast<std::byte*>(c.recv) +
+                                          static_cast<std::size_t>(global(static_cast<int>(k))) * c.count *
+                                              sizeof(float))
+                     : c.recv;
+        r = issue(*ranks_[k], c, streams[k].view().native());
+      }
+      const shim::nccl_result end = api_.group_end();
+      if (r != shim::nccl_success || end != shim::nccl_success)
+        return fmt::format("the warm-up {} of {} elements failed: {}", to_string(proto.op), proto.count,
+                           api_.error_string(r != shim::nccl_success ? r : end));
     }
+    for (std::size_t k = 0; k < n; ++k) done[k].record(streams[k].view());
+    std::chrono::microseconds backoff(10);
+    for (std::size_t k = 0; k < n; ++k) {
+      while (!done[k].query()) {
+        if (clock::now() >= deadline)
+          return fmt::format("the warm-up collectives did not finish within {} ms", options_.timeout.count());
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min<std::chrono::microseconds>(backoff * 2, poll_interval);
+      }
+    }
+    return {};
+  };
+  std::string failure;
+  try {
+    failure = attempt();
+  } catch (const std::exception& e) {
+    failure = fmt::format("the warm-up collectives: {}", e.what());
   }
-  return {};
+  if (!failure.empty()) abort_communicators();
+  return failure;
 }
 
 std::string nccl_group::settle_all(const char* what, clock::time_point deadline) noexcept {

@@ -15,7 +15,10 @@
 // warm-up collectives (all-reduces of 4 B to 32 MiB, an all-gather, a broadcast), while every rank is known
 // to be there. A blocking enqueue waits for another rank only when it makes a connection; after the warm-up
 // the collectives' usual algorithms have theirs, so a rank that never calls leaves the others' threads
-// free, and the watchdog below aborts them at the timeout.
+// free, and the watchdog below aborts them at the timeout. What the timeout does not cover: a blocking
+// enqueue that still has a connection to make (an algorithm or size the warm-up did not take) while a rank
+// is gone waits inside NCCL, holding its rank's call mutex, and the watchdog's abort then waits for it too;
+// so does the warm-up itself when a rank dies between the split and its end.
 // FERRY_NCCL_NONBLOCKING=1 (or an NCCL without ncclCommSplit) keeps the nonblocking communicators.
 //
 // Every collective is followed on the GPU by two events of the rank's device, recorded before and after it.
