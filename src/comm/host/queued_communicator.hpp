@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "../group_abort.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "rendezvous.hpp"
 
@@ -35,13 +36,7 @@ class queued_communicator final : public communicator {
 
   [[nodiscard]] std::string_view backend_name() const noexcept override { return "host"; }
 
-  void abort(const std::string& why) noexcept override {
-    try {
-      group_->abort(fmt::format("abort() on rank {}: {}", rank(), why));
-    } catch (...) {
-      group_->abort(why);  // formatting failed (no memory)
-    }
-  }
+  void abort(const std::string& why) noexcept override { detail::abort_group(*group_, rank(), why); }
   [[nodiscard]] bool aborted() const noexcept override { return group_->aborted(); }
   [[nodiscard]] std::string abort_reason() const override { return group_->reason(); }
 

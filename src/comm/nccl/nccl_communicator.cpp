@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../group_abort.hpp"
 #include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/core/error.hpp"
@@ -39,13 +40,7 @@ class nccl_communicator final : public communicator {
 
   [[nodiscard]] std::string_view backend_name() const noexcept override { return "nccl"; }
 
-  void abort(const std::string& why) noexcept override {
-    try {
-      group_->abort(fmt::format("abort() on rank {}: {}", rank(), why));
-    } catch (...) {
-      group_->abort(why);  // formatting failed (no memory)
-    }
-  }
+  void abort(const std::string& why) noexcept override { detail::abort_group(*group_, rank(), why); }
   [[nodiscard]] bool aborted() const noexcept override { return group_->aborted(); }
   [[nodiscard]] std::string abort_reason() const override { return group_->reason(); }
 
