@@ -33,6 +33,7 @@ LAYERS: dict[str, set[str]] = {
     "comm": {"device", "shim", "cuda"},
     "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
     "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
+    "inject": {"trace", "shim", "cuda"},
 }
 # Targets that must build without the CUDA toolkit (docs/ARCHITECTURE.md: host-only layers).
 HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cupti_tracer.hpp"
+#include "ferry/cuda/detail/cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"

@@ -17,7 +17,7 @@
 // Threads: records name OS thread ids (gettid, as trace::this_thread_id), set with cuptiSetThreadIdType.
 // CUPTI calls the buffer callbacks on its own threads (and on the thread of end(), which
 // flushes); one mutex guards the session.
-#include "cupti_tracer.hpp"
+#include "ferry/cuda/detail/cupti_tracer.hpp"
 
 #include <cuda.h>
 #include <cupti.h>
@@ -273,10 +273,13 @@ session* g_session = nullptr;
 bool g_callbacks_registered = false;  // guarded by g_begin_end_mu
 buffer_pool g_pool;
 
-constexpr CUpti_ActivityKind enabled_kinds[] = {
+constexpr CUpti_ActivityKind all_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER,
 };
+// The kinds the running trace enabled (a prefix of all_kinds, MARKER skipped when not asked for); set by
+// begin() under g_begin_end_mu before any is enabled.
+std::vector<CUpti_ActivityKind> enabled_kinds;
 
 std::int64_t to_ns(const session& s, std::uint64_t cupti_ts) noexcept {
   return static_cast<std::int64_t>(cupti_ts) + s.offset_ns;
@@ -500,9 +503,45 @@ struct enabled_kinds_traits {
   }
 };
 
+// Records the synchronizations whose API call has been seen (all of them when `all`, the others named
+// by their kind). Under g_mu.
+void resolve_syncs(session& s, bool all) {
+  std::size_t kept = 0;
+  for (trace::event e : s.pending_syncs) {
+    auto it = s.sync_callers.find(static_cast<std::uint32_t>(e.correlation));
+    if (it != s.sync_callers.end()) {
+      e.thread = it->second.thread;
+      e.name = it->second.name;
+      s.sync_callers.erase(it);
+    } else if (all) {
+      e.name = s.rec->intern(sync_api_name(e.sync));
+    } else {
+      s.pending_syncs[kept++] = e;
+      continue;
+    }
+    s.rec->record_late(e);
+  }
+  s.pending_syncs.resize(kept);
+}
+
 }  // namespace
 
-void begin(trace::recorder& r) {
+void flush(bool forced) noexcept {
+  {
+    const std::lock_guard lock(g_mu);
+    if (g_session == nullptr) return;
+  }
+  static_cast<void>(api().activity_flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+  const std::lock_guard lock(g_mu);
+  if (g_session == nullptr) return;
+  try {
+    resolve_syncs(*g_session, forced);
+  } catch (...) {
+    ++g_session->lost;  // out of memory while interning a name
+  }
+}
+
+void begin(trace::recorder& r, const options& o) {
   const std::lock_guard begin_end(g_begin_end_mu);
   {
     const std::lock_guard lock(g_mu);
@@ -553,6 +592,12 @@ void begin(trace::recorder& r) {
     g_session = s.release();
   }
 
+  enabled_kinds.clear();
+  for (CUpti_ActivityKind kind : all_kinds) {
+    const bool heavy = kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION || kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+    if ((o.lite && heavy) || (!o.markers && kind == CUPTI_ACTIVITY_KIND_MARKER)) continue;
+    enabled_kinds.push_back(kind);
+  }
   unique_handle<enabled_kinds_traits> enabled;
   try {
     for (CUpti_ActivityKind kind : enabled_kinds) {
@@ -600,16 +645,7 @@ void end() {
     s->dropped += global_dropped;
   trace::recorder& r = *s->rec;
   try {
-    for (trace::event e : s->pending_syncs) {
-      auto it = s->sync_callers.find(static_cast<std::uint32_t>(e.correlation));
-      if (it != s->sync_callers.end()) {
-        e.thread = it->second.thread;
-        e.name = it->second.name;
-      } else {
-        e.name = r.intern(sync_api_name(e.sync));
-      }
-      r.record_late(e);
-    }
+    resolve_syncs(*s, true);
     s->unclosed = s->markers.size();
     for (const auto& [id, o] : s->markers) {
       if (o.skip) --s->unclosed;

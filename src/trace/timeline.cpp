@@ -117,8 +117,20 @@ void timeline::sort() {
   }
 }
 
+namespace {
+// Bumped in every fork child, whose one thread has a new id but the forking thread's thread_locals.
+std::atomic<std::uint64_t> g_fork_generation{0};
+[[maybe_unused]] const int g_fork_handler = ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
+}  // namespace
+
 std::uint64_t this_thread_id() noexcept {
-  thread_local const auto id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  thread_local std::uint64_t id = 0;
+  thread_local std::uint64_t generation = 0;
+  const std::uint64_t now = g_fork_generation.load(std::memory_order_relaxed);
+  if (id == 0 || generation != now) {
+    id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+    generation = now;
+  }
   return id;
 }
 

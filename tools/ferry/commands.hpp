@@ -41,6 +41,9 @@ void add_device_options(CLI::App& app, device_options& opts);
 /// Registers `ferry analyze`; the returned function runs it after parsing.
 [[nodiscard]] std::function<int()> add_analyze_command(CLI::App& app);
 
+/// `ferry trace [options] -- CMD ARGS...`: records CMD and its process tree (trace_command.cpp).
+[[nodiscard]] std::function<int()> add_trace_command(CLI::App& app);
+
 /// Registers `ferry probe`; the returned function runs it after parsing. `command` (the command line)
 /// goes into its JSON result.
 [[nodiscard]] std::function<int()> add_probe_command(CLI::App& app, std::string command);

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   std::function<int()> run_probe = ferry::cli::add_probe_command(app, command);
   std::function<int()> run_bench = ferry::cli::add_bench_command(app, command);
   std::function<int()> run_analyze = ferry::cli::add_analyze_command(app);
+  std::function<int()> run_trace = ferry::cli::add_trace_command(app);
   // Usage errors (an unknown subcommand, a flag out of range) are one line and exit status 2, before
   // any work. Every status is in exit_status.hpp.
   try {
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("probe")) return run_probe();
     if (app.got_subcommand("bench")) return run_bench();
     if (app.got_subcommand("analyze")) return run_analyze();
+    if (app.got_subcommand("trace")) return run_trace();
   } catch (const ferry::cli::flag_error& e) {
     fmt::print(stderr, "ferry: error: {}\n", e.what());
     return ferry::cli::exit_status::usage;

@@ -102,6 +102,29 @@ class string_table {
   std::unordered_map<std::string_view, std::uint32_t> ids_;
 };
 
+/// One process of a multi-process recording (`ferry trace`; process_trace.hpp).
+struct process_info {
+  std::uint64_t pid = 0;     // the OS process id
+  std::uint64_t parent = 0;  // the parent's key in timeline::processes; 0 when it was not recorded
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;   // its exit, or its last event when it left no exit record
+  std::string name;          // what the viewers show: "python train.py", "DataLoader worker 2"
+  std::string command;       // its command line
+  std::string started;       // "exec" or "fork"
+  std::string ended;         // "exit 0", "exit 3", or "no exit record (killed?)"
+  bool gpu = false;          // it has GPU activity
+  std::map<std::string, std::string> notes;  // what its recorder noted ("cupti", "cupti_handover", ...)
+};
+
+/// One sample of a process's CPU use, taken by `ferry trace`'s launcher from /proc.
+struct cpu_sample {
+  std::int64_t t_ns = 0;
+  std::uint64_t process = 0;  // key in timeline::processes
+  float cores = 0;            // CPU time used since the previous sample / wall time (1 = one core busy)
+  std::uint32_t running = 0;  // threads running or runnable (state R) at the sample
+  std::uint32_t threads = 0;  // threads in all
+};
+
 /// A recorded or imported timeline.
 struct timeline {
   std::string source;       // "ferry host", "ferry cuda (CUPTI)", "pytorch profiler", ...
@@ -121,6 +144,12 @@ struct timeline {
   // thread whose id is its process's id as the process's main thread when no step spans say otherwise.
   std::map<std::uint64_t, std::uint64_t> thread_processes;
   std::map<std::string, std::string> metadata;  // free-form: bench level, command line, ...
+  // A multi-process recording (`ferry trace`): its processes by key (the pid, or the pid plus a multiple
+  // of 2^22 for a later process that reused it), which process each GPU stream belongs to (streams are
+  // renumbered per process), and the launcher's CPU samples. Empty for a one-process trace.
+  std::map<std::uint64_t, process_info> processes;
+  std::map<std::uint64_t, std::uint64_t> stream_processes;
+  std::vector<cpu_sample> cpu_samples;
 
   [[nodiscard]] std::string_view name_of(const event& e) const { return strings[e.name]; }
   [[nodiscard]] std::string_view domain_of(const event& e) const { return strings[e.domain]; }

@@ -1,5 +1,5 @@
 // The Chrome trace writer: one track per GPU stream (process "GPU <device>") and per CPU thread (process
-// "CPU"), colours and display names for the viewers, and ferry's own fields in each event's "args" so that
+// "CPU"), or for a multi-process recording a group per process and per (device, process); colours and display names for the viewers, and ferry's own fields in each event's "args" so that
 // the reader (sax_reader.cpp, import_ferry.cpp) restores the timeline exactly.
 #include "ferry/trace/trace_io.hpp"
 
@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "chrome_format.hpp"
 #include "ferry/core/atomic_file.hpp"
@@ -155,7 +156,121 @@ std::string_view colour(const event& e) {
   return "generic_work";
 }
 
+// A multi-process recording (timeline::processes) gets a track group per process, its threads under its
+// pid, and a GPU group per (device, process) under a pid above every real one.
+constexpr std::int64_t gpu_group_base = 1'000'000'000;
+
+std::int64_t process_of_thread(const timeline& t, std::uint64_t thread) {
+  const auto it = t.thread_processes.find(thread);
+  return it != t.thread_processes.end() ? static_cast<std::int64_t>(it->second) : cpu_pid;
+}
+
+std::int64_t process_of_stream(const timeline& t, std::uint64_t stream) {
+  const auto it = t.stream_processes.find(stream);
+  return it != t.stream_processes.end() ? static_cast<std::int64_t>(it->second) : 0;
+}
+
+// The Chrome pid and tid of an event's track.
+std::pair<std::int64_t, std::uint64_t> track_of(const timeline& t, const event& e) {
+  if (t.processes.empty())
+    return {e.on_gpu() ? gpu_pid_base + e.device : cpu_pid, e.on_gpu() ? e.stream : e.thread};
+  if (e.on_gpu())
+    return {gpu_group_base * (e.device + 1) + process_of_stream(t, e.stream), e.stream & 0xffffffffu};
+  return {process_of_thread(t, e.thread), e.thread};
+}
+
+void append_process_tracks(std::string& out, const timeline& t, bool& first) {
+  std::map<std::int64_t, std::set<std::uint64_t>> threads;  // pid -> threads
+  std::map<std::pair<std::int32_t, std::int64_t>, std::set<std::uint64_t>> streams;  // (device, pid) -> streams
+  for (const event& e : t.events) {
+    if (e.on_gpu())
+      streams[{e.device, process_of_stream(t, e.stream)}].insert(e.stream);
+    else
+      threads[process_of_thread(t, e.thread)].insert(e.thread);
+  }
+  for (const auto& [key, p] : t.processes) threads.try_emplace(static_cast<std::int64_t>(key));
+  auto meta = [&](std::string_view what, std::int64_t pid, std::uint64_t tid, std::string_view key,
+                  const std::string& value, bool number) {
+    if (!first) out += ",\n";
+    first = false;
+    fmt::format_to(std::back_inserter(out), R"({{"ph":"M","name":"{}","pid":{},"tid":{},"args":{{"{}":)", what,
+                   pid, tid, key);
+    if (number)
+      out += value;
+    else
+      append_json_string(out, value);
+    out += "}}";
+  };
+  auto process_label = [&](std::int64_t pid) {
+    const auto it = t.processes.find(static_cast<std::uint64_t>(pid));
+    if (it == t.processes.end()) return std::string("CPU");
+    return fmt::format("{} [{}]", it->second.name, it->second.pid);
+  };
+  for (const auto& [pid, tids] : threads) {
+    meta("process_name", pid, 0, "name", process_label(pid), false);
+    meta("process_sort_index", pid, 0, "sort_index", std::to_string(pid * 10), true);
+    const auto it = t.processes.find(static_cast<std::uint64_t>(pid));
+    if (it != t.processes.end() && !it->second.command.empty())
+      meta("process_labels", pid, 0, "labels", it->second.command, false);
+    for (const std::uint64_t tid : tids) {
+      const auto n = t.thread_names.find(tid);
+      std::string name = n != t.thread_names.end() ? n->second : fmt::format("thread {}", tid);
+      if (it != t.processes.end() && tid == static_cast<std::uint64_t>(pid)) name += " (main)";
+      meta("thread_name", pid, tid, "name", name, false);
+    }
+  }
+  for (const auto& [where, ids] : streams) {
+    const auto [device, process] = where;
+    const std::int64_t pid = gpu_group_base * (device + 1) + process;
+    std::string label = fmt::format("GPU {}", device);
+    if (!t.device_name.empty()) label += " " + t.device_name;
+    label += " (" + process_label(process) + ")";
+    meta("process_name", pid, 0, "name", label, false);
+    meta("process_sort_index", pid, 0, "sort_index", std::to_string(process * 10 + 1 + device), true);
+    for (const std::uint64_t stream : ids) {
+      const auto n = t.stream_names.find(stream);
+      const std::string name =
+          n != t.stream_names.end() ? n->second : fmt::format("stream {}", stream & 0xffffffffu);
+      meta("thread_name", pid, stream & 0xffffffffu, "name", name, false);
+    }
+  }
+}
+
+// Per-process CPU use (the launcher's /proc samples) as counters, and launch-to-GPU flows.
+void append_counters_and_flows(std::string& out, const timeline& t) {
+  for (const cpu_sample& s : t.cpu_samples) {
+    fmt::format_to(std::back_inserter(out), R"j(,
+{{"ph":"C","name":"CPU use (cores)","pid":{},"ts":)j", s.process);
+    append_us(out, s.t_ns);
+    out += R"(,"args":{"cores":)";
+    append_double(out, static_cast<double>(s.cores));
+    fmt::format_to(std::back_inserter(out), R"(,"running threads":{}}}}})", s.running);
+  }
+  std::map<std::uint64_t, const event*> launches;
+  for (const event& e : t.events)
+    if (e.kind == activity::api && e.correlation != 0) launches.emplace(e.correlation, &e);
+  for (const event& g : t.events) {
+    if (!g.on_gpu() || g.correlation == 0) continue;
+    const auto it = launches.find(g.correlation);
+    if (it == launches.end()) continue;
+    const event& a = *it->second;
+    const auto [apid, atid] = track_of(t, a);
+    const auto [gpid, gtid] = track_of(t, g);
+    fmt::format_to(std::back_inserter(out), R"(,
+{{"ph":"s","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)", g.correlation, apid, atid);
+    append_us(out, a.start_ns);
+    fmt::format_to(std::back_inserter(out), R"(}},
+{{"ph":"f","bp":"e","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)", g.correlation, gpid, gtid);
+    append_us(out, g.start_ns);
+    out += '}';
+  }
+}
+
 void append_track_names(std::string& out, const timeline& t, bool& first) {
+  if (!t.processes.empty()) {
+    append_process_tracks(out, t, first);
+    return;
+  }
   std::set<std::uint64_t> threads;
   std::map<std::int32_t, std::set<std::uint64_t>> streams;  // device -> streams
   for (const event& e : t.events) {
@@ -210,8 +325,7 @@ void append_event(std::string& out, const timeline& t, const event& e) {
     append_json_string(out, display_name(e));
   else
     append_json_string(out, own_name);
-  const std::int64_t pid = e.on_gpu() ? gpu_pid_base + e.device : cpu_pid;
-  const std::uint64_t tid = e.on_gpu() ? e.stream : e.thread;
+  const auto [pid, tid] = track_of(t, e);
   fmt::format_to(std::back_inserter(out), R"(,"pid":{},"tid":{},"ts":)", pid, tid);
   append_us(out, e.start_ns);
   out += R"(,"dur":)";
@@ -289,6 +403,7 @@ std::string to_chrome_json(const timeline& t) {
     first = false;
     append_event(out, t, e);
   }
+  if (!t.processes.empty() && !first) append_counters_and_flows(out, t);
   out += "\n]}\n";
   return out;
 }

@@ -12,7 +12,21 @@ namespace ferry::cupti {
 /// capturing still land if they describe work inside the window). Process-wide: one at a time.
 /// Loads libcupti at the first call. Throws cuda_error (with the CUPTI result) when CUPTI refuses or
 /// cannot be loaded (the message names every library tried), logic_error when already running.
-void begin(trace::recorder& r);
+/// What begin() records.
+struct options {
+  /// Kernels, copies and memsets only: no synchronizations and no runtime API calls, which cost a
+  /// launch-bound program the most (`ferry trace --lite`).
+  bool lite = false;
+  /// CUPTI's NVTX markers. Off when another NVTX tool records the ranges (`ferry trace`'s injection
+  /// library is the process's NVTX tool itself).
+  bool markers = true;
+};
+
+void begin(trace::recorder& r, const options& o = {});
+/// Delivers the records CUPTI has completed into the recorder (forced: also the buffers it is still
+/// filling), with the synchronizations whose calls have been seen. For a recorder that is drained while
+/// the program runs (`ferry trace`). No-op without a running trace. Never throws.
+void flush(bool forced) noexcept;
 /// Flushes every buffered record into the recorder, disables the activity kinds and detaches.
 void end();
 

@@ -1,0 +1,155 @@
+// CUDA: the driver calls InitializeInjection from inside the process's first cuInit, when
+// CUDA_INJECTION64_PATH names this library. From there only CUPTI is called, never CUDA (a re-entrant
+// cuInit would deadlock): ferry's CUPTI recorder (src/cuda/cupti_tracer.cpp) starts on the process's
+// recorder with the timestamp callback on ferry's clock, and the writer thread drains it.
+//
+// Coexistence:
+// - torch.profiler (Kineto) registers CUPTI's buffer callbacks when a profiling session starts. CUPTI
+//   has one set per process, so the library interposes cuptiActivityRegisterCallbacks: when another
+//   caller registers, ferry flushes its records, stops its CUPTI recorder, notes it ("cupti_handover")
+//   and passes the call on; the profiler then gets its GPU events and ferry's GPU track ends there.
+// - cudaProfilerStart/Stop are interposed (not a CUPTI subscriber, which Kineto would then fail to get)
+//   to drive `ferry trace --capture-range=cudaProfilerApi`: they turn the capture switch of every
+//   process of the recording, then call the real ones.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "state.hpp"
+
+#if FERRY_INJECT_CUPTI
+#include "ferry/cuda/detail/cupti_tracer.hpp"
+#endif
+
+namespace ferry::inject {
+namespace {
+
+std::atomic<bool> g_cuda_seen{false};
+std::atomic<bool> g_handed_over{false};
+
+#if FERRY_INJECT_CUPTI
+void cuda_at_exit() { finish(-1); }
+#endif
+
+void* real_symbol(const char* name, const char* const* libraries) {
+  if (void* p = dlsym(RTLD_NEXT, name)) return p;
+  // Loaded by a library that keeps its symbols local (Python extensions, torch): find it by soname.
+  for (const char* const* lib = libraries; *lib != nullptr; ++lib) {
+    if (void* h = dlopen(*lib, RTLD_NOW | RTLD_NOLOAD)) {
+      if (void* p = dlsym(h, name)) return p;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void cupti_start(process_state& s) noexcept {
+#if FERRY_INJECT_CUPTI
+  if (!s.cuda.load() || g_handed_over.load() || s.cupti_on.load()) return;
+  try {
+    const own_call own;
+    cupti::options o;
+    o.lite = config().lite;
+    o.markers = false;  // NVTX is this library's own (nvtx.cpp)
+    cupti::begin(s.rec, o);
+    s.cupti_on.store(true);
+    note("cupti", config().lite ? "recording kernels, copies and memsets (--lite)"
+                                : "recording kernels, copies, memsets, synchronizations and runtime calls");
+  } catch (const std::exception& e) {
+    note("cupti", std::string("unavailable: ") + e.what());
+  } catch (...) {
+    note("cupti", "unavailable");
+  }
+#else
+  static_cast<void>(s);
+#endif
+}
+
+void cupti_stop(process_state& s) noexcept {
+#if FERRY_INJECT_CUPTI
+  if (!s.cupti_on.exchange(false)) return;
+  try {
+    const own_call own;
+    cupti::end();
+  } catch (const std::exception& e) {
+    note("cupti_end", e.what());
+  } catch (...) {
+  }
+#else
+  static_cast<void>(s);
+#endif
+}
+
+void cupti_flush(process_state& s, bool forced) noexcept {
+#if FERRY_INJECT_CUPTI
+  if (s.cupti_on.load()) cupti::flush(forced);
+#else
+  static_cast<void>(s);
+  static_cast<void>(forced);
+#endif
+}
+
+}  // namespace ferry::inject
+
+/// The driver's entry point into its injection library, called inside the process's first cuInit.
+/// Returns 1 whatever happens: a recording problem must not fail the program's CUDA.
+FERRY_INJECT_EXPORT int InitializeInjection(void) {
+  using namespace ferry::inject;
+  process_state* s = state();
+  if (s == nullptr || g_cuda_seen.exchange(true)) return 1;
+  s->cuda.store(true);
+  start_writer(*s);  // it drains CUPTI and follows the capture switch, events or not
+  note("cuda", "initialized (cuInit)");
+#if FERRY_INJECT_CUPTI
+  std::atexit(cuda_at_exit);  // after cudart's atexit handlers were registered: runs before its teardown
+  if (s->rec.capturing()) cupti_start(*s);
+#else
+  note("cupti", "unavailable: ferry was built without the CUDA toolkit, so no GPU activity is recorded");
+#endif
+  return 1;
+}
+
+#if FERRY_INJECT_CUPTI
+/// Another CUPTI user (torch.profiler's Kineto) takes the buffer callbacks: ferry hands CUPTI over.
+FERRY_INJECT_EXPORT int cuptiActivityRegisterCallbacks(void* requested, void* completed) {
+  using namespace ferry::inject;
+  using register_fn = int (*)(void*, void*);
+  static const char* const libs[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so", nullptr};
+  static const auto real = reinterpret_cast<register_fn>(real_symbol("cuptiActivityRegisterCallbacks", libs));
+  if (process_state* s = state(); s != nullptr && !in_ferry() && !g_handed_over.exchange(true)) {
+    const bool was_on = s->cupti_on.load();
+    cupti_stop(*s);  // flushes ferry's records into its recorder while its callbacks are still CUPTI's
+    flush(*s, false);
+    note("cupti_handover",
+         std::to_string(now_ns()) + (was_on ? " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks: "
+                                              "ferry's GPU records end here"
+                                            : " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks"));
+  }
+  return real != nullptr ? real(requested, completed) : 1;  // 1: CUPTI_ERROR_INVALID_PARAMETER
+}
+#endif
+
+namespace {
+int forward_profiler_call(const char* name) {
+  using fn = int (*)();
+  static const char* const libs[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so", nullptr};
+  const auto real = reinterpret_cast<fn>(ferry::inject::real_symbol(name, libs));
+  return real != nullptr ? real() : 0;
+}
+}  // namespace
+
+/// cudaProfilerStart: opens the capture window of `ferry trace --capture-range=cudaProfilerApi`.
+FERRY_INJECT_EXPORT int cudaProfilerStart(void) {
+  ferry::inject::set_capture(true);
+  return forward_profiler_call("cudaProfilerStart");
+}
+
+/// cudaProfilerStop: closes it.
+FERRY_INJECT_EXPORT int cudaProfilerStop(void) {
+  ferry::inject::set_capture(false);
+  return forward_profiler_call("cudaProfilerStop");
+}

@@ -1,0 +1,455 @@
+// `ferry trace`'s injection library, libferry_inject.so: one library in three roles. The launcher puts it
+// in LD_PRELOAD (the CPU side: blocking calls, fork and exit handling; os_calls.cpp), in
+// NVTX_INJECTION64_PATH (NVTX ranges in every process, CUDA or not; nvtx.cpp) and in
+// CUDA_INJECTION64_PATH (CUPTI, from inside the process's first cuInit; cuda.cpp).
+//
+// The life of a process's recording:
+// - An exec'd program image makes its state in the library's constructor: it opens
+//   <dir>/<pid>-<start ticks>-<image>.ferry-proc and writes the P line. The constructor never touches
+//   CUDA.
+// - A fork child inherits the parent's memory but not its threads. Its pthread_atfork handler only
+//   forgets the parent's state (so none of the parent's buffered events are written twice); the child
+//   makes its own state and file at its first event or at its exit. A child that execs at once
+//   (subprocess, spawn) writes nothing for the fork: its new image writes its own file.
+// - Events go into the process's trace::recorder. A writer thread, started at the first event, appends
+//   them to the file every flush interval (50 ms), so a process killed with SIGKILL loses at most one
+//   interval, and polls the capture switch file.
+// - exit(), _exit() (os._exit, multiprocessing's workers) and a SIGTERM left at its default flush and
+//   write the X line; the atexit handler covers a return from main.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+
+#include "ferry/trace/process_trace.hpp"
+#include "state.hpp"
+
+namespace ferry::inject {
+
+namespace {
+
+thread_local bool t_in_ferry = false;
+
+settings g_settings;
+std::atomic<process_state*> g_state{nullptr};
+std::atomic<pid_t> g_pid{0};  // this process's pid, kept current by the fork handler
+std::atomic_flag g_making = ATOMIC_FLAG_INIT;  // one state made at a time
+volatile std::sig_atomic_t g_sigterm = 0;
+
+std::int64_t clock_ns(clockid_t id) noexcept {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+long long env_number(const char* name, long long fallback, long long lo, long long hi) {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read once, when the library loads
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || n < lo || n > hi) return fallback;
+  return n;
+}
+
+void read_settings() {
+  settings& s = g_settings;
+  // NOLINTBEGIN(concurrency-mt-unsafe): read once, when the library loads
+  const char* dir = std::getenv("FERRY_TRACE_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  s.dir = dir;
+  if (const char* c = std::getenv("FERRY_TRACE_CONTROL")) s.control = c;
+  if (const char* c = std::getenv("FERRY_TRACE_CAPTURE")) s.capture_at_start = std::strcmp(c, "off") != 0;
+  if (const char* l = std::getenv("FERRY_TRACE_LITE")) s.lite = std::strcmp(l, "1") == 0;
+  if (const char* st = std::getenv("FERRY_TRACE_STEPS")) {
+    long long a = -1, b = -1;
+    if (std::sscanf(st, "%lld:%lld", &a, &b) == 2 && a >= 0 && b >= a) {
+      s.steps_first = a;
+      s.steps_last = b;
+    }
+  }
+  // NOLINTEND(concurrency-mt-unsafe)
+  s.block_ns = env_number("FERRY_TRACE_BLOCK_US", 100, 1, 10'000'000) * 1000;
+  s.flush_ns = env_number("FERRY_TRACE_FLUSH_MS", 50, 1, 10'000) * 1'000'000;
+  s.active = true;
+}
+
+// Writes all of `data` with the raw system call (ferry's own writes are not the program's).
+void write_all(int fd, std::string_view data) noexcept {
+  while (!data.empty()) {
+    const long n = syscall(SYS_write, fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the disk is full or the file is gone: the recording stops, the program goes on
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string read_small(const char* path) {
+  std::string out;
+  const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    const long n = syscall(SYS_read, fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > (1u << 20)) break;
+  }
+  syscall(SYS_close, fd);
+  return out;
+}
+
+// Fields 4 (ppid) and 22 (start time in clock ticks) of /proc/self/stat.
+void read_stat(std::uint64_t& ppid, std::uint64_t& start) {
+  const std::string stat = read_small("/proc/self/stat");
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return;
+  const char* p = stat.c_str() + paren + 2;  // field 3, the state
+  unsigned long long v[20] = {};
+  // state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+  // priority nice num_threads itrealvalue starttime
+  char st = 0;
+  if (std::sscanf(p, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                  &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+                  &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) == 20) {
+    ppid = v[0];
+    start = v[18];
+  }
+}
+
+void keep_file_identity(process_state& s) {
+  struct stat st{};
+  if (fstat(s.fd, &st) == 0) {
+    s.file_dev = st.st_dev;
+    s.file_ino = st.st_ino;
+  }
+}
+
+// The program may close every descriptor (a daemon, subprocess's close_fds) and open others in their
+// place: ferry writes only while its descriptor is still its file, else it opens the file again.
+bool file_is_ours(process_state& s) noexcept {
+  struct stat st{};
+  if (s.fd >= 0 && fstat(s.fd, &st) == 0 && st.st_dev == s.file_dev && st.st_ino == s.file_ino) return true;
+  const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, s.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  if (fd < 0) return false;
+  // A high descriptor number, which a program that closed its descriptors will not reuse soon.
+  const int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+  if (high >= 0) {
+    syscall(SYS_close, fd);
+    s.fd = high;
+  } else {
+    s.fd = fd;
+  }
+  keep_file_identity(s);
+  return true;
+}
+
+void writer_loop(process_state* s) {
+  const own_call own;
+  trace::name_this_thread("ferry trace");
+  std::string last_control;
+  unsigned tick = 0;
+  for (;;) {
+    timespec ts{static_cast<time_t>(g_settings.flush_ns / 1'000'000'000),
+                static_cast<long>(g_settings.flush_ns % 1'000'000'000)};
+    while (syscall(SYS_nanosleep, &ts, &ts) != 0 && errno == EINTR && g_sigterm == 0) {
+    }
+    if (s->pid != g_pid.load(std::memory_order_relaxed)) return;  // not reached: a fork has no threads
+    if (g_sigterm != 0) {
+      finish(128 + SIGTERM);
+      std::signal(SIGTERM, SIG_DFL);
+      std::raise(SIGTERM);
+      return;
+    }
+    if (!g_settings.control.empty()) {
+      std::string c = read_small(g_settings.control.c_str());
+      if (c != last_control) {
+        last_control = c;
+        const bool on = c.starts_with("on");
+        if (on && !s->rec.capturing()) {
+          s->rec.start();
+          cupti_start(*s);
+        } else if (!on && s->rec.capturing()) {
+          s->rec.stop();
+          cupti_stop(*s);
+        }
+      }
+    }
+    flush(*s, ++tick % 5 == 0);  // CUPTI's partly filled buffers too, every fifth interval
+  }
+}
+
+void on_fork_child() {
+  // The only thread of the child: forget the parent's state (its buffers stay unwritten here) and its
+  // writer, which did not come along.
+  g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed);
+  g_state.store(nullptr, std::memory_order_relaxed);
+  g_making.clear();
+  g_sigterm = 0;
+}
+
+void on_sigterm(int) {
+  process_state* s = g_state.load(std::memory_order_relaxed);
+  if (s == nullptr || !s->writer_started.load() || s->pid != g_pid.load(std::memory_order_relaxed)) {
+    std::signal(SIGTERM, SIG_DFL);  // nothing to write: die at once, as the default would
+    std::raise(SIGTERM);
+    return;
+  }
+  g_sigterm = 1;  // the writer thread flushes (within one interval), then dies of the signal
+}
+
+// A return from main: libc calls exit() from inside itself, past the interposed one, so the status is
+// not seen (-1).
+void at_exit() { finish(-1); }
+
+process_state* make_state(bool forked) noexcept {
+  while (g_making.test_and_set(std::memory_order_acquire)) {
+  }
+  process_state* s = g_state.load(std::memory_order_acquire);
+  if (s == nullptr || s->pid != g_pid.load(std::memory_order_relaxed)) {
+    try {
+      const own_call own;
+      s = new process_state(forked);
+      if (s->fd < 0) s = nullptr;  // leaked: the recording of this process is off
+    } catch (...) {
+      s = nullptr;
+    }
+    if (s != nullptr) g_state.store(s, std::memory_order_release);
+  }
+  g_making.clear(std::memory_order_release);
+  return s;
+}
+
+void load() {
+  const int saved = errno;
+  read_settings();
+  if (!g_settings.active) return;
+  g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)));
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+  std::atexit(at_exit);
+  struct sigaction old{};
+  if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction sa{};
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, nullptr);
+  }
+  make_state(false);
+  errno = saved;
+}
+
+// When the library loads: after the globals above are initialized (a TU initializes in order; a
+// constructor function could run before them).
+const bool g_loaded = (load(), true);
+
+}  // namespace
+
+process_state::process_state(bool forked) : rec(std::size_t{1} << 18) {
+  pid = g_pid.load(std::memory_order_relaxed);
+  trace::process_header h;
+  h.pid = static_cast<std::uint64_t>(pid);
+  read_stat(h.ppid, h.start_ticks);
+  h.monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+  h.realtime_ns = clock_ns(CLOCK_REALTIME);
+  h.started = forked ? "fork" : "exec";
+  char exe[4096];
+  const long n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) h.exe.assign(exe, static_cast<std::size_t>(n));
+  h.command = read_small("/proc/self/cmdline");
+  while (!h.command.empty() && h.command.back() == '\0') h.command.pop_back();
+  for (char& c : h.command)
+    if (c == '\0') c = ' ';
+  for (int image = 0; image < 64 && fd < 0; ++image) {
+    path = g_settings.dir + "/" + std::to_string(h.pid) + "-" + std::to_string(h.start_ticks) + "-" +
+           std::to_string(image) + std::string(trace::process_file_suffix);
+    fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path.c_str(),
+                                  O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644));
+    if (fd < 0 && errno != EEXIST) return;
+  }
+  if (fd < 0) return;
+  const int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+  if (high >= 0) {
+    syscall(SYS_close, fd);
+    fd = high;
+  }
+  keep_file_identity(*this);
+  write_all(fd, trace::format_process_header(h));
+  if (g_settings.capture_at_start) rec.start();
+}
+
+const settings& config() noexcept { return g_settings; }
+
+void start_writer(process_state& s) noexcept {
+  if (s.writer_started.exchange(true)) return;
+  try {
+    std::thread(writer_loop, &s).detach();
+  } catch (...) {
+    // No thread: the events are written at exit only.
+  }
+}
+
+process_state* state() noexcept {
+  if (!g_settings.active) return nullptr;
+  process_state* s = g_state.load(std::memory_order_acquire);
+  if (s != nullptr && s->pid == g_pid.load(std::memory_order_relaxed)) return s;
+  return make_state(true);
+}
+
+bool in_ferry() noexcept { return t_in_ferry; }
+
+own_call::own_call() noexcept : previous_(t_in_ferry) { t_in_ferry = true; }
+own_call::~own_call() { t_in_ferry = previous_; }
+
+std::int64_t now_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
+
+void record(const trace::event& e, bool always) noexcept {
+  process_state* s = state();
+  if (s == nullptr) return;
+  if (always)
+    s->rec.record_late(e);
+  else
+    s->rec.record(e);
+  if (!s->writer_started.load(std::memory_order_relaxed)) start_writer(*s);
+}
+
+std::uint32_t intern(std::string_view text) noexcept {
+  process_state* s = state();
+  if (s == nullptr) return 0;
+  try {
+    const own_call own;
+    return s->rec.intern(text);
+  } catch (...) {
+    return 0;
+  }
+}
+
+void note(std::string_view key, std::string_view value) noexcept {
+  process_state* s = state();
+  if (s == nullptr) return;
+  try {
+    const own_call own;
+    const std::lock_guard lock(s->write_mu);
+    if (file_is_ours(*s)) write_all(s->fd, trace::format_process_note(key, value));
+  } catch (...) {
+  }
+}
+
+void flush(process_state& s, bool cupti_forced) noexcept {
+  try {
+    const own_call own;
+    if (s.cupti_on.load()) cupti_flush(s, cupti_forced);
+    const std::lock_guard lock(s.write_mu);
+    const trace::timeline t = s.rec.take("", "");
+    std::string out;
+    s.writer.append(t, out);
+    if (!out.empty() && file_is_ours(s)) write_all(s.fd, out);
+  } catch (...) {
+    // Out of memory: this batch is lost, the recording goes on.
+  }
+}
+
+void finish(int status) noexcept {
+  if (!g_settings.active) return;
+  // A vfork child (posix_spawn, subprocess) shares its parent's memory and runs no fork handler: it
+  // must not write, nor mark, the parent's file.
+  if (syscall(SYS_getpid) != g_pid.load(std::memory_order_relaxed)) return;
+  process_state* s = state();
+  if (s == nullptr || s->exited.exchange(true)) return;
+  const own_call own;
+  if (s->cupti_on.load()) cupti_stop(*s);
+  flush(*s, false);
+  const std::lock_guard lock(s->write_mu);
+  if (file_is_ours(*s)) write_all(s->fd, trace::format_process_exit(now_ns(), status));
+}
+
+void set_capture(bool on) noexcept {
+  const settings& c = g_settings;
+  if (c.control.empty()) return;
+  const own_call own;
+  // Replaced whole (a new file renamed over the old), so a reader never sees half of it.
+  const std::string tmp = c.control + "." + std::to_string(g_pid.load());
+  const int fd = static_cast<int>(
+      syscall(SYS_openat, AT_FDCWD, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd < 0) return;
+  write_all(fd, on ? "on\n" : "off\n");
+  syscall(SYS_close, fd);
+  if (std::rename(tmp.c_str(), c.control.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+}  // namespace ferry::inject
+
+using ferry::inject::config;
+using ferry::inject::finish;
+
+/// 1 when this process records (ferry trace started it), else 0.
+FERRY_INJECT_EXPORT int ferry_inject_recording(void) { return ferry::inject::state() != nullptr ? 1 : 0; }
+
+/// A finished range on the calling thread; times on CLOCK_MONOTONIC (Python's time.monotonic_ns()).
+FERRY_INJECT_EXPORT void ferry_inject_range(const char* name, const char* domain, long long start_ns,
+                                            long long end_ns) {
+  if (name == nullptr || end_ns < start_ns) return;
+  ferry::trace::event e;
+  e.kind = ferry::trace::activity::range;
+  e.start_ns = start_ns;
+  e.end_ns = end_ns;
+  e.thread = ferry::trace::this_thread_id();
+  e.name = ferry::inject::intern(name);
+  e.domain = domain != nullptr ? ferry::inject::intern(domain) : 0;
+  ferry::inject::record(e);
+}
+
+/// Training step `index` spanning [start_ns, end_ns] on the calling thread: a "step <index>" range kept
+/// whatever the capture switch says (the step rate before and during capture gives the recording's own
+/// cost), and the --steps A:B window.
+FERRY_INJECT_EXPORT void ferry_inject_step(long long index, long long start_ns, long long end_ns) {
+  if (index < 0 || end_ns < start_ns) return;
+  ferry::trace::event e;
+  e.kind = ferry::trace::activity::range;
+  e.start_ns = start_ns;
+  e.end_ns = end_ns;
+  e.thread = ferry::trace::this_thread_id();
+  e.name = ferry::inject::intern("step " + std::to_string(index));
+  e.domain = ferry::inject::intern("ferry.python");
+  ferry::inject::record(e, true);
+  const auto& c = config();
+  if (c.steps_first < 0) return;
+  if (index + 1 == c.steps_first) ferry::inject::set_capture(true);
+  if (index == c.steps_last) ferry::inject::set_capture(false);
+}
+
+// The exits that skip atexit handlers: os._exit (multiprocessing's workers end so), and exit() itself,
+// flushed here while CUDA is still up (before the atexit handlers tear it down).
+FERRY_INJECT_EXPORT void _exit(int status) {
+  finish(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+FERRY_INJECT_EXPORT void _Exit(int status) {
+  finish(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+FERRY_INJECT_EXPORT void exit(int status) {
+  finish(status);
+  using exit_fn = void (*)(int);
+  static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));
+  if (real != nullptr) real(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}

@@ -1,0 +1,148 @@
+// The operating-system calls that block a thread, interposed through LD_PRELOAD: each wrapper reads the
+// clock before and after the real call and records the call only when it took at least the threshold
+// (FERRY_TRACE_BLOCK_US, 100 us by default), as a range in the "os" domain named after the call and the
+// library that made it ("munmap (libtorch_cpu.so)"), with the bytes it moved or unmapped. Below the
+// threshold a call costs two clock reads.
+//
+// What it cannot see: calls libc makes inside itself (free() returning memory with munmap, fread's
+// read), raw system calls, and statically linked programs.
+#include <dlfcn.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "ferry/trace/timeline.hpp"
+#include "state.hpp"
+
+namespace ferry::inject {
+namespace {
+
+template <class F>
+F resolve(const char* name, const char* version = nullptr) noexcept {
+  void* p = version != nullptr ? dlvsym(RTLD_NEXT, name, version) : nullptr;
+  if (p == nullptr) p = dlsym(RTLD_NEXT, name);
+  return reinterpret_cast<F>(p);
+}
+
+// The file name of the library that holds `address` ("libtorch_cpu.so"), or "?".
+const char* library_of(const void* address) noexcept {
+  Dl_info info{};
+  if (address == nullptr || dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "?";
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const char* name = slash != nullptr ? slash + 1 : info.dli_fname;
+  return *name != '\0' ? name : "program";
+}
+
+bool watching() noexcept { return config().active && !in_ferry(); }
+
+// Records [start, now) when it reached the threshold. Keeps errno as the real call left it.
+void done(const char* call, std::int64_t start, std::uint64_t bytes, const void* caller) noexcept {
+  const std::int64_t end = now_ns();
+  if (end - start < config().block_ns) return;
+  const int saved = errno;
+  {
+    const own_call own;
+    try {
+      trace::event e;
+      e.kind = trace::activity::range;
+      e.start_ns = start;
+      e.end_ns = end;
+      e.thread = trace::this_thread_id();
+      e.bytes = bytes;
+      e.name = intern(std::string(call) + " (" + library_of(caller) + ")");
+      e.domain = intern("os");
+      record(e);
+    } catch (...) {
+    }
+  }
+  errno = saved;
+}
+
+std::uint64_t count(long long n) noexcept { return n > 0 ? static_cast<std::uint64_t>(n) : 0; }
+
+}  // namespace
+}  // namespace ferry::inject
+
+using ferry::inject::count;
+using ferry::inject::done;
+using ferry::inject::now_ns;
+using ferry::inject::resolve;
+using ferry::inject::watching;
+
+// One wrapper: `ret name(params)` calling the real `name(args)`; `bytes` may use the result, `result_`.
+#define FERRY_OS_CALL(ret, name, params, args, bytes, ...)                                   \
+  FERRY_INJECT_EXPORT ret name params {                                                        \
+    static const auto real = resolve<decltype(&::name)>(#name __VA_OPT__(, ) __VA_ARGS__);    \
+    if (!watching()) return real args;                                                       \
+    const void* caller = __builtin_return_address(0);                                         \
+    const std::int64_t start = now_ns();                                                      \
+    ret result_ = real args;                                                                  \
+    done(#name, start, bytes, caller);                                                        \
+    return result_;                                                                           \
+  }
+
+// Memory: returning a large buffer (the munmap of a DataLoader batch), advising, remapping.
+FERRY_OS_CALL(int, munmap, (void* addr, size_t len), (addr, len), len)
+FERRY_OS_CALL(int, madvise, (void* addr, size_t len, int advice), (addr, len, advice), len)
+FERRY_OS_CALL(int, msync, (void* addr, size_t len, int flags), (addr, len, flags), len)
+FERRY_OS_CALL(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd, off_t off),
+              (addr, len, prot, flags, fd, off), len)
+
+// Reads and writes: queues and pipes between processes, sockets, files.
+FERRY_OS_CALL(ssize_t, read, (int fd, void* buf, size_t n), (fd, buf, n), count(result_))
+FERRY_OS_CALL(ssize_t, write, (int fd, const void* buf, size_t n), (fd, buf, n), count(result_))
+FERRY_OS_CALL(ssize_t, pread64, (int fd, void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
+FERRY_OS_CALL(ssize_t, pwrite64, (int fd, const void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
+FERRY_OS_CALL(ssize_t, readv, (int fd, const struct iovec* iov, int n), (fd, iov, n), count(result_))
+FERRY_OS_CALL(ssize_t, writev, (int fd, const struct iovec* iov, int n), (fd, iov, n), count(result_))
+FERRY_OS_CALL(ssize_t, recv, (int fd, void* buf, size_t n, int flags), (fd, buf, n, flags), count(result_))
+FERRY_OS_CALL(ssize_t, recvfrom, (int fd, void* buf, size_t n, int flags, struct sockaddr* a, socklen_t* al),
+              (fd, buf, n, flags, a, al), count(result_))
+FERRY_OS_CALL(ssize_t, recvmsg, (int fd, struct msghdr* m, int flags), (fd, m, flags), count(result_))
+FERRY_OS_CALL(ssize_t, send, (int fd, const void* buf, size_t n, int flags), (fd, buf, n, flags), count(result_))
+FERRY_OS_CALL(ssize_t, sendmsg, (int fd, const struct msghdr* m, int flags), (fd, m, flags), count(result_))
+FERRY_OS_CALL(int, fsync, (int fd), (fd), 0)
+FERRY_OS_CALL(int, fdatasync, (int fd), (fd), 0)
+
+// Waiting for something to happen: descriptors, time, other threads, child processes.
+FERRY_OS_CALL(int, poll, (struct pollfd* fds, nfds_t n, int timeout), (fds, n, timeout), 0)
+FERRY_OS_CALL(int, ppoll, (struct pollfd* fds, nfds_t n, const struct timespec* t, const sigset_t* m),
+              (fds, n, t, m), 0)
+FERRY_OS_CALL(int, select, (int n, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* t), (n, rd, wr, ex, t), 0)
+FERRY_OS_CALL(int, pselect,
+              (int n, fd_set* rd, fd_set* wr, fd_set* ex, const struct timespec* t, const sigset_t* m),
+              (n, rd, wr, ex, t, m), 0)
+FERRY_OS_CALL(int, epoll_wait, (int fd, struct epoll_event* ev, int n, int timeout), (fd, ev, n, timeout), 0)
+FERRY_OS_CALL(int, epoll_pwait, (int fd, struct epoll_event* ev, int n, int timeout, const sigset_t* m),
+              (fd, ev, n, timeout, m), 0)
+FERRY_OS_CALL(int, nanosleep, (const struct timespec* req, struct timespec* rem), (req, rem), 0)
+FERRY_OS_CALL(int, clock_nanosleep, (clockid_t c, int flags, const struct timespec* req, struct timespec* rem),
+              (c, flags, req, rem), 0)
+FERRY_OS_CALL(int, usleep, (useconds_t us), (us), 0)
+FERRY_OS_CALL(unsigned, sleep, (unsigned s), (s), 0)
+FERRY_OS_CALL(int, sem_wait, (sem_t * s), (s), 0)
+FERRY_OS_CALL(int, sem_timedwait, (sem_t * s, const struct timespec* t), (s, t), 0)
+FERRY_OS_CALL(int, sem_clockwait, (sem_t * s, clockid_t c, const struct timespec* t), (s, c, t), 0)
+// The condition variables of glibc 2.3.2 on (an unversioned lookup can give the older, incompatible ones).
+FERRY_OS_CALL(int, pthread_cond_wait, (pthread_cond_t * c, pthread_mutex_t* m), (c, m), 0, "GLIBC_2.3.2")
+FERRY_OS_CALL(int, pthread_cond_timedwait, (pthread_cond_t * c, pthread_mutex_t* m, const struct timespec* t),
+              (c, m, t), 0, "GLIBC_2.3.2")
+FERRY_OS_CALL(int, pthread_cond_clockwait,
+              (pthread_cond_t * c, pthread_mutex_t* m, clockid_t k, const struct timespec* t), (c, m, k, t), 0)
+FERRY_OS_CALL(int, pthread_join, (pthread_t t, void** ret), (t, ret), 0)
+FERRY_OS_CALL(pid_t, waitpid, (pid_t p, int* status, int options), (p, status, options), 0)
+FERRY_OS_CALL(int, waitid, (idtype_t t, id_t id, siginfo_t* info, int options), (t, id, info, options), 0)
+FERRY_OS_CALL(int, accept, (int fd, struct sockaddr* a, socklen_t* al), (fd, a, al), 0)
+FERRY_OS_CALL(int, connect, (int fd, const struct sockaddr* a, socklen_t al), (fd, a, al), 0)

@@ -1,0 +1,449 @@
+// `ferry trace [options] -- CMD ARGS...`: records an unmodified program and every process it starts.
+//
+// The launcher puts libferry_inject.so in the program's environment (LD_PRELOAD, CUDA_INJECTION64_PATH,
+// NVTX_INJECTION64_PATH; src/inject/inject.cpp) and, for Python, ferry's sitecustomize on PYTHONPATH
+// (automatic ranges for the DataLoader, forward, backward and the optimizer step). Every process appends
+// its own file to the output directory. The launcher:
+// - becomes a child subreaper, so descendants whose parent exits (a double fork, a daemon) are re-parented
+//   to it, and waits for all of them after CMD exits (Ctrl-C stops the wait);
+// - samples /proc every --sample-ms for the CPU use and running threads of each recorded process
+//   (samples.ferry-cpu), and reports its own CPU use;
+// - drives the capture window (--delay/--duration) through the capture switch file every process polls;
+// - forwards a SIGINT or SIGTERM sent to it alone (not the terminal's, which reaches CMD itself);
+// - merges the files into DIR/trace.json (Chrome/Perfetto) and exits with CMD's status.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+#include "exit_status.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/core/text.hpp"
+#include "ferry/trace/process_trace.hpp"
+#include "ferry/trace/trace_io.hpp"
+#include "flags.hpp"
+
+namespace ferry::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct trace_flags {
+  std::vector<std::string> command;
+  std::string output = "ferry-trace";
+  bool force = false;
+  double delay_s = 0;
+  double duration_s = 0;
+  std::string capture_range = "none";
+  std::string steps;
+  bool lite = false;
+  std::int64_t block_us = 100;
+  std::int64_t flush_ms = 50;
+  std::int64_t sample_ms = 100;
+  std::string python = "auto";
+  bool no_merge = false;
+};
+
+volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_stop_waiting = 0;
+volatile sig_atomic_t g_primary_done = 0;
+
+// A signal sent to the launcher alone (kill, a job scheduler) goes on to CMD; one from the terminal
+// (SI_KERNEL) has reached CMD's process group already. After CMD exited, it stops the wait for the rest.
+void on_signal(int sig, siginfo_t* info, void*) {
+  if (g_primary_done != 0) {
+    g_stop_waiting = 1;
+    return;
+  }
+  if (info != nullptr && info->si_code <= 0 && g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+}
+
+fs::path self_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path{} : exe.parent_path();
+}
+
+// The first of `candidates` that exists, or empty.
+fs::path first_existing(const std::vector<fs::path>& candidates) {
+  for (const fs::path& p : candidates) {
+    std::error_code ec;
+    if (!p.empty() && fs::exists(p, ec)) return fs::weakly_canonical(p, ec);
+  }
+  return {};
+}
+
+std::string getenv_or(const char* name) {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ferry changes the environment
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+fs::path inject_library() {
+  const std::string env = getenv_or("FERRY_INJECT_LIBRARY");
+  if (!env.empty()) {
+    if (!fs::exists(env))
+      throw flag_error(fmt::format("FERRY_INJECT_LIBRARY={}: no such file", escape_control(env)));
+    return fs::absolute(env);
+  }
+  const fs::path here = self_dir();
+  const std::vector<fs::path> places{here / "libferry_inject.so", here / "../lib/libferry_inject.so",
+                                     here / "../../src/inject/libferry_inject.so"};
+  fs::path found = first_existing(places);
+  if (found.empty()) {
+    std::string tried;
+    for (const fs::path& p : places) tried += (tried.empty() ? "" : ", ") + p.lexically_normal().string();
+    throw flag_error(fmt::format("ferry trace: libferry_inject.so not found (tried {}); set "
+                                 "FERRY_INJECT_LIBRARY to its path",
+                                 tried));
+  }
+  return found;
+}
+
+// ferry's sitecustomize folder (python/ferry/_trace_site), or empty when not found (no Python ranges).
+fs::path site_dir() {
+  const std::string env = getenv_or("FERRY_TRACE_SITE");
+  if (!env.empty()) return fs::absolute(env);
+  const fs::path here = self_dir();
+  return first_existing({here / "_trace_site", here / "../../../../python/ferry/_trace_site"});
+}
+
+void write_control(const fs::path& control, bool on) {
+  const fs::path tmp = control.string() + ".launcher";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << (on ? "on\n" : "off\n");
+  }
+  std::error_code ec;
+  fs::rename(tmp, control, ec);
+}
+
+// Per-process CPU use from /proc, for the processes that have a file in the session directory.
+class sampler {
+ public:
+  sampler(fs::path dir, std::ofstream& out) : dir_(std::move(dir)), out_(out) {
+    out_ << "ferry-cpu-samples 1\n";
+    ticks_per_s_ = static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+
+  void sample(std::int64_t now_ns) {
+    // The session's processes: the file names (pid-start-image), listed again each time.
+    std::set<std::pair<std::uint64_t, std::uint64_t>> procs;
+    DIR* d = opendir(dir_.c_str());
+    if (d == nullptr) return;
+    while (const dirent* e = readdir(d)) {
+      unsigned long long pid = 0, start = 0;
+      unsigned image = 0;
+      if (std::sscanf(e->d_name, "%llu-%llu-%u.ferry-proc", &pid, &start, &image) == 3) procs.insert({pid, start});
+    }
+    closedir(d);
+    for (const auto& [pid, start] : procs) {
+      if (gone_.contains({pid, start})) continue;
+      std::uint64_t ticks = 0, start_now = 0;
+      std::uint32_t threads = 0;
+      if (!read_stat(fmt::format("/proc/{}/stat", pid), ticks, start_now, threads) || start_now != start) {
+        gone_.insert({pid, start});
+        continue;
+      }
+      // Running threads: each thread's state.
+      std::uint32_t running = 0;
+      if (DIR* td = opendir(fmt::format("/proc/{}/task", pid).c_str())) {
+        while (const dirent* te = readdir(td)) {
+          if (te->d_name[0] == '.') continue;
+          std::uint64_t t2 = 0, s2 = 0;
+          std::uint32_t n2 = 0;
+          char state = 0;
+          if (read_stat(fmt::format("/proc/{}/task/{}/stat", pid, te->d_name), t2, s2, n2, &state) &&
+              state == 'R')
+            ++running;
+        }
+        closedir(td);
+      }
+      auto& prev = last_[{pid, start}];
+      double cores = 0;
+      if (prev.first != 0 && now_ns > prev.first)
+        cores = static_cast<double>(ticks - std::min(ticks, prev.second)) / ticks_per_s_ /
+                (static_cast<double>(now_ns - prev.first) * 1e-9);
+      prev = {now_ns, ticks};
+      out_ << fmt::format("C {} {} {} {} {} {}\n", now_ns, pid, start,
+                          static_cast<std::uint64_t>(std::max(0.0, cores) * 1000.0 + 0.5), running, threads);
+    }
+    out_.flush();
+  }
+
+ private:
+  static bool read_stat(const std::string& path, std::uint64_t& ticks, std::uint64_t& start, std::uint32_t& threads,
+                        char* state = nullptr) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[1024];
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* paren = std::strrchr(buf, ')');
+    if (paren == nullptr) return false;
+    char st = 0;
+    unsigned long long v[20] = {};
+    if (std::sscanf(paren + 2,
+                    "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                    &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+                    &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) != 20)
+      return false;
+    ticks = v[10] + v[11];  // utime + stime (fields 14, 15)
+    threads = static_cast<std::uint32_t>(v[16]);  // field 20
+    start = v[18];                                // field 22
+    if (state != nullptr) *state = st;
+    return true;
+  }
+
+  fs::path dir_;
+  std::ofstream& out_;
+  double ticks_per_s_ = 100;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::int64_t, std::uint64_t>> last_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> gone_;
+};
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+double cpu_seconds_self() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// Prepends `value` to the colon-separated list in `name`.
+void prepend_env(const char* name, const std::string& value) {
+  const std::string old = getenv_or(name);
+  const std::string v = old.empty() ? value : value + ":" + old;
+  ::setenv(name, v.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the child, before exec, one thread
+}
+
+int run_trace(const trace_flags& f) {
+  if (f.command.empty()) throw flag_error("ferry trace: no command given; usage: ferry trace [options] -- CMD ARGS...");
+  const std::string injected = getenv_or("CUDA_INJECTION64_PATH");
+  const fs::path lib = inject_library();
+  if (!injected.empty() && fs::path(injected) != lib)
+    throw flag_error(fmt::format(
+        "ferry trace: CUDA_INJECTION64_PATH is already set ({}): another tool (Nsight Systems, a profiler daemon) "
+        "injects into this program; CUDA has one injection library per process, so ferry cannot record it; unset it",
+        escape_control(injected)));
+  if (f.duration_s > 0 && f.capture_range != "none")
+    throw flag_error("ferry trace: --duration and --capture-range cannot be combined");
+  long long first = -1, last = -1;
+  if (!f.steps.empty()) {
+    if (std::sscanf(f.steps.c_str(), "%lld:%lld", &first, &last) != 2 || first < 0 || last < first)
+      throw flag_error(fmt::format("--steps {}: expected A:B with 0 <= A <= B (the steps to capture, counted from 0)",
+                                   escape_control(f.steps)));
+  }
+  const fs::path dir = fs::absolute(f.output);
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec))
+      throw flag_error(fmt::format("-o {}: exists and is not a directory", escape_control(dir.string())));
+    if (!fs::is_empty(dir, ec) && !f.force)
+      throw flag_error(fmt::format("-o {}: the directory is not empty; pick another or add --force to replace its "
+                                   "recording",
+                                   escape_control(dir.string())));
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.ends_with(trace::process_file_suffix) || name == "samples.ferry-cpu" || name == "trace.json" ||
+          name == "capture")
+        fs::remove(e.path(), ec);
+    }
+  } else {
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw flag_error(fmt::format("-o {}: cannot create it: {}", escape_control(dir.string()), ec.message()));
+  }
+  const fs::path control = dir / "capture";
+  const bool start_on = f.delay_s <= 0 && f.capture_range == "none" && first <= 0;
+  write_control(control, start_on);
+  const fs::path site = f.python == "none" ? fs::path{} : site_dir();
+
+  std::ofstream samples_out(dir / "samples.ferry-cpu", std::ios::trunc);
+  sampler samp(dir, samples_out);
+
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  const std::int64_t t0 = monotonic_ns();
+  const double cpu0 = cpu_seconds_self();
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error(fmt::format("ferry trace: fork failed: {}", std::strerror(errno)));
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    // NOLINTBEGIN(concurrency-mt-unsafe): the child, before exec, has one thread
+    ::setenv("FERRY_TRACE_DIR", dir.c_str(), 1);
+    ::setenv("FERRY_TRACE_CONTROL", control.c_str(), 1);
+    ::setenv("FERRY_TRACE_CAPTURE", start_on ? "on" : "off", 1);
+    ::setenv("FERRY_TRACE_LITE", f.lite ? "1" : "0", 1);
+    ::setenv("FERRY_TRACE_BLOCK_US", std::to_string(f.block_us).c_str(), 1);
+    ::setenv("FERRY_TRACE_FLUSH_MS", std::to_string(f.flush_ms).c_str(), 1);
+    if (first >= 0) ::setenv("FERRY_TRACE_STEPS", f.steps.c_str(), 1);
+    ::setenv("FERRY_TRACE_INJECT", lib.c_str(), 1);
+    ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
+    ::setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
+    prepend_env("LD_PRELOAD", lib.string());
+    if (!site.empty()) {
+      ::setenv("FERRY_TRACE_PYTHON", "1", 1);
+      prepend_env("PYTHONPATH", site.string());
+    }
+    // NOLINTEND(concurrency-mt-unsafe)
+    std::vector<char*> argv;
+    argv.reserve(f.command.size() + 1);
+    for (const std::string& a : f.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "ferry trace: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child = child;
+
+  int status = 0;
+  bool primary_done = false;
+  bool told_wait = false;
+  const std::int64_t period = f.sample_ms * 1'000'000;
+  std::int64_t next_sample = t0;
+  bool window_opened = start_on, window_closed = false;
+  for (;;) {
+    // Reap every child that ended: CMD, and descendants re-parented to the subreaper.
+    for (;;) {
+      int st = 0;
+      const pid_t p = waitpid(-1, &st, WNOHANG);
+      if (p <= 0) break;
+      if (p == child) {
+        status = st;
+        primary_done = true;
+        g_primary_done = 1;
+      }
+    }
+    errno = 0;
+    if (primary_done) {
+      // Are descendants left? waitpid says ECHILD when none.
+      int st = 0;
+      const pid_t p = waitpid(-1, &st, WNOHANG);
+      if (p < 0 && errno == ECHILD) break;
+      if (g_stop_waiting != 0) {
+        fmt::print(stderr, "ferry trace: stopped waiting for the remaining processes\n");
+        break;
+      }
+      if (!told_wait) {
+        told_wait = true;
+        fmt::print(stderr, "ferry trace: {} exited; waiting for the processes it left running (Ctrl-C stops the "
+                           "wait)\n",
+                   escape_control(f.command[0]));
+      }
+    }
+    const std::int64_t now = monotonic_ns();
+    const double elapsed = static_cast<double>(now - t0) * 1e-9;
+    if (!window_opened && f.capture_range == "none" && first < 0 && elapsed >= f.delay_s) {
+      write_control(control, true);
+      window_opened = true;
+    }
+    if (window_opened && !window_closed && f.duration_s > 0 && elapsed >= f.delay_s + f.duration_s) {
+      write_control(control, false);
+      window_closed = true;
+    }
+    if (now >= next_sample) {
+      samp.sample(now);
+      next_sample = now + period;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::int64_t>(f.sample_ms, 20)));
+  }
+  const double wall = static_cast<double>(monotonic_ns() - t0) * 1e-9;
+  const double launcher_cpu = (cpu_seconds_self() - cpu0) / std::max(wall, 1e-9);
+  samples_out << fmt::format("L {}\n", static_cast<std::uint64_t>(launcher_cpu * 1000.0 + 0.5));
+  samples_out.close();
+  int code = exit_status::ok;
+  if (WIFEXITED(status)) code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) code = 128 + WTERMSIG(status);
+  fmt::print(stderr, "ferry trace: recorded {} for {:.1f} s; the launcher used {:.1f}% of one core\n",
+             escape_control(f.command[0]), wall, launcher_cpu * 100.0);
+  if (!f.no_merge) {
+    try {
+      const trace::timeline t = trace::read_process_traces(dir);
+      std::size_t gpu = 0;
+      for (const auto& [k, p] : t.processes) gpu += p.gpu ? 1 : 0;
+      trace::write_chrome_trace(t, dir / "trace.json");
+      fmt::print(stderr,
+                 "ferry trace: {} processes ({} with GPU activity), {} events -> {} (Perfetto, chrome://tracing); "
+                 "`ferry analyze {}` says where the GPU waited\n",
+                 t.processes.size(), gpu, t.events.size(), escape_control((dir / "trace.json").string()),
+                 escape_control(f.output));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "ferry trace: the recording in {} could not be merged: {}\n", escape_control(dir.string()),
+                 escape_control(e.what()));
+      if (code == 0) code = exit_status::error;
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
+std::function<int()> add_trace_command(CLI::App& app) {
+  auto f = std::make_shared<trace_flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Record an unmodified program and every process it starts (CUDA, NVTX, blocking calls, CPU use): "
+               "ferry trace [options] -- CMD ARGS...");
+  cmd->add_option("-o,--output", f->output, "Directory for the recording (default ferry-trace)");
+  cmd->add_flag("--force", f->force, "Replace the recording in a non-empty output directory");
+  add_double_flag(*cmd, "--delay", f->delay_s, 0, 1e6, "Seconds before the capture starts (default 0)");
+  add_double_flag(*cmd, "--duration", f->duration_s, 0, 1e6,
+                  "Seconds of capture after the delay; the program runs on unrecorded (default: to the end)");
+  cmd->add_option("--capture-range", f->capture_range,
+                  "none, or cudaProfilerApi: capture between cudaProfilerStart and cudaProfilerStop")
+      ->check(CLI::IsMember({"none", "cudaProfilerApi"}));
+  cmd->add_option("--steps", f->steps,
+                  "A:B: capture training steps A to B (counted from 0; Python programs with an optimizer)");
+  cmd->add_flag("--lite", f->lite, "Kernels, copies and memsets only (no runtime calls, no syncs): for launch-bound "
+                                   "programs");
+  add_int_flag(*cmd, "--block-us", f->block_us, 1, 10'000'000,
+               "Record blocking calls (munmap, read, poll, waits) at least this long (default 100)");
+  add_int_flag(*cmd, "--flush-ms", f->flush_ms, 1, 10'000,
+               "How often each process appends to its file: what a killed process loses (default 50)");
+  add_int_flag(*cmd, "--sample-ms", f->sample_ms, 10, 10'000, "CPU-use sampling period of /proc (default 100)");
+  cmd->add_option("--python", f->python, "auto: ranges for the DataLoader, forward, backward and optimizer.step in "
+                                         "Python programs; none: no ranges")
+      ->check(CLI::IsMember({"auto", "none"}));
+  cmd->add_flag("--no-merge", f->no_merge, "Leave the per-process files unmerged (no trace.json)");
+  cmd->add_option("command", f->command, "The program and its arguments, after --")->expected(-1);
+  return [f]() { return run_trace(*f); };
+}
+
+}  // namespace ferry::cli
