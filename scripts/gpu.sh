@@ -7,6 +7,7 @@
 #   scripts/gpu.sh check                    THERE: gpu tests, compute-sanitizer, the egress ladder
 #   scripts/gpu.sh verify                   THERE: gpu tests, the shim, topology, both ladders (A/B baseline)
 #   scripts/gpu.sh trace-check              THERE: CUPTI conformance, recording cost, traced ladders
+#   scripts/gpu.sh trace-inject [smoke|cost] THERE: ferry trace -- CMD: parity, torch.profiler, examples; cost
 #   scripts/gpu.sh comm [all|allreduce|ddp] THERE, 2 GPUs: bench allreduce/ddp against nccl-tests and PyTorch
 #   scripts/gpu.sh one-gpu-comm             THERE, 1 GPU: allreduce/ddp local cost, traced
 #   scripts/gpu.sh examples                 THERE: the two PyTorch side-by-side examples
@@ -26,7 +27,7 @@ here=scripts
 c=${FERRY_CARRY:-.carry}
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -93,7 +94,7 @@ cmd_carry() {
   rm -rf .carry && mkdir -p .carry
   for b in tools/ferry/ferry tests/ferry_bench_tests tests/ferry_device_tests tests/ferry_probe_tests \
            tests/ferry_trace_tests tests/ferry_core_tests tests/ferry_egress_tests tests/ferry_ingest_tests \
-           tests/ferry_shim_tests tests/ferry_comm_tests src/c/libferry_c.so; do
+           tests/ferry_shim_tests tests/ferry_comm_tests src/c/libferry_c.so src/inject/libferry_inject.so; do
     strip -o ".carry/$(basename "$b")" "$build/$b"
   done
   if [ -n "${FERRY_BASELINE_DIR:-}" ]; then
@@ -612,6 +613,72 @@ cmd_examples() {
   return $status
 }
 
+# ------------------------------------------------------------------------------------------ trace-inject
+# `ferry trace` on the GPU: smoke (parity of kernels and copies per step with the in-process recorder on
+# the egress and ingest ladders' L1, torch.profiler inside a recorded program, the PyTorch examples'
+# reference levels recorded unmodified and analyzed) or cost (each example level run plain and under
+# `ferry trace`, interleaved, TRACE_RUNS times). Raw outputs in $OUT/trace-inject.tgz.
+cmd_trace_inject() {
+  local what=${1:-smoke} out f status=0 r lvl final
+  # Everything under a work folder; $OUT gets the tarball and the summary only (few files come back).
+  final=${OUT:-/tmp/ferry-out}
+  out=$(mktemp -d /tmp/trace-inject.XXXX)
+  mkdir -p "$final"
+  nvidia_libs
+  export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  export FERRY_TRACE_SITE="$PWD/python/ferry/_trace_site" FERRY_LIBRARY="$PWD/$c/libferry_c.so"
+  f="$PWD/$c/ferry"
+  echo "date: $(date -u +%FT%TZ)  commit: $(cat "$c/commit" 2>/dev/null)" | tee "$out/run.txt"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/run.txt"
+  if [ "$what" = smoke ]; then
+    for bench in egress ingest; do
+      "$f" bench $bench --backend cuda --levels L1 --steps 20 --trace "$out/inproc/$bench.json" \
+        > "$out/inproc-$bench.txt" 2>&1 || status=1
+      "$f" trace -o "$out/$bench" -- "$f" bench $bench --backend cuda --levels L1 --steps 20 \
+        > "$out/traced-$bench.txt" 2>&1 || status=1
+      "$f" analyze "$out/$bench" > "$out/$bench-analysis.txt" 2>&1 || status=1
+      "$f" analyze "$out/inproc/$bench.L1.json" > "$out/inproc-$bench-analysis.txt" 2>&1 || status=1
+      echo "== $bench L1" | tee -a "$out/summary.txt"
+      python3 scripts/trace_parity.py "$out/inproc/$bench.L1.json" "$out/$bench" 2>&1 | tee -a "$out/summary.txt" || status=1
+      grep -m1 -A1 "^Findings\|^  1\." "$out/$bench-analysis.txt" "$out/inproc-$bench-analysis.txt" | tee -a "$out/summary.txt"
+    done
+    "$f" trace -o "$out/kineto" -- python3 tests/inject/kineto_inside.py > "$out/kineto.txt" 2>&1 || status=1
+    "$f" analyze "$out/kineto" > "$out/kineto-analysis.txt" 2>&1
+    { echo "== torch.profiler inside"; tail -3 "$out/kineto.txt"; grep -i "note" "$out/kineto-analysis.txt"; } | tee -a "$out/summary.txt"
+    "$f" trace -o "$out/seg" -- python3 examples/pytorch/segmentation_egress.py --levels ${SEG_LEVEL:-L1} --steps 8 \
+      > "$out/seg.txt" 2>&1 || status=1
+    "$f" analyze "$out/seg" > "$out/seg-analysis.txt" 2>&1 || status=1
+    "$f" trace -o "$out/train" -- python3 examples/pytorch/train_prefetch.py --levels ${TRAIN_LEVEL:-loader} --steps 20 \
+      > "$out/train.txt" 2>&1 || status=1
+    "$f" analyze "$out/train" > "$out/train-analysis.txt" 2>&1 || status=1
+    for x in seg train; do
+      { echo "== $x"; tail -2 "$out/$x.txt"; sed -n '1,12p' "$out/$x-analysis.txt"; grep -m3 -A2 "^Findings" "$out/$x-analysis.txt"; } | tee -a "$out/summary.txt"
+    done
+  else
+    for r in $(seq 1 "${TRACE_RUNS:-5}"); do
+      for lvl in plain traced; do
+        if [ $lvl = plain ]; then
+          python3 examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py} ${TRACE_ARGS:---levels ideal,ferry --steps 40} \
+            --json "$out/cost-$lvl-$r.json" > "$out/cost-$lvl-$r.txt" 2>&1 || status=1
+        else
+          "$f" trace -o "$out/cost-trace-$r" -- python3 examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py} \
+            ${TRACE_ARGS:---levels ideal,ferry --steps 40} --json "$out/cost-$lvl-$r.json" > "$out/cost-$lvl-$r.txt" 2>&1 || status=1
+          [ "$r" = 1 ] || rm -rf "$out/cost-trace-$r"
+        fi
+      done
+    done
+  fi
+  if [ "$what" = cost ]; then
+    what="cost-${TRACE_EXAMPLE:-train_prefetch.py}"
+    what=${what%.py}
+    python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
+  fi
+  tar czf "$final/trace-inject-$what.tgz" -C "$out" . 2>/dev/null
+  cp "$out/summary.txt" "$final/summary-$what.txt" 2>/dev/null
+  echo "trace-inject $what: exit $status"
+  return $status
+}
+
 # -------------------------------------------------------------------------------------------- vit-ddp
 # On a machine of 2 GPUs (FERRY_GPUS, default 2): examples/pytorch/vit_ddp.py, a real ViT-L/32 trained data
 # parallel by PyTorch's DDP at its usual settings beside ferry.torch.DataParallel, one process per GPU
@@ -936,6 +1003,7 @@ case "$sub" in
   check) cmd_check "$@" ;;
   verify) cmd_verify "$@" ;;
   trace-check) cmd_trace_check "$@" ;;
+  trace-inject) cmd_trace_inject "$@" ;;
   comm) cmd_comm "$@" ;;
   one-gpu-comm) cmd_one_gpu_comm "$@" ;;
   examples) cmd_examples "$@" ;;

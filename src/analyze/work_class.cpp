@@ -74,6 +74,24 @@ constexpr std::array table{
     pattern{match::prefix, "c10d::", work_class::framework},
     pattern{match::prefix, "nccl", work_class::framework},
     pattern{match::contains, "ProcessGroup", work_class::framework},
+    // ferry trace's automatic Python ranges (python/ferry/_trace_site), whose model and optimizer class
+    // names could otherwise read as user words below ("TransformerDecoder").
+    pattern{match::prefix, "forward (", work_class::framework},
+    pattern{match::prefix, "optimizer.step (", work_class::framework},
+    pattern{match::prefix, "backward", work_class::framework},
+    // ferry trace's operating-system calls ("munmap (libtorch_cpu.so)"): unmapping a large buffer is the
+    // release of a DataLoader batch's shared memory on the thread that consumed it; the others wait.
+    pattern{match::prefix, "munmap (", work_class::data},
+    pattern{match::prefix, "madvise (", work_class::data},
+    pattern{match::prefix, "poll (", work_class::host_wait},
+    pattern{match::prefix, "ppoll (", work_class::host_wait},
+    pattern{match::prefix, "select (", work_class::host_wait},
+    pattern{match::prefix, "epoll_", work_class::host_wait},
+    pattern{match::prefix, "read (", work_class::host_wait},
+    pattern{match::prefix, "recv", work_class::host_wait},
+    pattern{match::prefix, "sem_", work_class::host_wait},
+    pattern{match::prefix, "waitpid (", work_class::host_wait},
+    pattern{match::prefix, "pthread_join (", work_class::host_wait},
     // Waits for other host work.
     pattern{match::contains, "queue", work_class::host_wait},
     pattern{match::contains, "pthread_cond", work_class::host_wait},

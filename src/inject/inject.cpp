@@ -161,7 +161,7 @@ void writer_loop(process_state* s) {
   const own_call own;
   trace::name_this_thread("ferry trace");
   std::string last_control;
-  unsigned tick = 0;
+  bool capture_noted = false;  // the first opening of the window: the steps before it ran unrecorded
   for (;;) {
     timespec ts{static_cast<time_t>(g_settings.flush_ns / 1'000'000'000),
                 static_cast<long>(g_settings.flush_ns % 1'000'000'000)};
@@ -182,13 +182,18 @@ void writer_loop(process_state* s) {
         if (on && !s->rec.capturing()) {
           s->rec.start();
           cupti_start(*s);
+          if (!capture_noted) note("capture_on_ns", std::to_string(now_ns()));
+          capture_noted = true;
         } else if (!on && s->rec.capturing()) {
           s->rec.stop();
           cupti_stop(*s);
         }
       }
     }
-    flush(*s, ++tick % 5 == 0);  // CUPTI's partly filled buffers too, every fifth interval
+    // CUPTI's completed buffers only: a forced flush returns records of work still running without
+    // their times, and those are lost (measured: most long kernels of a step). A process killed with
+    // SIGKILL loses the GPU records of its buffer in flight.
+    flush(*s, false);
   }
 }
 
@@ -370,8 +375,7 @@ void finish(int status) noexcept {
   process_state* s = state();
   if (s == nullptr || s->exited.exchange(true)) return;
   const own_call own;
-  if (s->cupti_on.load()) cupti_stop(*s);
-  flush(*s, false);
+  flush(*s, true);  // CUPTI's buffers too, forced: the program's work is done
   const std::lock_guard lock(s->write_mu);
   if (file_is_ours(*s)) write_all(s->fd, trace::format_process_exit(now_ns(), status));
 }

@@ -4,7 +4,7 @@
 // library that made it ("munmap (libtorch_cpu.so)"), with the bytes it moved or unmapped. Below the
 // threshold a call costs two clock reads.
 //
-// What it cannot see: calls libc makes inside itself (free() returning memory with munmap, fread's
+// Calls from the CUDA driver, CUPTI and NCCL are left out (gpu_library). What it cannot see: calls libc makes inside itself (free() returning memory with munmap, fread's
 // read), raw system calls, and statically linked programs.
 #include <dlfcn.h>
 #include <poll.h>
@@ -47,6 +47,15 @@ const char* library_of(const void* address) noexcept {
 
 bool watching() noexcept { return config().active && !in_ferry(); }
 
+// Calls made inside the CUDA driver, CUPTI, NCCL and the like (their helper threads' polls, the wait
+// inside cudaStreamSynchronize): CUPTI records the waits that matter (synchronizations) by name, and the
+// rest are the libraries' own threads idling.
+bool gpu_library(const char* name) noexcept {
+  for (const char* prefix : {"libcuda.so", "libcupti", "libnvidia", "libnccl", "libcudart", "libferry_inject"})
+    if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+
 // Records [start, now) when it reached the threshold. Keeps errno as the real call left it.
 void done(const char* call, std::int64_t start, std::uint64_t bytes, const void* caller) noexcept {
   const std::int64_t end = now_ns();
@@ -54,6 +63,11 @@ void done(const char* call, std::int64_t start, std::uint64_t bytes, const void*
   const int saved = errno;
   {
     const own_call own;
+    const char* library = library_of(caller);
+    if (gpu_library(library)) {
+      errno = saved;
+      return;
+    }
     try {
       trace::event e;
       e.kind = trace::activity::range;
@@ -61,7 +75,7 @@ void done(const char* call, std::int64_t start, std::uint64_t bytes, const void*
       e.end_ns = end;
       e.thread = trace::this_thread_id();
       e.bytes = bytes;
-      e.name = intern(std::string(call) + " (" + library_of(caller) + ")");
+      e.name = intern(std::string(call) + " (" + library + ")");
       e.domain = intern("os");
       record(e);
     } catch (...) {
