@@ -7,10 +7,11 @@
 // - An exec'd program image makes its state in the library's constructor: it opens
 //   <dir>/<pid>-<start ticks>-<image>.ferry-proc and writes the P line. The constructor never touches
 //   CUDA.
-// - A fork child inherits the parent's memory but not its threads. Its pthread_atfork handler only
-//   forgets the parent's state (so none of the parent's buffered events are written twice); the child
-//   makes its own state and file at its first event or at its exit. A child that execs at once
-//   (subprocess, spawn) writes nothing for the fork: its new image writes its own file.
+// - A fork child inherits the parent's memory but not its threads. Its pthread_atfork handler forgets
+//   the parent's state (so none of the parent's buffered events are written twice) and makes the child's
+//   own state and file. A child that then execs (subprocess with fork) has two images of one process, each
+//   with its file; vfork children (posix_spawn, subprocess's default) run no fork handler and write only
+//   their new image's.
 // - Events go into the process's trace::recorder. A writer thread, started at the first event, appends
 //   them to the file every flush interval (50 ms), so a process killed with SIGKILL loses at most one
 //   interval, and polls the capture switch file.
@@ -197,6 +198,8 @@ void writer_loop(process_state* s) {
   }
 }
 
+process_state* make_state(bool forked) noexcept;
+
 void on_fork_child() {
   // The only thread of the child: forget the parent's state (its buffers stay unwritten here) and its
   // writer, which did not come along.
@@ -204,6 +207,9 @@ void on_fork_child() {
   g_state.store(nullptr, std::memory_order_relaxed);
   g_making.clear();
   g_sigterm = 0;
+  // Its file now, so that a child killed before its first event (a worker blocked in a queue) is still
+  // in the recording. glibc's malloc is safe to use in a fork child; the writer thread waits for an event.
+  make_state(true);
 }
 
 void on_sigterm(int) {
@@ -216,9 +222,12 @@ void on_sigterm(int) {
   g_sigterm = 1;  // the writer thread flushes (within one interval), then dies of the signal
 }
 
-// A return from main: libc calls exit() from inside itself, past the interposed one, so the status is
-// not seen (-1).
-void at_exit() { finish(-1); }
+// main's return value, seen through the interposed __libc_start_main: libc then calls exit() from inside
+// itself, past the interposed one.
+std::atomic<int> g_main_status{-1};
+
+// A return from main, or an exit nobody saw (-1).
+void at_exit() { finish(g_main_status.load()); }
 
 process_state* make_state(bool forked) noexcept {
   while (g_making.test_and_set(std::memory_order_acquire)) {
@@ -456,4 +465,25 @@ FERRY_INJECT_EXPORT void exit(int status) {
   if (real != nullptr) real(status);
   syscall(SYS_exit_group, status);
   __builtin_unreachable();
+}
+
+namespace {
+using main_fn = int (*)(int, char**, char**);
+main_fn g_real_main = nullptr;
+int wrapped_main(int argc, char** argv, char** envp) {
+  const int status = g_real_main(argc, argv, envp);
+  ferry::inject::g_main_status.store(status & 0xff);
+  return status;
+}
+}  // namespace
+
+/// The program's start: its main is wrapped so that its return value is known at exit.
+FERRY_INJECT_EXPORT int __libc_start_main(main_fn main, int argc, char** argv, void (*init)(), void (*fini)(),
+                                          void (*rtld_fini)(), void* stack_end) {
+  using start_fn = int (*)(main_fn, int, char**, void (*)(), void (*)(), void (*)(), void*);
+  void* p = dlvsym(RTLD_NEXT, "__libc_start_main", "GLIBC_2.34");
+  if (p == nullptr) p = dlsym(RTLD_NEXT, "__libc_start_main");
+  const auto real = reinterpret_cast<start_fn>(p);
+  g_real_main = main;
+  return real(ferry::inject::config().active ? wrapped_main : main, argc, argv, init, fini, rtld_fini, stack_end);
 }

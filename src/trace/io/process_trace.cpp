@@ -406,7 +406,7 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
     for (const auto& [k, v] : pf.events.metadata) p.notes[k] = v;
     p.end_ns = std::max(p.end_ns, pf.header.monotonic_ns);
     if (pf.exited) {
-      p.ended = pf.exit_status >= 0 ? fmt::format("exit {}", pf.exit_status) : "exit (returned from main)";
+      p.ended = pf.exit_status >= 0 ? fmt::format("exit {}", pf.exit_status) : "exit (status not seen)";
       p.end_ns = std::max(p.end_ns, pf.exit_ns);
     } else {
       p.ended = pf.truncated ? "no exit record (killed while writing)" : "no exit record (killed?)";

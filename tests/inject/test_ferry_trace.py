@@ -1,0 +1,247 @@
+"""`ferry trace -- CMD` on process trees, without a GPU: every process gets its own file, nothing hangs,
+the exit status comes through, a fork child does not repeat its parent's events, blocking calls are
+recorded with their lengths and callers, NVTX ranges are recorded in any process, the CUDA driver's
+injection contract holds without CUPTI, a SIGKILL loses at most one flush interval, a SIGTERM flushes,
+and the recording merges and analyzes.
+
+Run by ctest (`inject`, label cpu) with FERRY_CLI, FERRY_INJECT_FIXTURE (tests/inject/tree_fixture.cpp)
+and FERRY_INJECT_LIBRARY set. Every run has a timeout: a hang fails the test rather than the CI job.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CLI = os.environ.get("FERRY_CLI")
+FIXTURE = os.environ.get("FERRY_INJECT_FIXTURE")
+LIBRARY = os.environ.get("FERRY_INJECT_LIBRARY")
+pytestmark = pytest.mark.skipif(not (CLI and FIXTURE and LIBRARY),
+                                reason="FERRY_CLI, FERRY_INJECT_FIXTURE and FERRY_INJECT_LIBRARY are not set "
+                                       "(ctest sets them)")
+# A liveness guard, not a speed check: each recording here takes about a second.
+TIMEOUT = 120
+KINDS = ["kernel", "memcpy", "memset", "sync", "api", "range", "stage"]
+
+
+def record(out, *cmd, flags=(), env=None):
+    full_env = dict(os.environ, FERRY_INJECT_LIBRARY=LIBRARY)
+    full_env.pop("CUDA_INJECTION64_PATH", None)
+    full_env.update(env or {})
+    return subprocess.run([CLI, "trace", "-o", str(out), *flags, "--", *cmd], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=full_env)
+
+
+def unescape(s):
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s):
+            out.append({"t": "\t", "n": "\n", "r": "\r"}.get(s[i + 1], s[i + 1]))
+            i += 2
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def processes(out):
+    """Every process file of a recording, parsed: pid, ppid, started, command, events, notes, exit."""
+    procs = []
+    for f in sorted(Path(out).glob("*.ferry-proc")):
+        p = {"file": f.name, "events": [], "notes": {}, "exit": None, "threads": {}}
+        strings = {0: ""}
+        lines = f.read_text().split("\n")
+        assert lines[0] == "ferry-process-trace 1", f
+        for line in lines[1:-1]:  # the last piece has no newline: empty, or cut
+            head, _, text = line.partition("\t")
+            v = head.split(" ")
+            if v[0] == "P":
+                p.update(pid=int(v[1]), ppid=int(v[2]), started=v[6], command=unescape(text))
+            elif v[0] == "S":
+                strings[int(v[1])] = unescape(text)
+            elif v[0] == "T":
+                p["threads"][int(v[1])] = unescape(text)
+            elif v[0] == "E":
+                p["events"].append({"kind": KINDS[int(v[1])], "start": int(v[2]), "end": int(v[3]),
+                                    "thread": int(v[4]), "bytes": int(v[8]), "name": strings[int(v[9])],
+                                    "domain": strings[int(v[10])]})
+            elif v[0] == "M":
+                p["notes"][v[1]] = unescape(text)
+            elif v[0] == "X":
+                p["exit"] = int(v[2])
+        procs.append(p)
+    return procs
+
+
+def names(p, domain=None):
+    return [e["name"] for e in p["events"] if domain is None or e["domain"] == domain]
+
+
+def fixture_processes(out):
+    return [p for p in processes(out) if os.path.basename(FIXTURE) in p["command"]]
+
+
+def test_blocking_calls_are_recorded_with_their_length_size_and_caller(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "blocking", flags=["--block-us", "1000"])
+    assert r.returncode == 0, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    os_calls = {e["name"].split(" (")[0]: e for e in p["events"] if e["domain"] == "os"}
+    assert os_calls["munmap"]["bytes"] == 256 << 20
+    assert os_calls["munmap"]["name"] == f"munmap ({os.path.basename(FIXTURE)})", os_calls["munmap"]
+    # At least as long as what they waited for (the other thread's sleep), never shorter.
+    assert os_calls["read"]["end"] - os_calls["read"]["start"] >= 25_000_000
+    assert os_calls["nanosleep"]["end"] - os_calls["nanosleep"]["start"] >= 20_000_000
+    assert os_calls["sem_wait"]["end"] - os_calls["sem_wait"]["start"] >= 20_000_000
+    # The read of /proc/self/stat did not block: below the threshold, not recorded.
+    reads = [e for e in p["events"] if e["name"].startswith("read (")]
+    assert len(reads) == 1, reads
+    assert p["exit"] == 0
+
+
+def test_a_fork_child_has_its_own_file_without_its_parents_events(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "fork")
+    assert r.returncode == 0, r.stderr
+    procs = fixture_processes(tmp_path / "t")
+    assert len(procs) == 2, procs
+    parent = next(p for p in procs if p["started"] == "exec")
+    child = next(p for p in procs if p["started"] == "fork")
+    assert child["ppid"] == parent["pid"]
+    assert "parent before fork" in names(parent)
+    assert "child" in names(child) and "parent before fork" not in names(child)
+    assert all(e["thread"] == child["pid"] for e in child["events"]), child["events"]
+    assert child["exit"] == 5 and parent["exit"] == 0
+
+
+def test_an_execd_child_and_a_reparented_daemon_are_recorded_and_waited_for(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "forkexec")
+    assert r.returncode == 0, r.stderr
+    procs = fixture_processes(tmp_path / "t")
+    child = next(p for p in procs if p["command"].endswith("blocking"))
+    parent = next(p for p in procs if p["command"].endswith("forkexec"))
+    assert child["ppid"] == parent["pid"] and child["started"] == "exec"
+    assert any(n.startswith("nanosleep") for n in names(child, "os"))
+
+    done = tmp_path / "daemon.pid"
+    r = record(tmp_path / "d", FIXTURE, "doublefork", str(done))
+    assert r.returncode == 0, r.stderr
+    # The launcher returned only after the re-parented grandchild had finished.
+    assert done.exists(), "ferry trace returned before the daemon it had to wait for"
+    daemon_pid = int(done.read_text())
+    daemon = next(p for p in fixture_processes(tmp_path / "d") if p["pid"] == daemon_pid)
+    assert daemon["exit"] == 0
+
+
+def test_the_commands_exit_status_comes_through(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "exit3")
+    assert r.returncode == 3, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert p["exit"] == 3
+    r = record(tmp_path / "n", "/nonexistent/program")
+    assert r.returncode == 127 and "cannot run /nonexistent/program" in r.stderr
+
+
+def test_sigkill_loses_at_most_one_flush_interval(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "kill", flags=["--flush-ms", "20"])
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    last = int(r.stdout.split("last mark ends at ")[1])
+    [p] = fixture_processes(tmp_path / "t")
+    assert p["exit"] is None
+    marks = [e for e in p["events"] if e["name"].startswith("mark ")]
+    # Marks every 5 ms; the file holds them up to one flush interval (20 ms) and the writer's delay before
+    # the kill: 100 ms is the goal, and a margin for a busy machine.
+    assert last - max(e["end"] for e in marks) <= 100_000_000, (last, len(marks))
+    numbers = sorted(int(e["name"].split()[1]) for e in marks)
+    assert numbers == list(range(len(numbers))), "a mark before the last one written is missing"
+    analysis = json.loads(subprocess.run([CLI, "analyze", str(tmp_path / "t"), "--json"], capture_output=True,
+                                         text=True, timeout=TIMEOUT, check=True).stdout)
+    assert any("no exit record" in n for n in analysis["notes"]), analysis["notes"]
+
+
+def test_sigterm_at_its_default_flushes_then_ends_the_process(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "sigterm")
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert "before SIGTERM" in names(p)
+    assert p["exit"] == 128 + signal.SIGTERM
+
+
+def test_nvtx_ranges_in_any_domain_across_threads_and_in_a_fork_child(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "nvtx")
+    assert r.returncode == 0, r.stderr
+    procs = fixture_processes(tmp_path / "t")
+    parent = next(p for p in procs if p["started"] == "exec")
+    child = next(p for p in procs if p["started"] == "fork")
+    ranges = {e["name"]: e for e in parent["events"] if e["kind"] == "range" and e["domain"] != "os"}
+    assert {"outer", "inner", "in my domain", "across threads"} <= set(ranges), ranges
+    assert ranges["outer"]["start"] <= ranges["inner"]["start"] <= ranges["inner"]["end"] <= ranges["outer"]["end"]
+    assert ranges["in my domain"]["domain"] == "my domain"
+    assert parent["threads"][parent["pid"]] == "nvtx main"
+    assert "nvtx" in parent["notes"]
+    assert names(child) == ["in the child"]
+
+
+def test_the_cuda_driver_contract_holds_and_says_what_cupti_did(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "cuda")
+    assert r.returncode == 0, r.stderr  # InitializeInjection returned 1, twice
+    [p] = fixture_processes(tmp_path / "t")
+    assert p["notes"]["cuda"].startswith("initialized")
+    # Without a GPU, CUPTI cannot record (or ferry was built without it): the trace says so, the CPU side
+    # is still recorded.
+    assert "cupti" in p["notes"], p["notes"]
+    assert any(n.startswith("nanosleep") for n in names(p, "os"))
+
+
+def test_python_process_trees_with_every_start_method(tmp_path):
+    script = tmp_path / "tree.py"
+    pids = tmp_path / "pids"
+    script.write_text(textwrap.dedent(f"""
+        import multiprocessing as mp, os, time
+        def child(tag):
+            with open({str(pids)!r}, "a") as f:
+                f.write(f"{{tag}} {{os.getpid()}}\\n")
+            time.sleep(0.05)
+            os._exit(0)
+        def sleeper():
+            time.sleep(60)
+        if __name__ == "__main__":
+            for method in ("fork", "spawn", "forkserver"):
+                p = mp.get_context(method).Process(target=child, args=(method,))
+                p.start(); p.join()
+                assert p.exitcode == 0, (method, p.exitcode)
+            victim = mp.get_context("fork").Process(target=sleeper)
+            victim.start(); time.sleep(0.2); victim.kill(); victim.join()
+            print("killed", victim.pid, flush=True)
+    """))
+    r = record(tmp_path / "t", sys.executable, str(script), flags=["--python", "none"])
+    assert r.returncode == 0, r.stderr
+    recorded = {p["pid"]: p for p in processes(tmp_path / "t")}
+    for line in pids.read_text().split("\n")[:-1]:
+        tag, pid = line.split()
+        assert int(pid) in recorded, f"the {tag} child {pid} has no file"
+        assert recorded[int(pid)]["exit"] == 0, (tag, recorded[int(pid)])
+    victim = int(r.stdout.split("killed ")[1])
+    assert victim in recorded and recorded[victim]["exit"] is None
+    # The merge: one track group per process, and the analysis lists them all.
+    trace = json.loads((tmp_path / "t" / "trace.json").read_text())
+    named = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert set(recorded) <= named
+    analysis = json.loads(subprocess.run([CLI, "analyze", str(tmp_path / "t"), "--json"], capture_output=True,
+                                         text=True, timeout=TIMEOUT, check=True).stdout)
+    assert {p["pid"] for p in analysis["processes"]} == set(recorded)
+    assert analysis["ranks"] == []
+
+
+def test_bad_input_is_refused_before_anything_runs(tmp_path):
+    marker = tmp_path / "ran"
+    r = record(tmp_path / "t", "/bin/sh", "-c", f"touch {marker}", env={"CUDA_INJECTION64_PATH": "/opt/nsys/x.so"})
+    assert r.returncode == 2 and "/opt/nsys/x.so" in r.stderr and not marker.exists()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    r = record(tmp_path / "full", "/bin/true")
+    assert r.returncode == 2 and "not empty" in r.stderr and "--force" in r.stderr
+    r = record(tmp_path / "s", "/bin/true", flags=["--steps", "5:2"])
+    assert r.returncode == 2 and "--steps 5:2" in r.stderr
