@@ -201,13 +201,13 @@ void add_workers(const timeline& t, std::uint64_t key, const timeline& r, proces
 
 // Step spans ("step N") of the rank's main thread that ended before the capture opened, and during it.
 void recording_cost(const timeline& t, session_analysis& s) {
-  std::int64_t on = -1;
+  std::int64_t on = -1, off = INT64_MAX;
   for (const auto& [k, p] : t.processes) {
-    const auto it = p.notes.find("capture_on_ns");
-    if (it != p.notes.end()) {
+    if (const auto it = p.notes.find("capture_on_ns"); it != p.notes.end()) {
       const std::int64_t v = std::stoll(it->second);
       if (on < 0 || v < on) on = v;
     }
+    if (const auto it = p.notes.find("capture_off_ns"); it != p.notes.end()) off = std::min<std::int64_t>(off, std::stoll(it->second));
   }
   if (on < 0) return;
   std::vector<double> before, during;
@@ -217,7 +217,7 @@ void recording_cost(const timeline& t, session_analysis& s) {
     const double ms = static_cast<double>(e.end_ns - e.start_ns) * 1e-6;
     if (e.end_ns <= on)
       before.push_back(ms);
-    else if (e.start_ns >= on)
+    else if (e.start_ns >= on && e.end_ns <= off)
       during.push_back(ms);
   }
   auto median = [](std::vector<double>& v) {

@@ -158,11 +158,29 @@ bool file_is_ours(process_state& s) noexcept {
   return true;
 }
 
+// Turns this process's capture on or off (the recorder's switch and CUPTI), noting when the window
+// first opened and closed: the steps before it ran unrecorded, which gives the recording's own cost.
+void apply_capture(process_state& s, bool on) noexcept {
+  const own_call own;
+  const std::lock_guard lock(s.capture_mu);
+  if (on == s.rec.capturing()) return;
+  if (on) {
+    s.rec.start();
+    cupti_start(s);
+    if (!s.capture_opened) note("capture_on_ns", std::to_string(now_ns()));
+    s.capture_opened = true;
+  } else {
+    s.rec.stop();
+    cupti_stop(s);
+    if (s.capture_opened && !s.capture_closed) note("capture_off_ns", std::to_string(now_ns()));
+    s.capture_closed = true;
+  }
+}
+
 void writer_loop(process_state* s) {
   const own_call own;
   trace::name_this_thread("ferry trace");
   std::string last_control;
-  bool capture_noted = false;  // the first opening of the window: the steps before it ran unrecorded
   for (;;) {
     timespec ts{static_cast<time_t>(g_settings.flush_ns / 1'000'000'000),
                 static_cast<long>(g_settings.flush_ns % 1'000'000'000)};
@@ -179,16 +197,7 @@ void writer_loop(process_state* s) {
       std::string c = read_small(g_settings.control.c_str());
       if (c != last_control) {
         last_control = c;
-        const bool on = c.starts_with("on");
-        if (on && !s->rec.capturing()) {
-          s->rec.start();
-          cupti_start(*s);
-          if (!capture_noted) note("capture_on_ns", std::to_string(now_ns()));
-          capture_noted = true;
-        } else if (!on && s->rec.capturing()) {
-          s->rec.stop();
-          cupti_stop(*s);
-        }
+        apply_capture(*s, c.starts_with("on"));
       }
     }
     // CUPTI's completed buffers only: a forced flush returns records of work still running without
@@ -391,6 +400,9 @@ void finish(int status) noexcept {
 
 void set_capture(bool on) noexcept {
   const settings& c = g_settings;
+  // This process at once (a step window opens between two steps, however short); the others at their
+  // writer's next poll of the switch file.
+  if (process_state* s = state()) apply_capture(*s, on);
   if (c.control.empty()) return;
   const own_call own;
   // Replaced whole (a new file renamed over the old), so a reader never sees half of it.

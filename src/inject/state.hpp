@@ -37,6 +37,9 @@ struct process_state {
   std::atomic<bool> cuda{false};       // CUDA was initialized in this process (InitializeInjection)
   std::atomic<bool> cupti_on{false};   // the CUPTI recorder runs
   std::atomic<bool> exited{false};     // the X line is written
+  std::mutex capture_mu;               // apply_capture's: one switch at a time
+  bool capture_opened = false;         // under capture_mu
+  bool capture_closed = false;
 };
 
 /// Settings from the environment `ferry trace` sets, read once when the library loads.

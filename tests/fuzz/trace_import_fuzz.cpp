@@ -2,7 +2,8 @@
 //
 // Property: for any bytes, parse_trace returns a timeline or throws ferry::input_error; anything else
 // (another exception, a crash, a sanitizer report, a hang, a huge allocation) is a finding. A timeline it
-// returns must also write back as Chrome JSON and read back equal.
+// returns must also write back as Chrome JSON and read back equal. The same bytes go to the reader of
+// `ferry trace`'s process files (parse_process_file), whose events must write back as the same lines.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <string_view>
 
 #include "ferry/core/error.hpp"
+#include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/trace_io.hpp"
 #include "trace/timeline_compare.hpp"
 
@@ -20,6 +22,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   limits.max_bytes = 1 << 20;
   limits.max_events = 4096;
   limits.max_depth = 32;
+  try {
+    const ferry::trace::process_file f = ferry::trace::parse_process_file(text, "fuzz", limits);
+    ferry::trace::process_file_writer w;
+    std::string lines = ferry::trace::format_process_header(f.header);
+    w.append(f.events, lines);
+    const ferry::trace::process_file back = ferry::trace::parse_process_file(lines, "rewritten", limits);
+    if (back.events.events.size() != f.events.events.size()) {
+      std::fprintf(stderr, "process file round trip: %zu events became %zu\n", f.events.events.size(),
+                   back.events.events.size());
+      std::abort();
+    }
+  } catch (const ferry::input_error&) {
+    // refused cleanly
+  }
   ferry::trace::timeline t;
   try {
     t = ferry::trace::parse_trace(text, "fuzz", limits);

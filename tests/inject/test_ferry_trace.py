@@ -245,3 +245,82 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path):
     assert r.returncode == 2 and "not empty" in r.stderr and "--force" in r.stderr
     r = record(tmp_path / "s", "/bin/true", flags=["--steps", "5:2"])
     assert r.returncode == 2 and "--steps 5:2" in r.stderr
+
+
+def marks_of(p):
+    return sorted((e["start"], int(e["name"].split()[1])) for e in p["events"] if e["name"].startswith("mark "))
+
+
+def test_a_capture_window_by_time_records_only_inside_it(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "marks", flags=["--delay", "0.4", "--duration", "0.4", "--flush-ms", "10"])
+    assert r.returncode == 0, r.stderr
+    started = int(r.stdout.split("started at ")[1])
+    [p] = fixture_processes(tmp_path / "t")
+    kept = marks_of(p)
+    # 120 marks in 1.2 s; the window [0.4 s, 0.8 s] after the launcher started holds about 40. The bounds
+    # allow for the fixture starting after the launcher and for the switch taking a poll interval.
+    assert 10 <= len(kept) < 80, len(kept)
+    assert kept[0][0] >= started + 300_000_000 and kept[-1][0] <= started + 1_000_000_000, (kept[0], kept[-1])
+    assert "capture_on_ns" in p["notes"] and "capture_off_ns" in p["notes"]
+
+
+def test_cuda_profiler_start_and_stop_open_and_close_the_capture(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "profiler", flags=["--capture-range", "cudaProfilerApi", "--flush-ms", "10"])
+    assert r.returncode == 0, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert [i for _, i in marks_of(p)] == list(range(10, 20))
+
+
+def test_steps_window_of_a_torch_loop_and_its_own_cost(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(64, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(32, 64), torch.randn(32, 8)
+        for _ in range(14):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+    """))
+    site = Path(__file__).resolve().parents[2] / "python" / "ferry" / "_trace_site"
+    r = record(tmp_path / "t", sys.executable, str(script), flags=["--steps", "5:9", "--flush-ms", "10"],
+               env={"FERRY_TRACE_SITE": str(site)})
+    assert r.returncode == 0, r.stderr
+    [p] = [p for p in processes(tmp_path / "t") if "train.py" in p["command"]]
+    steps = sorted((e["start"], e["name"]) for e in p["events"] if e["name"].startswith("step "))
+    assert [n for _, n in steps] == [f"step {i}" for i in range(14)]  # every step, captured or not
+    forwards = [e["start"] for e in p["events"] if e["name"] == "forward (Linear)"]
+    assert forwards, "no forward range captured"
+    # Only steps 5 to 9 (and at most a poll interval into step 10) were captured.
+    step_start = {n: s for s, n in steps}
+    assert min(forwards) >= step_start["step 5"] and max(forwards) < step_start["step 11"], (forwards, steps)
+    analysis = json.loads(subprocess.run([CLI, "analyze", str(tmp_path / "t"), "--json"], capture_output=True,
+                                         text=True, timeout=TIMEOUT, check=True).stdout)
+    assert analysis["steps_before_ms"] > 0 and analysis["steps_during_ms"] > 0
+    assert "recording cost" in r.stderr
+
+
+def test_the_launcher_samples_each_process_cpu_use(tmp_path):
+    script = tmp_path / "spin.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(0.6); os._exit(0)
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            pass
+        os.wait()
+    """))
+    r = record(tmp_path / "t", sys.executable, str(script), flags=["--python", "none", "--sample-ms", "50"])
+    assert r.returncode == 0, r.stderr
+    by_pid = {}
+    for line in (tmp_path / "t" / "samples.ferry-cpu").read_text().split("\n")[1:-1]:
+        v = line.split()
+        if v[0] == "C":
+            by_pid.setdefault(int(v[2]), []).append(int(v[4]) / 1000)
+    procs = {p["started"]: p["pid"] for p in processes(tmp_path / "t")}
+    # The spinning parent used most of a core in its busiest sample, the sleeping child next to none. A
+    # busy machine may give the spinner less than a core: 0.3 is the floor that still tells them apart.
+    assert max(by_pid[procs["exec"]]) >= 0.3, by_pid
+    assert max(by_pid[procs["fork"]]) <= 0.2, by_pid

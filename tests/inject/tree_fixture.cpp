@@ -144,6 +144,38 @@ int kill_self() {
   return 1;
 }
 
+// Marks every 10 ms for 1.2 s; prints when it started (capture window by time).
+int marks() {
+  const range_fn r = range();
+  const std::int64_t start = now_ns();
+  std::printf("started at %lld\n", static_cast<long long>(start));
+  std::fflush(stdout);
+  for (int i = 0; now_ns() < start + 1'200'000'000; ++i) {
+    const std::int64_t t = now_ns();
+    r(("mark " + std::to_string(i)).c_str(), "fixture", t, t + 1000);
+    sleep_ms(10);
+  }
+  return 0;
+}
+
+// Marks 0-29, with cudaProfilerStart after mark 9 and cudaProfilerStop after mark 19, each followed by a
+// pause longer than the capture switch takes to spread.
+int profiler_api() {
+  const range_fn r = range();
+  using call = int (*)();
+  auto* start = reinterpret_cast<call>(dlsym(RTLD_DEFAULT, "cudaProfilerStart"));
+  auto* stop = reinterpret_cast<call>(dlsym(RTLD_DEFAULT, "cudaProfilerStop"));
+  if (start == nullptr || stop == nullptr) return 3;
+  for (int i = 0; i < 30; ++i) {
+    const std::int64_t t = now_ns();
+    r(("mark " + std::to_string(i)).c_str(), "fixture", t, t + 1000);
+    if (i == 9 && start() != 0) return 4;
+    if (i == 19 && stop() != 0) return 4;
+    if (i == 9 || i == 19) sleep_ms(300);
+  }
+  return 0;
+}
+
 // A range, then SIGTERM at its default disposition.
 int sigterm_self() {
   const std::int64_t t = now_ns();
@@ -265,8 +297,10 @@ int main(int argc, char** argv) {
   if (mode == "exit3") std::exit(3);
   if (mode == "kill") return kill_self();
   if (mode == "sigterm") return sigterm_self();
+  if (mode == "marks") return marks();
+  if (mode == "profiler") return profiler_api();
   if (mode == "nvtx") return nvtx();
   if (mode == "cuda") return cuda();
-  std::fprintf(stderr, "usage: tree_fixture blocking|fork|forkexec|doublefork FILE|exit3|kill|sigterm|nvtx|cuda\n");
+  std::fprintf(stderr, "usage: tree_fixture blocking|fork|forkexec|doublefork FILE|exit3|kill|sigterm|marks|profiler|nvtx|cuda\n");
   return 2;
 }

@@ -1,3 +1,4 @@
+#include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/trace_io.hpp"
 
 #include <gtest/gtest.h>
@@ -876,8 +877,8 @@ TEST(TraceIo, progress_is_quiet_for_a_quick_read) {
 
 // --- the fuzz corpus -----------------------------------------------------------------------------
 
-// Every seed and every input the fuzzer once crashed on: parse_trace returns or throws input_error, and
-// what it returns writes and reads back equal. CI replays these without clang's libFuzzer.
+// Every seed and every input the fuzzer once crashed on: parse_trace (and parse_process_file) returns or
+// throws input_error, and what it returns writes and reads back equal. CI replays these without clang's libFuzzer.
 TEST(TraceIo, fuzz_corpus_replays_cleanly) {
   ASSERT_TRUE(fs::is_directory(corpus_dir)) << corpus_dir;
   read_limits small;
@@ -890,6 +891,13 @@ TEST(TraceIo, fuzz_corpus_replays_cleanly) {
     if (!entry.is_regular_file()) continue;
     ++files;
     const std::string text = read_file(entry.path());
+    try {
+      static_cast<void>(parse_process_file(text, entry.path().filename().string(), small));
+    } catch (const ferry::input_error&) {
+      // Refused cleanly (most seeds are Chrome traces).
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << entry.path() << ": the process file reader threw, not an input_error: " << e.what();
+    }
     try {
       const timeline t = parse_trace(text, entry.path().filename().string(), small);
       ++parsed;

@@ -1,5 +1,5 @@
-// `ferry analyze FILE`: reads a ferry trace (`ferry bench ... --trace`) or a PyTorch profiler (Kineto)
-// trace and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
+// `ferry analyze FILE|DIR`: reads a ferry trace (`ferry bench ... --trace`), a PyTorch profiler (Kineto)
+// trace, or a directory `ferry trace` recorded (one analysis per GPU-owning process), and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
 // --fail-on RULE,... turns a finding into an exit status, so CI can gate on it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +18,7 @@
 #include "ferry/core/text.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/report/report_html.hpp"
+#include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/trace_io.hpp"
 #include "flags.hpp"
 #include "run_control.hpp"
@@ -63,6 +64,47 @@ std::set<std::string> parse_fail_on(const std::string& text) {
   return out;
 }
 
+// Exit status for --fail-on from the findings of `analyses`.
+int fail_on_status(const std::set<std::string>& fail_on, const std::vector<const trace::analysis*>& analyses) {
+  std::vector<std::string> failed;
+  for (const trace::analysis* a : analyses)
+    for (const trace::finding& x : a->findings)
+      if (fail_on.contains(x.rule) && std::find(failed.begin(), failed.end(), x.rule) == failed.end())
+        failed.push_back(x.rule);
+  if (failed.empty()) return exit_status::ok;
+  fmt::print(stderr, "ferry: --fail-on: the analysis has {} finding{}: {} (exit status {})\n",
+             failed.size() == 1 ? "a" : "these", failed.size() == 1 ? "" : "s", fmt::join(failed, ", "),
+             exit_status::finding);
+  return exit_status::finding;
+}
+
+// A directory `ferry trace` recorded: the process tree, and one analysis per GPU-owning process.
+int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fail_on, const trace::read_limits& limits,
+                        status_line& status) {
+  status.set("analyze: reading the process traces in " + f.file);
+  const trace::timeline t = trace::read_process_traces(f.file, limits);
+  trace::analyze_options opts;
+  opts.step_prefix = f.step_prefix;
+  opts.idle_threshold = f.idle_threshold;
+  opts.link_h2d_gbps = f.link_h2d;
+  opts.link_d2h_gbps = f.link_d2h;
+  opts.wording = trace::fix_wording::pytorch;  // ferry trace records programs that do not use ferry's C++
+  status.set("analyze: analyzing " + f.file);
+  const trace::session_analysis s = trace::analyze_session(t, opts);
+  if (!f.html.empty()) {
+    if (s.ranks.empty())
+      throw input_error(fmt::format("--html {}: no process of {} has GPU activity to draw", escape_control(f.html),
+                                    escape_control(f.file)));
+    status.set("analyze: writing " + f.html);
+    trace::write_html_report(t, s.ranks.front().result, f.html);
+    status.line("analyze: wrote " + f.html + " (" + s.ranks.front().name + ")");
+  }
+  emit(f.output, f.json ? trace::to_json(s) + "\n" : escape_control(trace::format_text(s), true));
+  std::vector<const trace::analysis*> analyses;
+  for (const trace::process_analysis& pa : s.ranks) analyses.push_back(&pa.result);
+  return fail_on_status(fail_on, analyses);
+}
+
 // The largest --max-bytes: what reading may inflate to must fit in memory several times over anyway.
 constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 40;
 
@@ -73,6 +115,7 @@ int run_analyze(const analyze_flags& f) {
   trace::read_limits limits;
   if (f.max_bytes != 0) limits.max_bytes = f.max_bytes;
   status_line status;
+  if (trace::is_process_trace_dir(f.file)) return run_analyze_session(f, fail_on, limits, status);
   status.set("analyze: reading " + f.file);
   // The reader's progress (bytes read of the total, events), once reading has taken a couple of seconds.
   const trace::timeline t = trace::read_trace(
@@ -91,15 +134,7 @@ int run_analyze(const analyze_flags& f) {
   }
   // Names in the text come from the trace: a hostile one must not drive the terminal. JSON escapes them.
   emit(f.output, f.json ? trace::to_json(a) + "\n" : escape_control(trace::format_text(a), true));
-  std::vector<std::string> failed;
-  for (const trace::finding& x : a.findings)
-    if (fail_on.contains(x.rule) && std::find(failed.begin(), failed.end(), x.rule) == failed.end())
-      failed.push_back(x.rule);
-  if (failed.empty()) return exit_status::ok;
-  fmt::print(stderr, "ferry: --fail-on: the analysis has {} finding{}: {} (exit status {})\n",
-             failed.size() == 1 ? "a" : "these", failed.size() == 1 ? "" : "s", fmt::join(failed, ", "),
-             exit_status::finding);
-  return exit_status::finding;
+  return fail_on_status(fail_on, {&a});
 }
 
 }  // namespace
@@ -110,7 +145,7 @@ std::function<int()> add_analyze_command(CLI::App& app) {
       "analyze",
       "Analyze a trace (ferry's, or a PyTorch profiler export): step breakdown, idle time, findings");
   cmd->add_option("file", f->file,
-                  "Trace file: ferry bench --trace output or torch.profiler export_chrome_trace")
+                  "Trace file (ferry bench --trace output, torch.profiler export_chrome_trace) or a ferry trace -o directory")
       ->required();
   cmd->add_flag("--json", f->json, "Print the analysis as JSON");
   cmd->add_option("--html", f->html,

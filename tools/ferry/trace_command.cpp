@@ -39,6 +39,7 @@
 
 #include "commands.hpp"
 #include "exit_status.hpp"
+#include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
 #include "ferry/trace/process_trace.hpp"
@@ -50,7 +51,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct trace_flags {
+struct trace_command_flags {
   std::vector<std::string> command;
   std::string output = "ferry-trace";
   bool force = false;
@@ -246,7 +247,7 @@ void prepend_env(const char* name, const std::string& value) {
   ::setenv(name, v.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the child, before exec, one thread
 }
 
-int run_trace(const trace_flags& f) {
+int run_trace(const trace_command_flags& f) {
   if (f.command.empty()) throw flag_error("ferry trace: no command given; usage: ferry trace [options] -- CMD ARGS...");
   const std::string injected = getenv_or("CUDA_INJECTION64_PATH");
   const fs::path lib = inject_library();
@@ -405,6 +406,17 @@ int run_trace(const trace_flags& f) {
                  "`ferry analyze {}` says where the GPU waited\n",
                  t.processes.size(), gpu, t.events.size(), escape_control((dir / "trace.json").string()),
                  escape_control(f.output));
+      // The recording's own cost, when the steps before the capture are known, and each rank's verdict.
+      trace::analyze_options opts;
+      opts.wording = trace::fix_wording::pytorch;
+      const trace::session_analysis s = trace::analyze_session(t, opts);
+      if (s.recording_cost > -1)
+        fmt::print(stderr, "ferry trace: recording cost {:+.1f}% (median step {:.2f} ms before the capture, {:.2f} ms during){}\n",
+                   s.recording_cost * 100, s.steps_before_ms, s.steps_during_ms,
+                   s.recording_cost > 0.05 ? "; above 5%: --lite records kernels and copies only" : "");
+      for (const trace::process_analysis& pa : s.ranks)
+        fmt::print(stderr, "ferry trace: {}: {}\n", escape_control(pa.name),
+                   escape_control(pa.result.findings.front().title));
     } catch (const std::exception& e) {
       fmt::print(stderr, "ferry trace: the recording in {} could not be merged: {}\n", escape_control(dir.string()),
                  escape_control(e.what()));
@@ -417,7 +429,7 @@ int run_trace(const trace_flags& f) {
 }  // namespace
 
 std::function<int()> add_trace_command(CLI::App& app) {
-  auto f = std::make_shared<trace_flags>();
+  auto f = std::make_shared<trace_command_flags>();
   CLI::App* cmd = app.add_subcommand(
       "trace", "Record an unmodified program and every process it starts (CUDA, NVTX, blocking calls, CPU use): "
                "ferry trace [options] -- CMD ARGS...");
