@@ -5,6 +5,8 @@ Environment:
   FERRY_PREBUILT_LIBRARY=path/to/libferry_c.so and FERRY_PREBUILT_CLI=path/to/ferry (both, or neither)
       skip the build and package these files instead (build/<preset>/src/c/libferry_c.so and
       build/<preset>/tools/ferry/ferry of a CMake build).
+  FERRY_PREBUILT_INJECT=path/to/libferry_inject.so: `ferry trace`'s injection library to package (default:
+      src/inject/libferry_inject.so of the build FERRY_PREBUILT_LIBRARY comes from).
   FERRY_CMAKE_ARGS adds arguments to the CMake configure step (for example -DFERRY_WITH_CUDA=OFF).
   FERRY_JOBS: parallel build jobs (default: every core).
   FERRY_REQUIRE_CUDA=1 fails the install when the library would be built without the cuda backend (no
@@ -28,6 +30,7 @@ from setuptools.dist import Distribution
 ROOT = Path(__file__).resolve().parent
 VERSION = runpy.run_path(str(ROOT / "python" / "ferry" / "_version.py"))["__version__"]
 LIBRARY = "libferry_c.so"
+INJECT = "libferry_inject.so"  # `ferry trace`'s injection library (src/inject)
 CLI = "ferry"
 # What a library built without the CUDA toolkit says when asked for a GPU (src/cuda/no_cuda.cpp; the
 # same text as python/ferry/_device.py's NO_CUDA_MARK, which tests/python/test_package.py checks).
@@ -123,7 +126,8 @@ def cmake_build() -> tuple:
         raise SystemExit(f"ferry-gpu: CMake's configure step failed (exit status {configured.returncode})")
     check_cuda(host_only_reason(cache_entries(build), configured.stdout), prebuilt=False)  # before the build
     jobs = os.environ.get("FERRY_JOBS", str(os.cpu_count() or 2))
-    subprocess.check_call(["cmake", "--build", str(build), "--target", "ferry_c", "ferry_cli", "-j", jobs])
+    subprocess.check_call(["cmake", "--build", str(build), "--target", "ferry_c", "ferry_cli", "ferry_inject", "-j",
+                           jobs])
     return build / "src" / "c" / LIBRARY, build / "tools" / "ferry" / CLI
 
 
@@ -156,6 +160,14 @@ class BuildWithCMake(build_py):
         shutil.copy2(library, package / LIBRARY)
         shutil.copy2(cli, package / CLI)  # run by the `ferry` command and `python -m ferry` (ferry/_cli.py)
         (package / CLI).chmod(0o755)
+        # `ferry trace`'s injection library, which the tool looks for beside itself: FERRY_PREBUILT_INJECT,
+        # else the one the same build made (build/<preset>/src/inject/).
+        inject = Path(os.environ.get("FERRY_PREBUILT_INJECT") or Path(library).parent.parent / "inject" / INJECT)
+        if inject.is_file():
+            shutil.copy2(inject, package / INJECT)
+        else:
+            shout(f"ferry-gpu: {inject} is missing: `ferry trace` will not work from this install "
+                  "(build the ferry_inject target, or set FERRY_PREBUILT_INJECT)")
         # The installed package carries its version as a literal (a source checkout reads CMakeLists.txt).
         (package / "_version.py").write_text(
             f'"""ferry\'s version, PEP 440: the CMake project version it was built from."""\n'
