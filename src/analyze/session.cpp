@@ -298,6 +298,12 @@ session_analysis analyze_session(const timeline& t, const analyze_options& opts)
     add_workers(t, ps.key, r, pa);
     s.ranks.push_back(std::move(pa));
   }
+  find_straggler(s);
+  recording_cost(t, s);
+  return s;
+}
+
+void find_straggler(session_analysis& s) {
   if (s.ranks.size() >= 2) {
     const auto slowest = std::max_element(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) {
       return a.result.mean.compute_ms < b.result.mean.compute_ms;
@@ -310,14 +316,16 @@ session_analysis analyze_session(const timeline& t, const analyze_options& opts)
       s.straggler_excess = slowest->result.mean.compute_ms / fastest->result.mean.compute_ms - 1.0;
     }
   }
-  recording_cost(t, s);
-  return s;
 }
 
 std::string format_text(const session_analysis& s) {
-  std::string out = fmt::format("Recording of {} process{}", s.processes.size(), s.processes.size() == 1 ? "" : "es");
-  if (s.launcher_cpu_cores >= 0) out += fmt::format(" (the launcher used {:.1f}% of one core)", s.launcher_cpu_cores * 100);
-  out += ":\n";
+  std::string out;
+  if (!s.processes.empty()) {
+    out = fmt::format("Recording of {} process{}", s.processes.size(), s.processes.size() == 1 ? "" : "es");
+    if (s.launcher_cpu_cores >= 0)
+      out += fmt::format(" (the launcher used {:.1f}% of one core)", s.launcher_cpu_cores * 100);
+    out += ":\n";
+  }
   std::map<std::uint64_t, int> depth;
   for (const process_summary& p : s.processes) {
     const int d = depth.contains(p.parent) ? depth[p.parent] + 1 : 0;
@@ -332,6 +340,16 @@ std::string format_text(const session_analysis& s) {
                        s.steps_before_ms, s.steps_during_ms, s.recording_cost * 100,
                        s.recording_cost > 0.05 ? ": above 5%; --lite records kernels and copies only" : "");
   if (s.ranks.empty()) out += "No process has GPU activity: nothing to analyze per step.\n";
+  if (s.ranks.size() >= 2) {
+    out += "\nPer rank (mean step, ms):\n";
+    out += fmt::format("  {:<40} {:>9} {:>9} {:>8} {:>8}  {}\n", "rank", "wall", "compute", "comm", "idle",
+                       "first finding");
+    for (const process_analysis& pa : s.ranks) {
+      const step_breakdown& m = pa.result.mean;
+      out += fmt::format("  {:<40} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f}  {}\n", pa.name.substr(0, 40), m.wall_ms,
+                         m.compute_ms, m.comm_ms, m.idle_ms, pa.result.findings.front().rule);
+    }
+  }
   for (const process_analysis& pa : s.ranks) {
     out += fmt::format("\n=== {}\n", pa.name);
     if (!pa.workers.empty()) {

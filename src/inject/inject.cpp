@@ -81,6 +81,12 @@ void read_settings() {
       s.steps_last = b;
     }
   }
+  if (const char* n = std::getenv("FERRY_TRACE_NVTX_CAPTURE"); n != nullptr && *n != '\0') {
+    const std::string v = n;
+    const std::size_t at = v.rfind('@');
+    s.nvtx_capture = at == std::string::npos ? v : v.substr(0, at);
+    s.nvtx_capture_domain = at == std::string::npos ? "" : v.substr(at + 1);
+  }
   // NOLINTEND(concurrency-mt-unsafe)
   s.block_ns = env_number("FERRY_TRACE_BLOCK_US", 100, 1, 10'000'000) * 1000;
   s.flush_ns = env_number("FERRY_TRACE_FLUSH_MS", 50, 1, 10'000) * 1'000'000;

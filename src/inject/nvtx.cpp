@@ -103,7 +103,15 @@ struct open_range {
   std::int64_t start;
   std::uint32_t name;
   std::uint32_t domain;
+  bool trigger = false;  // the range that opened the capture window (--capture-range=nvtx): its pop closes it
 };
+
+// The range `ferry trace --capture-range=nvtx --nvtx-capture NAME[@DOMAIN]` captures inside.
+bool is_trigger(domain_handle d, std::string_view message) {
+  const settings& c = config();
+  if (c.nvtx_capture.empty() || message != c.nvtx_capture) return false;
+  return c.nvtx_capture_domain.empty() || (d != nullptr && d->text == c.nvtx_capture_domain);
+}
 constexpr int max_depth = 128;
 thread_local open_range t_stack[max_depth];
 thread_local int t_depth = 0;  // may exceed max_depth: the ranges above it are not recorded
@@ -131,8 +139,10 @@ void emit(std::int64_t start, std::int64_t end, std::uint32_t name, std::uint32_
 
 int push(domain_handle d, std::string_view message) {
   if (in_ferry() || state() == nullptr) return t_depth;
+  const bool trigger = is_trigger(d, message);
+  if (trigger) set_capture(true);
   const int depth = t_depth++;
-  if (depth < max_depth) t_stack[depth] = open_range{now_ns(), intern(message), domain_id(d)};
+  if (depth < max_depth) t_stack[depth] = open_range{now_ns(), intern(message), domain_id(d), trigger};
   return depth;
 }
 
@@ -142,6 +152,7 @@ int pop() {
   if (depth < max_depth && !in_ferry() && state() != nullptr) {
     const open_range& o = t_stack[depth];
     emit(o.start, now_ns(), o.name, o.domain);
+    if (o.trigger) set_capture(false);
   }
   return depth;
 }

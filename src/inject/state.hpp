@@ -53,6 +53,8 @@ struct settings {
   std::int64_t flush_ns = 50'000'000;  // FERRY_TRACE_FLUSH_MS
   long long steps_first = -1;        // FERRY_TRACE_STEPS=A:B: capture steps A..B
   long long steps_last = -1;
+  std::string nvtx_capture;          // FERRY_TRACE_NVTX_CAPTURE=NAME[@DOMAIN]: capture inside this range
+  std::string nvtx_capture_domain;
 };
 
 [[nodiscard]] const settings& config() noexcept;

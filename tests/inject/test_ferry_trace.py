@@ -324,3 +324,30 @@ def test_the_launcher_samples_each_process_cpu_use(tmp_path):
     # busy machine may give the spinner less than a core: 0.3 is the floor that still tells them apart.
     assert max(by_pid[procs["exec"]]) >= 0.3, by_pid
     assert max(by_pid[procs["fork"]]) <= 0.2, by_pid
+
+
+def test_a_directory_of_per_rank_traces_names_the_straggler(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for rank, compute in ((0, "1"), (1, "4")):
+        subprocess.run([CLI, "bench", "egress", "--backend", "host", "--levels", "L4-pinned", "--steps", "4",
+                        "--warmup", "1", "--shape", "2x3x32x32", "--compute-ms", compute,
+                        "--trace", str(tmp_path / f"rank{rank}.json")], check=True, capture_output=True,
+                       timeout=TIMEOUT)
+        (tmp_path / f"rank{rank}.L4-pinned.json").rename(ranks / f"rank{rank}.pt.trace.json")
+    r = subprocess.run([CLI, "analyze", str(ranks), "--json"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    assert [x["name"] for x in a["ranks"]] == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    assert a["straggler"] == "rank1.pt.trace.json" and a["straggler_excess"] > 1.0, a["straggler_excess"]
+    text = subprocess.run([CLI, "analyze", str(ranks)], capture_output=True, text=True, timeout=TIMEOUT).stdout
+    assert "Per rank" in text and "Straggler: rank1.pt.trace.json" in text
+
+
+def test_an_nvtx_range_opens_and_closes_the_capture(tmp_path):
+    r = record(tmp_path / "t", FIXTURE, "nvtxwindow", flags=["--capture-range", "nvtx", "--nvtx-capture", "capture me"])
+    assert r.returncode == 0, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert sorted(n for n in names(p) if n in ("before", "capture me", "inside", "after")) == ["capture me", "inside"]
+    r = record(tmp_path / "bad", "/bin/true", flags=["--capture-range", "nvtx"])
+    assert r.returncode == 2 and "--nvtx-capture" in r.stderr

@@ -223,7 +223,8 @@ struct attributes {  // nvtxEventAttributes_v2
 };
 attributes ascii(const char* text) { return attributes{3, sizeof(attributes), 0, 0, 0, 0, 0, 0, 1, text}; }
 
-int nvtx() {
+// Loads the tool as NVTX does; 0 when it took the tables.
+int load_nvtx() {
   const char* path = std::getenv("NVTX_INJECTION64_PATH");
   void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
   auto* init = lib != nullptr ? reinterpret_cast<int (*)(const void* (*)(std::uint32_t))>(
@@ -234,7 +235,29 @@ int nvtx() {
     core_slots[i] = &core[i];
     core2_slots[i] = &core2[i];
   }
-  if (init(export_table) != 1) return 4;
+  return init(export_table) == 1 ? 0 : 4;
+}
+
+// Ranges before, in and after one named "capture me" (the NVTX trigger of the capture window).
+int nvtx_window() {
+  if (const int rc = load_nvtx(); rc != 0) return rc;
+  auto push_a = reinterpret_cast<int (*)(const char*)>(core[9]);
+  auto pop = reinterpret_cast<int (*)()>(core[11]);
+  for (const char* name : {"before", "capture me", "after"}) {
+    push_a(name);
+    if (std::strcmp(name, "capture me") == 0) {
+      push_a("inside");
+      sleep_ms(1);
+      pop();
+    }
+    pop();
+    sleep_ms(100);  // longer than a poll of the capture switch
+  }
+  return 0;
+}
+
+int nvtx() {
+  if (const int rc = load_nvtx(); rc != 0) return rc;
   auto push_a = reinterpret_cast<int (*)(const char*)>(core[9]);
   auto pop = reinterpret_cast<int (*)()>(core[11]);
   auto name_thread = reinterpret_cast<void (*)(std::uint32_t, const char*)>(core[14]);
@@ -300,7 +323,8 @@ int main(int argc, char** argv) {
   if (mode == "marks") return marks();
   if (mode == "profiler") return profiler_api();
   if (mode == "nvtx") return nvtx();
+  if (mode == "nvtxwindow") return nvtx_window();
   if (mode == "cuda") return cuda();
-  std::fprintf(stderr, "usage: tree_fixture blocking|fork|forkexec|doublefork FILE|exit3|kill|sigterm|marks|profiler|nvtx|cuda\n");
+  std::fprintf(stderr, "usage: tree_fixture blocking|fork|forkexec|doublefork FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda\n");
   return 2;
 }

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -105,6 +106,51 @@ int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fai
   return fail_on_status(fail_on, analyses);
 }
 
+// A directory of per-rank traces (torch.profiler's tensorboard_trace_handler writes one
+// <worker>.<time>.pt.trace.json[.gz] per rank, as HTA reads them; or ferry's own): each analyzed, then the
+// ranks side by side and the straggler.
+int run_analyze_ranks(const analyze_flags& f, const std::set<std::string>& fail_on, const trace::read_limits& limits,
+                      status_line& status) {
+  if (!f.html.empty())
+    throw flag_error(fmt::format("--html {}: {} is a directory of per-rank traces; give one rank's file for a report",
+                                 escape_control(f.html), escape_control(f.file)));
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(f.file)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw input_error(fmt::format("{}: a directory with neither process traces (ferry trace -o) nor trace files "
+                                  "(*.json, *.json.gz: one per rank, as torch.profiler's tensorboard_trace_handler "
+                                  "writes them)",
+                                  escape_control(f.file)));
+  trace::session_analysis s;
+  trace::analyze_options opts;
+  opts.step_prefix = f.step_prefix;
+  opts.idle_threshold = f.idle_threshold;
+  opts.link_h2d_gbps = f.link_h2d;
+  opts.link_d2h_gbps = f.link_d2h;
+  for (const std::filesystem::path& p : files) {
+    status.set("analyze: reading " + p.string());
+    const trace::timeline t = trace::read_trace(p, limits);
+    trace::process_analysis pa;
+    pa.name = p.filename().string();
+    try {
+      pa.result = trace::analyze(t, opts);
+    } catch (const input_error& e) {
+      s.notes.push_back(fmt::format("{}: not analyzed: {}", pa.name, e.what()));
+      continue;
+    }
+    s.ranks.push_back(std::move(pa));
+  }
+  trace::find_straggler(s);
+  emit(f.output, f.json ? trace::to_json(s) + "\n" : escape_control(trace::format_text(s), true));
+  std::vector<const trace::analysis*> analyses;
+  for (const trace::process_analysis& pa : s.ranks) analyses.push_back(&pa.result);
+  return fail_on_status(fail_on, analyses);
+}
+
 // The largest --max-bytes: what reading may inflate to must fit in memory several times over anyway.
 constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 40;
 
@@ -116,6 +162,7 @@ int run_analyze(const analyze_flags& f) {
   if (f.max_bytes != 0) limits.max_bytes = f.max_bytes;
   status_line status;
   if (trace::is_process_trace_dir(f.file)) return run_analyze_session(f, fail_on, limits, status);
+  if (std::filesystem::is_directory(f.file)) return run_analyze_ranks(f, fail_on, limits, status);
   status.set("analyze: reading " + f.file);
   // The reader's progress (bytes read of the total, events), once reading has taken a couple of seconds.
   const trace::timeline t = trace::read_trace(

@@ -59,6 +59,7 @@ struct trace_command_flags {
   double duration_s = 0;
   std::string capture_range = "none";
   std::string steps;
+  std::string nvtx_capture;
   bool lite = false;
   std::int64_t block_us = 100;
   std::int64_t flush_ms = 50;
@@ -258,6 +259,8 @@ int run_trace(const trace_command_flags& f) {
         escape_control(injected)));
   if (f.duration_s > 0 && f.capture_range != "none")
     throw flag_error("ferry trace: --duration and --capture-range cannot be combined");
+  if ((f.capture_range == "nvtx") != !f.nvtx_capture.empty())
+    throw flag_error("ferry trace: --capture-range nvtx and --nvtx-capture NAME[@DOMAIN] go together");
   long long first = -1, last = -1;
   if (!f.steps.empty()) {
     if (std::sscanf(f.steps.c_str(), "%lld:%lld", &first, &last) != 2 || first < 0 || last < first)
@@ -316,6 +319,7 @@ int run_trace(const trace_command_flags& f) {
     ::setenv("FERRY_TRACE_BLOCK_US", std::to_string(f.block_us).c_str(), 1);
     ::setenv("FERRY_TRACE_FLUSH_MS", std::to_string(f.flush_ms).c_str(), 1);
     if (first >= 0) ::setenv("FERRY_TRACE_STEPS", f.steps.c_str(), 1);
+    if (!f.nvtx_capture.empty()) ::setenv("FERRY_TRACE_NVTX_CAPTURE", f.nvtx_capture.c_str(), 1);
     ::setenv("FERRY_TRACE_INJECT", lib.c_str(), 1);
     ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     ::setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
@@ -439,8 +443,11 @@ std::function<int()> add_trace_command(CLI::App& app) {
   add_double_flag(*cmd, "--duration", f->duration_s, 0, 1e6,
                   "Seconds of capture after the delay; the program runs on unrecorded (default: to the end)");
   cmd->add_option("--capture-range", f->capture_range,
-                  "none, or cudaProfilerApi: capture between cudaProfilerStart and cudaProfilerStop")
-      ->check(CLI::IsMember({"none", "cudaProfilerApi"}));
+                  "none; cudaProfilerApi: capture between cudaProfilerStart and cudaProfilerStop; nvtx: inside "
+                  "the NVTX range --nvtx-capture names")
+      ->check(CLI::IsMember({"none", "cudaProfilerApi", "nvtx"}));
+  cmd->add_option("--nvtx-capture", f->nvtx_capture,
+                  "NAME[@DOMAIN]: with --capture-range nvtx, capture while this NVTX range is open (in any process)");
   cmd->add_option("--steps", f->steps,
                   "A:B: capture training steps A to B (counted from 0; Python programs with an optimizer)");
   cmd->add_flag("--lite", f->lite, "Kernels, copies and memsets only (no runtime calls, no syncs): for launch-bound "

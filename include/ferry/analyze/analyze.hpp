@@ -156,6 +156,65 @@ struct analysis {
 /// Analyzes `t`. Throws input_error when the timeline has no GPU activity in any step.
 [[nodiscard]] analysis analyze(const timeline& t, const analyze_options& opts = {});
 
+/// One process of a multi-process recording (`ferry trace`), as the session analysis lists it.
+struct process_summary {
+  std::uint64_t key = 0;  // timeline::processes' key
+  std::uint64_t pid = 0;
+  std::uint64_t parent = 0;  // the parent's key; 0 when it was not recorded
+  std::string name;
+  std::string command;
+  std::string started;
+  std::string ended;
+  bool gpu = false;
+  std::size_t events = 0;
+  double cpu_cores = -1;  // mean CPU use over the launcher's samples (1 = one core); -1 without samples
+  std::map<std::string, std::string> notes;
+};
+
+/// A descendant process of a GPU-owning process (a DataLoader worker, a post-processing worker) while
+/// that process's GPU idled.
+struct worker_activity {
+  std::string process;      // "DataLoader worker 2 [1240]"
+  double cpu_cores = 0;     // mean CPU use in the samples taken while the GPU idled
+  double busy_fraction = 0; // the share of those samples in which it used at least 0.9 of a core
+};
+
+/// The analysis of one GPU-owning process (a rank), with its descendants' events and CPU use.
+struct process_analysis {
+  std::uint64_t key = 0;
+  std::string name;  // "python train.py [1234]"
+  analysis result;
+  std::vector<worker_activity> workers;  // busiest first
+  double workers_cores = 0;              // their CPU use while the GPU idled, together
+};
+
+/// The analysis of a multi-process recording: the process tree, one analysis per GPU-owning process,
+/// the straggler among several, and what the recording cost when the steps before the capture are known.
+struct session_analysis {
+  std::vector<process_summary> processes;  // by start time
+  std::vector<process_analysis> ranks;     // the processes with GPU activity
+  /// With two or more ranks: the one that computes longest per step (the others wait for it in their
+  /// collectives), and by how much, as a fraction of the fastest.
+  std::string straggler;
+  double straggler_excess = 0;
+  double launcher_cpu_cores = -1;  // the launcher's own CPU use; -1 when unknown
+  /// Step time before the capture opened and while it ran (`ferry trace --delay/--steps`), and the cost
+  /// (during / before - 1); -1 when not measured.
+  double steps_before_ms = -1;
+  double steps_during_ms = -1;
+  double recording_cost = -1;
+  std::vector<std::string> notes;  // what the reader should know: a handover, CUPTI missing, a killed process
+};
+
+/// Analyzes a multi-process timeline (read_process_traces). A recording without GPU activity still
+/// lists its processes (ranks empty).
+[[nodiscard]] session_analysis analyze_session(const timeline& t, const analyze_options& opts = {});
+/// Sets s.straggler from s.ranks (two or more): for per-rank traces analyzed one by one (a directory of
+/// torch.profiler traces) as for a recording.
+void find_straggler(session_analysis& s);
+[[nodiscard]] std::string format_text(const session_analysis& s);
+[[nodiscard]] std::string to_json(const session_analysis& s);
+
 /// A human-readable report: breakdown table, idle attribution, findings with evidence and fix.
 [[nodiscard]] std::string format_text(const analysis& a);
 /// The analysis as JSON (the same content as the text).
