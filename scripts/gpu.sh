@@ -615,9 +615,10 @@ cmd_examples() {
 
 # ------------------------------------------------------------------------------------------ trace-inject
 # `ferry trace` on the GPU: smoke (parity of kernels and copies per step with the in-process recorder on
-# the egress and ingest ladders' L1, torch.profiler inside a recorded program, the PyTorch examples'
-# reference levels recorded unmodified and analyzed) or cost (each example level run plain and under
-# `ferry trace`, interleaved, TRACE_RUNS times). Raw outputs in $OUT/trace-inject.tgz.
+# the egress and ingest ladders' L1, torch.profiler inside a recorded program, two examples recorded and
+# analyzed), findings (each reference level of the PyTorch examples recorded unmodified, its first finding)
+# or cost (a program run plain and under `ferry trace`, interleaved, TRACE_RUNS times; see the cost branch).
+# Raw outputs in $OUT/trace-inject-*.tgz and the summary beside it.
 cmd_trace_inject() {
   local what=${1:-smoke} out f status=0 r lvl final
   # Everything under a work folder; $OUT gets the tarball and the summary only (few files come back).
@@ -654,23 +655,49 @@ cmd_trace_inject() {
     for x in seg train; do
       { echo "== $x"; tail -2 "$out/$x.txt"; sed -n '1,12p' "$out/$x-analysis.txt"; grep -m3 -A2 "^Findings" "$out/$x-analysis.txt"; } | tee -a "$out/summary.txt"
     done
+  elif [ "$what" = findings ]; then
+    # Each reference level of the PyTorch examples recorded unmodified, one level per recording.
+    for lvl in ${SEG_LEVELS:-L0 L1 L2 L3 L4 L4-pinned ferry}; do
+      "$f" trace -o "$out/seg-$lvl" -- python3 examples/pytorch/segmentation_egress.py --levels "$lvl" --steps 6 \
+        > "$out/seg-$lvl.txt" 2>&1 || status=1
+      "$f" analyze "$out/seg-$lvl" > "$out/seg-$lvl-analysis.txt" 2>&1 || status=1
+      echo "seg $lvl: $(grep -m1 -A0 '^  1\. ' "$out/seg-$lvl-analysis.txt")" | tee -a "$out/summary.txt"
+      rm -f "$out/seg-$lvl"/*.ferry-proc
+    done
+    for lvl in ${TRAIN_LEVELS:-loader pinned reference ferry}; do
+      "$f" trace -o "$out/train-$lvl" -- python3 examples/pytorch/train_prefetch.py --levels "$lvl" --steps 20 \
+        > "$out/train-$lvl.txt" 2>&1 || status=1
+      "$f" analyze "$out/train-$lvl" > "$out/train-$lvl-analysis.txt" 2>&1 || status=1
+      echo "train $lvl: $(grep -m1 -A0 '^  1\. ' "$out/train-$lvl-analysis.txt")" | tee -a "$out/summary.txt"
+      rm -f "$out/train-$lvl"/*.ferry-proc
+    done
   else
+    # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
+    # and under each variant of TRACE_VARIANTS (traced, lite), interleaved, TRACE_RUNS times; with
+    # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
+    local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
+    launch=(python3)
+    [ -n "${TRACE_RANKS:-}" ] && launch=(python3 -m torch.distributed.run --standalone --nproc_per_node "$TRACE_RANKS")
     for r in $(seq 1 "${TRACE_RUNS:-5}"); do
-      for lvl in plain traced; do
-        if [ $lvl = plain ]; then
-          python3 examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py} ${TRACE_ARGS:---levels ideal,ferry --steps 40} \
-            --json "$out/cost-$lvl-$r.json" > "$out/cost-$lvl-$r.txt" 2>&1 || status=1
-        else
-          "$f" trace -o "$out/cost-trace-$r" -- python3 examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py} \
-            ${TRACE_ARGS:---levels ideal,ferry --steps 40} --json "$out/cost-$lvl-$r.json" > "$out/cost-$lvl-$r.txt" 2>&1 || status=1
-          [ "$r" = 1 ] || rm -rf "$out/cost-trace-$r"
+      for v in plain ${TRACE_VARIANTS:-traced}; do
+        local args=(${TRACE_ARGS:---levels ideal,ferry --steps 40}) pre=()
+        if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
+        [ "$v" = traced ] && pre=("$f" trace -o "$out/trace-$v-$r" --)
+        [ "$v" = lite ] && pre=("$f" trace --lite -o "$out/trace-$v-$r" --)
+        ${pre[@]+"${pre[@]}"} "${launch[@]}" "$script" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
+        [ -n "${TRACE_RANKS:-}" ] && cp "$out/run-$v-$r/results.json" "$out/cost-$v-$r.json" 2>/dev/null
+        if [ "$v" != plain ] && [ "$r" = 1 ]; then
+          "$f" analyze "$out/trace-$v-$r" > "$out/analysis-$v.txt" 2>&1 || status=1
+          tail -n 3 "$out/cost-$v-$r.txt" | grep "ferry trace" | tee -a "$out/summary.txt"
+          grep -A12 "^Per rank\|^Straggler" "$out/analysis-$v.txt" | tee -a "$out/summary.txt"
         fi
+        [ "$r" = 1 ] || rm -rf "$out/trace-$v-$r"
       done
     done
   fi
+  [ "$what" = findings ] && what=findings
   if [ "$what" = cost ]; then
-    what="cost-${TRACE_EXAMPLE:-train_prefetch.py}"
-    what=${what%.py}
+    what="cost-$(basename "${TRACE_SCRIPT:-${TRACE_EXAMPLE:-train_prefetch.py}}" .py)${TRACE_RANKS:+-x$TRACE_RANKS}"
     python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
   fi
   tar czf "$final/trace-inject-$what.tgz" -C "$out" . 2>/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The recording cost of `ferry trace` on a PyTorch example: its --json results of interleaved runs,
-cost-plain-<i>.json and cost-traced-<i>.json in DIR (scripts/gpu.sh trace-inject cost). Prints the steps/s
-of each run of each level, the medians and the cost (1 - traced / plain)."""
+"""The recording cost of `ferry trace` on a program: its --json results of interleaved runs,
+cost-<variant>-<i>.json in DIR (scripts/gpu.sh trace-inject cost; variants plain, traced, lite). Prints the
+steps/s of each run of each level, the medians and each variant's cost (1 - variant / plain)."""
 import json
 import statistics
 import sys
@@ -10,18 +10,22 @@ from pathlib import Path
 
 def main():
     d = Path(sys.argv[1])
-    runs = {"plain": {}, "traced": {}}
-    for kind in runs:
-        for f in sorted(d.glob(f"cost-{kind}-*.json")):
-            for lvl in json.loads(f.read_text())["levels"]:
-                runs[kind].setdefault(lvl["level"], []).append(lvl["steps_per_s"])
-    for level, plain in runs["plain"].items():
-        traced = runs["traced"].get(level, [])
-        if not plain or not traced:
-            continue
-        mp, mt = statistics.median(plain), statistics.median(traced)
-        print(f"{level}: plain {' '.join(f'{x:.3f}' for x in plain)} steps/s (median {mp:.3f}); "
-              f"traced {' '.join(f'{x:.3f}' for x in traced)} (median {mt:.3f}); cost {100 * (1 - mt / mp):+.2f}%")
+    runs = {}
+    for f in sorted(d.glob("cost-*-*.json")):
+        variant = f.name.split("-")[1]
+        for lvl in json.loads(f.read_text())["levels"]:
+            if lvl.get("steps_per_s"):
+                runs.setdefault(variant, {}).setdefault(lvl["level"], []).append(lvl["steps_per_s"])
+    for level, plain in runs.get("plain", {}).items():
+        mp = statistics.median(plain)
+        line = f"{level}: plain {' '.join(f'{x:.3f}' for x in plain)} steps/s (median {mp:.3f})"
+        for variant in sorted(v for v in runs if v != "plain"):
+            other = runs[variant].get(level, [])
+            if other:
+                mt = statistics.median(other)
+                line += (f"; {variant} {' '.join(f'{x:.3f}' for x in other)} (median {mt:.3f}, "
+                         f"cost {100 * (1 - mt / mp):+.2f}%)")
+        print(line)
 
 
 if __name__ == "__main__":
