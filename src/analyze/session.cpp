@@ -69,6 +69,10 @@ std::size_t keep_steady_steps(timeline& r, std::uint64_t main_thread) {
     return e.kind == activity::range && e.start_ns < from && r.name_of(e).starts_with("step ") &&
            r.domain_of(e) == "ferry.python";
   });
+  // CPU work still going at the last step's end (workers fetching batches no step will use) ends there,
+  // as a capture window would cut it.
+  for (event& e : r.events)
+    if (!e.on_gpu() && e.end_ns > to) e.end_ns = std::max(e.start_ns, to);
   return steps.size() - 1;
 }
 
@@ -118,7 +122,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> gpu_idle(const timeline& r) {
   const detail::interval_union busy(std::move(spans));
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
   if (busy.empty()) return out;
-  busy.for_each_gap(busy.first(), busy.last(), [&](const detail::span& g) { out.emplace_back(g.start, g.end); });
+  busy.for_each_gap(busy.first(), busy.last(),
+                    [&](const detail::span& g) { out.emplace_back(g.start, g.end); });
   return out;
 }
 
@@ -185,9 +190,10 @@ void add_workers(const timeline& t, std::uint64_t key, const timeline& r, proces
   const bool saturated = pa.workers_cores >= 0.8 * n;
   for (finding& f : pa.result.findings) {
     if (f.rule != "gpu_idle" && f.rule != "host_bound") continue;
-    f.evidence += fmt::format("; while the GPU idled, its {} worker process{} used {:.2f} core{} together (of {})",
-                              pa.workers.size(), pa.workers.size() == 1 ? "" : "es", pa.workers_cores,
-                              pa.workers_cores == 1.0 ? "" : "s", pa.workers.size());
+    f.evidence +=
+        fmt::format("; while the GPU idled, its {} worker process{} used {:.2f} core{} together (of {})",
+                    pa.workers.size(), pa.workers.size() == 1 ? "" : "es", pa.workers_cores,
+                    pa.workers_cores == 1.0 ? "" : "s", pa.workers.size());
     f.numbers["workers"] = n;
     f.numbers["workers_cpu_cores"] = pa.workers_cores;
     if (saturated)
@@ -207,7 +213,8 @@ void recording_cost(const timeline& t, session_analysis& s) {
       const std::int64_t v = std::stoll(it->second);
       if (on < 0 || v < on) on = v;
     }
-    if (const auto it = p.notes.find("capture_off_ns"); it != p.notes.end()) off = std::min<std::int64_t>(off, std::stoll(it->second));
+    if (const auto it = p.notes.find("capture_off_ns"); it != p.notes.end())
+      off = std::min<std::int64_t>(off, std::stoll(it->second));
   }
   if (on < 0) return;
   std::vector<double> before, during;
@@ -281,13 +288,15 @@ session_analysis analyze_session(const timeline& t, const analyze_options& opts)
     pa.key = ps.key;
     pa.name = label(t.processes.at(ps.key));
     if (opts.step_prefix.empty() && add_forward_steps(r, ps.key))
-      s.notes.push_back(fmt::format("{}: no training steps; one step per forward of its main thread", pa.name));
+      s.notes.push_back(
+          fmt::format("{}: no training steps; one step per forward of its main thread", pa.name));
     if (opts.step_prefix.empty()) {
       const std::size_t all = keep_steady_steps(r, ps.key);
       if (all >= 3)
-        s.notes.push_back(fmt::format("{}: steps 1 to {} analyzed; step 0 (the warm-up) and the time before and "
-                                      "after the steps left out",
-                                      pa.name, all));
+        s.notes.push_back(
+            fmt::format("{}: steps 1 to {} analyzed; step 0 (the warm-up) and the time before and "
+                        "after the steps left out",
+                        pa.name, all));
     }
     try {
       pa.result = analyze(r, opts);
@@ -330,15 +339,17 @@ std::string format_text(const session_analysis& s) {
   for (const process_summary& p : s.processes) {
     const int d = depth.contains(p.parent) ? depth[p.parent] + 1 : 0;
     depth[p.key] = d;
-    out += fmt::format("  {}{} [{}] {}{}, {} event{}{}, {}\n", std::string(static_cast<std::size_t>(d) * 2, ' '),
-                       p.name, p.pid, p.started, p.gpu ? ", GPU" : "", p.events, p.events == 1 ? "" : "s",
-                       p.cpu_cores >= 0 ? fmt::format(", {:.2f} cores", p.cpu_cores) : "", p.ended);
+    out +=
+        fmt::format("  {}{} [{}] {}{}, {} event{}{}, {}\n", std::string(static_cast<std::size_t>(d) * 2, ' '),
+                    p.name, p.pid, p.started, p.gpu ? ", GPU" : "", p.events, p.events == 1 ? "" : "s",
+                    p.cpu_cores >= 0 ? fmt::format(", {:.2f} cores", p.cpu_cores) : "", p.ended);
   }
   for (const std::string& n : s.notes) out += "  note: " + n + "\n";
   if (s.recording_cost > -1)
-    out += fmt::format("Recording cost: median step {:.2f} ms before the capture, {:.2f} ms during it ({:+.1f}%){}\n",
-                       s.steps_before_ms, s.steps_during_ms, s.recording_cost * 100,
-                       s.recording_cost > 0.05 ? ": above 5%; --lite records kernels and copies only" : "");
+    out += fmt::format(
+        "Recording cost: median step {:.2f} ms before the capture, {:.2f} ms during it ({:+.1f}%){}\n",
+        s.steps_before_ms, s.steps_during_ms, s.recording_cost * 100,
+        s.recording_cost > 0.05 ? ": above 5%; --lite records kernels and copies only" : "");
   if (s.ranks.empty()) out += "No process has GPU activity: nothing to analyze per step.\n";
   if (s.ranks.size() >= 2) {
     out += "\nPer rank (mean step, ms):\n";
@@ -346,23 +357,25 @@ std::string format_text(const session_analysis& s) {
                        "first finding");
     for (const process_analysis& pa : s.ranks) {
       const step_breakdown& m = pa.result.mean;
-      out += fmt::format("  {:<40} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f}  {}\n", pa.name.substr(0, 40), m.wall_ms,
-                         m.compute_ms, m.comm_ms, m.idle_ms, pa.result.findings.front().rule);
+      out += fmt::format("  {:<40} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f}  {}\n", pa.name.substr(0, 40),
+                         m.wall_ms, m.compute_ms, m.comm_ms, m.idle_ms, pa.result.findings.front().rule);
     }
   }
   for (const process_analysis& pa : s.ranks) {
     out += fmt::format("\n=== {}\n", pa.name);
     if (!pa.workers.empty()) {
       out += "Its worker processes while the GPU idled:";
-      for (const worker_activity& w : pa.workers) out += fmt::format(" {} {:.2f} cores;", w.process, w.cpu_cores);
+      for (const worker_activity& w : pa.workers)
+        out += fmt::format(" {} {:.2f} cores;", w.process, w.cpu_cores);
       out.back() = '\n';
     }
     out += format_text(pa.result);
   }
   if (!s.straggler.empty())
-    out += fmt::format("\nStraggler: {} computes {:.1f}% longer per step than the fastest rank; the others wait for "
-                       "it in their collectives\n",
-                       s.straggler, s.straggler_excess * 100);
+    out += fmt::format(
+        "\nStraggler: {} computes {:.1f}% longer per step than the fastest rank; the others wait for "
+        "it in their collectives\n",
+        s.straggler, s.straggler_excess * 100);
   return out;
 }
 
@@ -370,16 +383,26 @@ std::string to_json(const session_analysis& s) {
   nlohmann::json j;
   j["processes"] = nlohmann::json::array();
   for (const process_summary& p : s.processes)
-    j["processes"].push_back({{"key", p.key}, {"pid", p.pid}, {"parent", p.parent}, {"name", p.name},
-                              {"command", p.command}, {"started", p.started}, {"ended", p.ended},
-                              {"gpu", p.gpu}, {"events", p.events}, {"cpu_cores", p.cpu_cores},
+    j["processes"].push_back({{"key", p.key},
+                              {"pid", p.pid},
+                              {"parent", p.parent},
+                              {"name", p.name},
+                              {"command", p.command},
+                              {"started", p.started},
+                              {"ended", p.ended},
+                              {"gpu", p.gpu},
+                              {"events", p.events},
+                              {"cpu_cores", p.cpu_cores},
                               {"notes", p.notes}});
   j["ranks"] = nlohmann::json::array();
   for (const process_analysis& pa : s.ranks) {
     nlohmann::json w = nlohmann::json::array();
     for (const worker_activity& x : pa.workers)
       w.push_back({{"process", x.process}, {"cpu_cores", x.cpu_cores}, {"busy_fraction", x.busy_fraction}});
-    j["ranks"].push_back({{"key", pa.key}, {"name", pa.name}, {"workers", w}, {"workers_cpu_cores", pa.workers_cores},
+    j["ranks"].push_back({{"key", pa.key},
+                          {"name", pa.name},
+                          {"workers", w},
+                          {"workers_cpu_cores", pa.workers_cores},
                           {"analysis", nlohmann::json::parse(to_json(pa.result))}});
   }
   j["straggler"] = s.straggler;

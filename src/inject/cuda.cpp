@@ -125,9 +125,10 @@ FERRY_INJECT_EXPORT int cuptiActivityRegisterCallbacks(void* requested, void* co
     cupti_stop(*s);  // flushes ferry's records into its recorder while its callbacks are still CUPTI's
     flush(*s, false);
     note("cupti_handover",
-         std::to_string(now_ns()) + (was_on ? " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks: "
-                                              "ferry's GPU records end here"
-                                            : " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks"));
+         std::to_string(now_ns()) +
+             (was_on ? " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks: "
+                       "ferry's GPU records end here"
+                     : " another CUPTI user (torch.profiler?) took CUPTI's buffer callbacks"));
   }
   return real != nullptr ? real(requested, completed) : 1;  // 1: CUPTI_ERROR_INVALID_PARAMETER
 }

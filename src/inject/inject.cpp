@@ -45,7 +45,7 @@ thread_local bool t_in_ferry = false;
 
 settings g_settings;
 std::atomic<process_state*> g_state{nullptr};
-std::atomic<pid_t> g_pid{0};  // this process's pid, kept current by the fork handler
+std::atomic<pid_t> g_pid{0};                   // this process's pid, kept current by the fork handler
 std::atomic_flag g_making = ATOMIC_FLAG_INIT;  // one state made at a time
 volatile std::sig_atomic_t g_sigterm = 0;
 
@@ -129,16 +129,18 @@ void read_stat(std::uint64_t& ppid, std::uint64_t& start) {
   // state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
   // priority nice num_threads itrealvalue starttime
   char st = 0;
-  if (std::sscanf(p, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
-                  &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
-                  &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) == 20) {
+  if (std::sscanf(
+          p,
+          "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+          &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
+          &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) == 20) {
     ppid = v[0];
     start = v[18];
   }
 }
 
 void keep_file_identity(process_state& s) {
-  struct stat st{};
+  struct stat st {};
   if (fstat(s.fd, &st) == 0) {
     s.file_dev = st.st_dev;
     s.file_ino = st.st_ino;
@@ -148,9 +150,10 @@ void keep_file_identity(process_state& s) {
 // The program may close every descriptor (a daemon, subprocess's close_fds) and open others in their
 // place: ferry writes only while its descriptor is still its file, else it opens the file again.
 bool file_is_ours(process_state& s) noexcept {
-  struct stat st{};
+  struct stat st {};
   if (s.fd >= 0 && fstat(s.fd, &st) == 0 && st.st_dev == s.file_dev && st.st_ino == s.file_ino) return true;
-  const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, s.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  const int fd =
+      static_cast<int>(syscall(SYS_openat, AT_FDCWD, s.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
   if (fd < 0) return false;
   // A high descriptor number, which a program that closed its descriptors will not reuse soon.
   const int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
@@ -262,16 +265,20 @@ process_state* make_state(bool forked) noexcept {
   return s;
 }
 
-void load() {
+void load() noexcept {
   const int saved = errno;
-  read_settings();
+  try {
+    read_settings();
+  } catch (...) {
+    g_settings.active = false;  // out of memory reading the environment: this process does not record
+  }
   if (!g_settings.active) return;
   g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)));
   pthread_atfork(nullptr, nullptr, on_fork_child);
   std::atexit(at_exit);
-  struct sigaction old{};
+  struct sigaction old {};
   if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_sigterm;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
@@ -283,7 +290,7 @@ void load() {
 
 // When the library loads: after the globals above are initialized (a TU initializes in order; a
 // constructor function could run before them).
-const bool g_loaded = (load(), true);
+const bool g_loaded = (load(), true);  // NOLINT(cert-err58-cpp): load() is noexcept
 
 }  // namespace
 
@@ -496,6 +503,7 @@ int wrapped_main(int argc, char** argv, char** envp) {
 }  // namespace
 
 /// The program's start: its main is wrapped so that its return value is known at exit.
+// NOLINTNEXTLINE(bugprone-reserved-identifier): glibc's entry point, interposed
 FERRY_INJECT_EXPORT int __libc_start_main(main_fn main, int argc, char** argv, void (*init)(), void (*fini)(),
                                           void (*rtld_fini)(), void* stack_end) {
   using start_fn = int (*)(main_fn, int, char**, void (*)(), void (*)(), void (*)(), void*);
@@ -503,5 +511,6 @@ FERRY_INJECT_EXPORT int __libc_start_main(main_fn main, int argc, char** argv, v
   if (p == nullptr) p = dlsym(RTLD_NEXT, "__libc_start_main");
   const auto real = reinterpret_cast<start_fn>(p);
   g_real_main = main;
-  return real(ferry::inject::config().active ? wrapped_main : main, argc, argv, init, fini, rtld_fini, stack_end);
+  return real(ferry::inject::config().active ? wrapped_main : main, argc, argv, init, fini, rtld_fini,
+              stack_end);
 }

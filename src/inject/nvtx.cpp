@@ -210,7 +210,9 @@ void name_os_thread_a(std::uint32_t tid, const char* name) {
   }
 }
 void domain_mark_ex(domain_handle d, const event_attributes* a) { mark(d, message_of(a)); }
-std::uint64_t domain_range_start_ex(domain_handle d, const event_attributes* a) { return start(d, message_of(a)); }
+std::uint64_t domain_range_start_ex(domain_handle d, const event_attributes* a) {
+  return start(d, message_of(a));
+}
 void domain_range_end(domain_handle, std::uint64_t id) { end(id); }
 int domain_range_push_ex(domain_handle d, const event_attributes* a) { return push(d, message_of(a)); }
 int domain_range_pop(domain_handle) { return pop(); }

@@ -4,8 +4,9 @@
 // library that made it ("munmap (libtorch_cpu.so)"), with the bytes it moved or unmapped. Below the
 // threshold a call costs two clock reads.
 //
-// Calls from the CUDA driver, CUPTI and NCCL are left out (gpu_library). What it cannot see: calls libc makes inside itself (free() returning memory with munmap, fread's
-// read), raw system calls, and statically linked programs.
+// Calls from the CUDA driver, CUPTI and NCCL are left out (gpu_library). What it cannot see: calls libc makes
+// inside itself (free() returning memory with munmap, fread's read), raw system calls, and statically linked
+// programs.
 #include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
@@ -51,7 +52,8 @@ bool watching() noexcept { return config().active && !in_ferry(); }
 // inside cudaStreamSynchronize): CUPTI records the waits that matter (synchronizations) by name, and the
 // rest are the libraries' own threads idling.
 bool gpu_library(const char* name) noexcept {
-  for (const char* prefix : {"libcuda.so", "libcupti", "libnvidia", "libnccl", "libcudart", "libferry_inject"})
+  for (const char* prefix :
+       {"libcuda.so", "libcupti", "libnvidia", "libnccl", "libcudart", "libferry_inject"})
     if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;
   return false;
 }
@@ -96,15 +98,15 @@ using ferry::inject::resolve;
 using ferry::inject::watching;
 
 // One wrapper: `ret name(params)` calling the real `name(args)`; `bytes` may use the result, `result_`.
-#define FERRY_OS_CALL(ret, name, params, args, bytes, ...)                                   \
-  FERRY_INJECT_EXPORT ret name params {                                                        \
-    static const auto real = resolve<decltype(&::name)>(#name __VA_OPT__(, ) __VA_ARGS__);    \
-    if (!watching()) return real args;                                                       \
-    const void* caller = __builtin_return_address(0);                                         \
-    const std::int64_t start = now_ns();                                                      \
-    ret result_ = real args;                                                                  \
-    done(#name, start, bytes, caller);                                                        \
-    return result_;                                                                           \
+#define FERRY_OS_CALL(ret, name, params, args, bytes, ...)                                 \
+  FERRY_INJECT_EXPORT ret name params {                                                    \
+    static const auto real = resolve<decltype(&::name)>(#name __VA_OPT__(, ) __VA_ARGS__); \
+    if (!watching()) return real args;                                                     \
+    const void* caller = __builtin_return_address(0);                                      \
+    const std::int64_t start = now_ns();                                                   \
+    ret result_ = real args;                                                               \
+    done(#name, start, bytes, caller);                                                     \
+    return result_;                                                                        \
   }
 
 // Memory: returning a large buffer (the munmap of a DataLoader batch), advising, remapping.
@@ -118,23 +120,26 @@ FERRY_OS_CALL(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd,
 FERRY_OS_CALL(ssize_t, read, (int fd, void* buf, size_t n), (fd, buf, n), count(result_))
 FERRY_OS_CALL(ssize_t, write, (int fd, const void* buf, size_t n), (fd, buf, n), count(result_))
 FERRY_OS_CALL(ssize_t, pread64, (int fd, void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
-FERRY_OS_CALL(ssize_t, pwrite64, (int fd, const void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
+FERRY_OS_CALL(ssize_t, pwrite64, (int fd, const void* buf, size_t n, off_t off), (fd, buf, n, off),
+              count(result_))
 FERRY_OS_CALL(ssize_t, readv, (int fd, const struct iovec* iov, int n), (fd, iov, n), count(result_))
 FERRY_OS_CALL(ssize_t, writev, (int fd, const struct iovec* iov, int n), (fd, iov, n), count(result_))
 FERRY_OS_CALL(ssize_t, recv, (int fd, void* buf, size_t n, int flags), (fd, buf, n, flags), count(result_))
 FERRY_OS_CALL(ssize_t, recvfrom, (int fd, void* buf, size_t n, int flags, struct sockaddr* a, socklen_t* al),
               (fd, buf, n, flags, a, al), count(result_))
 FERRY_OS_CALL(ssize_t, recvmsg, (int fd, struct msghdr* m, int flags), (fd, m, flags), count(result_))
-FERRY_OS_CALL(ssize_t, send, (int fd, const void* buf, size_t n, int flags), (fd, buf, n, flags), count(result_))
+FERRY_OS_CALL(ssize_t, send, (int fd, const void* buf, size_t n, int flags), (fd, buf, n, flags),
+              count(result_))
 FERRY_OS_CALL(ssize_t, sendmsg, (int fd, const struct msghdr* m, int flags), (fd, m, flags), count(result_))
 FERRY_OS_CALL(int, fsync, (int fd), (fd), 0)
 FERRY_OS_CALL(int, fdatasync, (int fd), (fd), 0)
 
 // Waiting for something to happen: descriptors, time, other threads, child processes.
-FERRY_OS_CALL(int, poll, (struct pollfd* fds, nfds_t n, int timeout), (fds, n, timeout), 0)
-FERRY_OS_CALL(int, ppoll, (struct pollfd* fds, nfds_t n, const struct timespec* t, const sigset_t* m),
+FERRY_OS_CALL(int, poll, (struct pollfd * fds, nfds_t n, int timeout), (fds, n, timeout), 0)
+FERRY_OS_CALL(int, ppoll, (struct pollfd * fds, nfds_t n, const struct timespec* t, const sigset_t* m),
               (fds, n, t, m), 0)
-FERRY_OS_CALL(int, select, (int n, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* t), (n, rd, wr, ex, t), 0)
+FERRY_OS_CALL(int, select, (int n, fd_set* rd, fd_set* wr, fd_set* ex, struct timeval* t), (n, rd, wr, ex, t),
+              0)
 FERRY_OS_CALL(int, pselect,
               (int n, fd_set* rd, fd_set* wr, fd_set* ex, const struct timespec* t, const sigset_t* m),
               (n, rd, wr, ex, t, m), 0)
@@ -142,7 +147,8 @@ FERRY_OS_CALL(int, epoll_wait, (int fd, struct epoll_event* ev, int n, int timeo
 FERRY_OS_CALL(int, epoll_pwait, (int fd, struct epoll_event* ev, int n, int timeout, const sigset_t* m),
               (fd, ev, n, timeout, m), 0)
 FERRY_OS_CALL(int, nanosleep, (const struct timespec* req, struct timespec* rem), (req, rem), 0)
-FERRY_OS_CALL(int, clock_nanosleep, (clockid_t c, int flags, const struct timespec* req, struct timespec* rem),
+FERRY_OS_CALL(int, clock_nanosleep,
+              (clockid_t c, int flags, const struct timespec* req, struct timespec* rem),
               (c, flags, req, rem), 0)
 FERRY_OS_CALL(int, usleep, (useconds_t us), (us), 0)
 FERRY_OS_CALL(unsigned, sleep, (unsigned s), (s), 0)
@@ -154,7 +160,8 @@ FERRY_OS_CALL(int, pthread_cond_wait, (pthread_cond_t * c, pthread_mutex_t* m), 
 FERRY_OS_CALL(int, pthread_cond_timedwait, (pthread_cond_t * c, pthread_mutex_t* m, const struct timespec* t),
               (c, m, t), 0, "GLIBC_2.3.2")
 FERRY_OS_CALL(int, pthread_cond_clockwait,
-              (pthread_cond_t * c, pthread_mutex_t* m, clockid_t k, const struct timespec* t), (c, m, k, t), 0)
+              (pthread_cond_t * c, pthread_mutex_t* m, clockid_t k, const struct timespec* t), (c, m, k, t),
+              0)
 FERRY_OS_CALL(int, pthread_join, (pthread_t t, void** ret), (t, ret), 0)
 FERRY_OS_CALL(pid_t, waitpid, (pid_t p, int* status, int options), (p, status, options), 0)
 FERRY_OS_CALL(int, waitid, (idtype_t t, id_t id, siginfo_t* info, int options), (t, id, info, options), 0)

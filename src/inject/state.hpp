@@ -31,29 +31,29 @@ struct process_state {
   ino_t file_ino = 0;
   std::string path;
   trace::recorder rec;
-  std::mutex write_mu;                 // one flush at a time (the writer thread, an exit path)
-  trace::process_file_writer writer;   // under write_mu
+  std::mutex write_mu;                // one flush at a time (the writer thread, an exit path)
+  trace::process_file_writer writer;  // under write_mu
   std::atomic<bool> writer_started{false};
-  std::atomic<bool> cuda{false};       // CUDA was initialized in this process (InitializeInjection)
-  std::atomic<bool> cupti_on{false};   // the CUPTI recorder runs
-  std::atomic<bool> exited{false};     // the X line is written
-  std::mutex capture_mu;               // apply_capture's: one switch at a time
-  bool capture_opened = false;         // under capture_mu
+  std::atomic<bool> cuda{false};      // CUDA was initialized in this process (InitializeInjection)
+  std::atomic<bool> cupti_on{false};  // the CUPTI recorder runs
+  std::atomic<bool> exited{false};    // the X line is written
+  std::mutex capture_mu;              // apply_capture's: one switch at a time
+  bool capture_opened = false;        // under capture_mu
   bool capture_closed = false;
 };
 
 /// Settings from the environment `ferry trace` sets, read once when the library loads.
 struct settings {
-  bool active = false;               // FERRY_TRACE_DIR is set: this process records
-  std::string dir;                   // FERRY_TRACE_DIR
-  std::string control;               // FERRY_TRACE_CONTROL: the capture switch file ("on"/"off")
-  bool capture_at_start = true;      // FERRY_TRACE_CAPTURE=off waits for the switch
-  bool lite = false;                 // FERRY_TRACE_LITE=1: kernels, copies and memsets only
-  std::int64_t block_ns = 100'000;   // FERRY_TRACE_BLOCK_US: blocking calls at least this long
+  bool active = false;                 // FERRY_TRACE_DIR is set: this process records
+  std::string dir;                     // FERRY_TRACE_DIR
+  std::string control;                 // FERRY_TRACE_CONTROL: the capture switch file ("on"/"off")
+  bool capture_at_start = true;        // FERRY_TRACE_CAPTURE=off waits for the switch
+  bool lite = false;                   // FERRY_TRACE_LITE=1: kernels, copies and memsets only
+  std::int64_t block_ns = 100'000;     // FERRY_TRACE_BLOCK_US: blocking calls at least this long
   std::int64_t flush_ns = 50'000'000;  // FERRY_TRACE_FLUSH_MS
-  long long steps_first = -1;        // FERRY_TRACE_STEPS=A:B: capture steps A..B
+  long long steps_first = -1;          // FERRY_TRACE_STEPS=A:B: capture steps A..B
   long long steps_last = -1;
-  std::string nvtx_capture;          // FERRY_TRACE_NVTX_CAPTURE=NAME[@DOMAIN]: capture inside this range
+  std::string nvtx_capture;  // FERRY_TRACE_NVTX_CAPTURE=NAME[@DOMAIN]: capture inside this range
   std::string nvtx_capture_domain;
 };
 

@@ -120,7 +120,8 @@ void timeline::sort() {
 namespace {
 // Bumped in every fork child, whose one thread has a new id but the forking thread's thread_locals.
 std::atomic<std::uint64_t> g_fork_generation{0};
-[[maybe_unused]] const int g_fork_handler = ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
+[[maybe_unused]] const int g_fork_handler =
+    ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
 }  // namespace
 
 std::uint64_t this_thread_id() noexcept {

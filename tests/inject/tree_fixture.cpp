@@ -227,9 +227,10 @@ attributes ascii(const char* text) { return attributes{3, sizeof(attributes), 0,
 int load_nvtx() {
   const char* path = std::getenv("NVTX_INJECTION64_PATH");
   void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
-  auto* init = lib != nullptr ? reinterpret_cast<int (*)(const void* (*)(std::uint32_t))>(
-                                    dlsym(lib, "InitializeInjectionNvtx2"))
-                              : nullptr;
+  auto* init =
+      lib != nullptr
+          ? reinterpret_cast<int (*)(const void* (*)(std::uint32_t))>(dlsym(lib, "InitializeInjectionNvtx2"))
+          : nullptr;
   if (init == nullptr) return 3;
   for (int i = 0; i < 16; ++i) {
     core_slots[i] = &core[i];
@@ -325,6 +326,8 @@ int main(int argc, char** argv) {
   if (mode == "nvtx") return nvtx();
   if (mode == "nvtxwindow") return nvtx_window();
   if (mode == "cuda") return cuda();
-  std::fprintf(stderr, "usage: tree_fixture blocking|fork|forkexec|doublefork FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda\n");
+  std::fprintf(stderr,
+               "usage: tree_fixture blocking|fork|forkexec|doublefork "
+               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda\n");
   return 2;
 }

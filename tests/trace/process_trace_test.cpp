@@ -131,9 +131,8 @@ TEST(process_trace, malformed_lines_are_refused_naming_the_file_and_line) {
 class session_dir : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ferry_process_trace_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("ferry_process_trace_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -164,7 +163,8 @@ TEST_F(session_dir, processes_merge_with_their_own_streams_parents_and_samples) 
   }
   write("11-9-0.ferry-proc",
         format_process_header(header(11, 10, 9, "exec", "python3 other.py")) + two_batches(11));
-  write("samples.ferry-cpu", "ferry-cpu-samples 1\nC 150 11 6 980 1 2\nC 160 10 5 500 1 9\nC 170 77 1 1000 1 1\nL 7\n");
+  write("samples.ferry-cpu",
+        "ferry-cpu-samples 1\nC 150 11 6 980 1 2\nC 160 10 5 500 1 9\nC 170 77 1 1000 1 1\nL 7\n");
   write("unrelated.txt", "not a process file");
 
   const timeline t = read_process_traces(dir_);
@@ -191,7 +191,8 @@ TEST_F(session_dir, processes_merge_with_their_own_streams_parents_and_samples) 
   ASSERT_EQ(kernels.size(), 2u);
   EXPECT_NE(kernels[0]->stream, kernels[1]->stream);
   EXPECT_NE(kernels[0]->correlation, kernels[1]->correlation);
-  EXPECT_EQ(t.stream_processes.at(kernels[0]->stream) + t.stream_processes.at(kernels[1]->stream), 10 + reused);
+  EXPECT_EQ(t.stream_processes.at(kernels[0]->stream) + t.stream_processes.at(kernels[1]->stream),
+            10 + reused);
   // Threads map to their processes; the reused pid's threads are renumbered with it.
   EXPECT_EQ(t.thread_processes.at(10), 10u);
   EXPECT_EQ(t.thread_processes.at(reused), reused);

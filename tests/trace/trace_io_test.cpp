@@ -1,5 +1,5 @@
-#include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/trace_io.hpp"
+#include "ferry/trace/process_trace.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -878,7 +878,8 @@ TEST(TraceIo, progress_is_quiet_for_a_quick_read) {
 // --- the fuzz corpus -----------------------------------------------------------------------------
 
 // Every seed and every input the fuzzer once crashed on: parse_trace (and parse_process_file) returns or
-// throws input_error, and what it returns writes and reads back equal. CI replays these without clang's libFuzzer.
+// throws input_error, and what it returns writes and reads back equal. CI replays these without clang's
+// libFuzzer.
 TEST(TraceIo, fuzz_corpus_replays_cleanly) {
   ASSERT_TRUE(fs::is_directory(corpus_dir)) << corpus_dir;
   read_limits small;

@@ -1,12 +1,13 @@
 // `ferry analyze FILE|DIR`: reads a ferry trace (`ferry bench ... --trace`), a PyTorch profiler (Kineto)
-// trace, or a directory `ferry trace` recorded (one analysis per GPU-owning process), and says what the GPU spent each step on, what the CPU did while the GPU idled, and what to fix.
+// trace, or a directory `ferry trace` recorded (one analysis per GPU-owning process), and says what the GPU
+// spent each step on, what the CPU did while the GPU idled, and what to fix.
 // --fail-on RULE,... turns a finding into an exit status, so CI can gate on it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -66,7 +67,8 @@ std::set<std::string> parse_fail_on(const std::string& text) {
 }
 
 // Exit status for --fail-on from the findings of `analyses`.
-int fail_on_status(const std::set<std::string>& fail_on, const std::vector<const trace::analysis*>& analyses) {
+int fail_on_status(const std::set<std::string>& fail_on,
+                   const std::vector<const trace::analysis*>& analyses) {
   std::vector<std::string> failed;
   for (const trace::analysis* a : analyses)
     for (const trace::finding& x : a->findings)
@@ -80,8 +82,8 @@ int fail_on_status(const std::set<std::string>& fail_on, const std::vector<const
 }
 
 // A directory `ferry trace` recorded: the process tree, and one analysis per GPU-owning process.
-int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fail_on, const trace::read_limits& limits,
-                        status_line& status) {
+int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fail_on,
+                        const trace::read_limits& limits, status_line& status) {
   status.set("analyze: reading the process traces in " + f.file);
   const trace::timeline t = trace::read_process_traces(f.file, limits);
   trace::analyze_options opts;
@@ -94,8 +96,8 @@ int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fai
   const trace::session_analysis s = trace::analyze_session(t, opts);
   if (!f.html.empty()) {
     if (s.ranks.empty())
-      throw input_error(fmt::format("--html {}: no process of {} has GPU activity to draw", escape_control(f.html),
-                                    escape_control(f.file)));
+      throw input_error(fmt::format("--html {}: no process of {} has GPU activity to draw",
+                                    escape_control(f.html), escape_control(f.file)));
     status.set("analyze: writing " + f.html);
     trace::write_html_report(t, s.ranks.front().result, f.html);
     status.line("analyze: wrote " + f.html + " (" + s.ranks.front().name + ")");
@@ -109,22 +111,25 @@ int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fai
 // A directory of per-rank traces (torch.profiler's tensorboard_trace_handler writes one
 // <worker>.<time>.pt.trace.json[.gz] per rank, as HTA reads them; or ferry's own): each analyzed, then the
 // ranks side by side and the straggler.
-int run_analyze_ranks(const analyze_flags& f, const std::set<std::string>& fail_on, const trace::read_limits& limits,
-                      status_line& status) {
+int run_analyze_ranks(const analyze_flags& f, const std::set<std::string>& fail_on,
+                      const trace::read_limits& limits, status_line& status) {
   if (!f.html.empty())
-    throw flag_error(fmt::format("--html {}: {} is a directory of per-rank traces; give one rank's file for a report",
-                                 escape_control(f.html), escape_control(f.file)));
+    throw flag_error(
+        fmt::format("--html {}: {} is a directory of per-rank traces; give one rank's file for a report",
+                    escape_control(f.html), escape_control(f.file)));
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(f.file)) {
     const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) files.push_back(e.path());
+    if (e.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz")))
+      files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
   if (files.empty())
-    throw input_error(fmt::format("{}: a directory with neither process traces (ferry trace -o) nor trace files "
-                                  "(*.json, *.json.gz: one per rank, as torch.profiler's tensorboard_trace_handler "
-                                  "writes them)",
-                                  escape_control(f.file)));
+    throw input_error(
+        fmt::format("{}: a directory with neither process traces (ferry trace -o) nor trace files "
+                    "(*.json, *.json.gz: one per rank, as torch.profiler's tensorboard_trace_handler "
+                    "writes them)",
+                    escape_control(f.file)));
   trace::session_analysis s;
   trace::analyze_options opts;
   opts.step_prefix = f.step_prefix;
@@ -192,7 +197,8 @@ std::function<int()> add_analyze_command(CLI::App& app) {
       "analyze",
       "Analyze a trace (ferry's, or a PyTorch profiler export): step breakdown, idle time, findings");
   cmd->add_option("file", f->file,
-                  "Trace file (ferry bench --trace output, torch.profiler export_chrome_trace) or a ferry trace -o directory")
+                  "Trace file (ferry bench --trace output, torch.profiler export_chrome_trace) or a ferry "
+                  "trace -o directory")
       ->required();
   cmd->add_flag("--json", f->json, "Print the analysis as JSON");
   cmd->add_option("--html", f->html,

@@ -11,7 +11,6 @@
 // - drives the capture window (--delay/--duration) through the capture switch file every process polls;
 // - forwards a SIGINT or SIGTERM sent to it alone (not the terminal's, which reaches CMD itself);
 // - merges the files into DIR/trace.json (Chrome/Perfetto) and exits with CMD's status.
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,6 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +34,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -117,9 +118,10 @@ fs::path inject_library() {
   if (found.empty()) {
     std::string tried;
     for (const fs::path& p : places) tried += (tried.empty() ? "" : ", ") + p.lexically_normal().string();
-    throw flag_error(fmt::format("ferry trace: libferry_inject.so not found (tried {}); set "
-                                 "FERRY_INJECT_LIBRARY to its path",
-                                 tried));
+    throw flag_error(
+        fmt::format("ferry trace: libferry_inject.so not found (tried {}); set "
+                    "FERRY_INJECT_LIBRARY to its path",
+                    tried));
   }
   return found;
 }
@@ -153,14 +155,13 @@ class sampler {
   void sample(std::int64_t now_ns) {
     // The session's processes: the file names (pid-start-image), listed again each time.
     std::set<std::pair<std::uint64_t, std::uint64_t>> procs;
-    DIR* d = opendir(dir_.c_str());
-    if (d == nullptr) return;
-    while (const dirent* e = readdir(d)) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
       unsigned long long pid = 0, start = 0;
       unsigned image = 0;
-      if (std::sscanf(e->d_name, "%llu-%llu-%u.ferry-proc", &pid, &start, &image) == 3) procs.insert({pid, start});
+      if (std::sscanf(e.path().filename().c_str(), "%llu-%llu-%u.ferry-proc", &pid, &start, &image) == 3)
+        procs.insert({pid, start});
     }
-    closedir(d);
     for (const auto& [pid, start] : procs) {
       if (gone_.contains({pid, start})) continue;
       std::uint64_t ticks = 0, start_now = 0;
@@ -171,17 +172,11 @@ class sampler {
       }
       // Running threads: each thread's state.
       std::uint32_t running = 0;
-      if (DIR* td = opendir(fmt::format("/proc/{}/task", pid).c_str())) {
-        while (const dirent* te = readdir(td)) {
-          if (te->d_name[0] == '.') continue;
-          std::uint64_t t2 = 0, s2 = 0;
-          std::uint32_t n2 = 0;
-          char state = 0;
-          if (read_stat(fmt::format("/proc/{}/task/{}/stat", pid, te->d_name), t2, s2, n2, &state) &&
-              state == 'R')
-            ++running;
-        }
-        closedir(td);
+      for (const auto& te : fs::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+        std::uint64_t t2 = 0, s2 = 0;
+        std::uint32_t n2 = 0;
+        char state = 0;
+        if (read_stat((te.path() / "stat").string(), t2, s2, n2, &state) && state == 'R') ++running;
       }
       auto& prev = last_[{pid, start}];
       double cores = 0;
@@ -190,14 +185,15 @@ class sampler {
                 (static_cast<double>(now_ns - prev.first) * 1e-9);
       prev = {now_ns, ticks};
       out_ << fmt::format("C {} {} {} {} {} {}\n", now_ns, pid, start,
-                          static_cast<std::uint64_t>(std::max(0.0, cores) * 1000.0 + 0.5), running, threads);
+                          static_cast<std::uint64_t>(std::llround(std::max(0.0, cores) * 1000.0)), running,
+                          threads);
     }
     out_.flush();
   }
 
  private:
-  static bool read_stat(const std::string& path, std::uint64_t& ticks, std::uint64_t& start, std::uint32_t& threads,
-                        char* state = nullptr) {
+  static bool read_stat(const std::string& path, std::uint64_t& ticks, std::uint64_t& start,
+                        std::uint32_t& threads, char* state = nullptr) {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
     char buf[1024];
@@ -210,11 +206,12 @@ class sampler {
     char st = 0;
     unsigned long long v[20] = {};
     if (std::sscanf(paren + 2,
-                    "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                    "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+                    "%llu %llu",
                     &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
                     &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) != 20)
       return false;
-    ticks = v[10] + v[11];  // utime + stime (fields 14, 15)
+    ticks = v[10] + v[11];                        // utime + stime (fields 14, 15)
     threads = static_cast<std::uint32_t>(v[16]);  // field 20
     start = v[18];                                // field 22
     if (state != nullptr) *state = st;
@@ -249,14 +246,17 @@ void prepend_env(const char* name, const std::string& value) {
 }
 
 int run_trace(const trace_command_flags& f) {
-  if (f.command.empty()) throw flag_error("ferry trace: no command given; usage: ferry trace [options] -- CMD ARGS...");
+  if (f.command.empty())
+    throw flag_error("ferry trace: no command given; usage: ferry trace [options] -- CMD ARGS...");
   const std::string injected = getenv_or("CUDA_INJECTION64_PATH");
   const fs::path lib = inject_library();
   if (!injected.empty() && fs::path(injected) != lib)
-    throw flag_error(fmt::format(
-        "ferry trace: CUDA_INJECTION64_PATH is already set ({}): another tool (Nsight Systems, a profiler daemon) "
-        "injects into this program; CUDA has one injection library per process, so ferry cannot record it; unset it",
-        escape_control(injected)));
+    throw flag_error(
+        fmt::format("ferry trace: CUDA_INJECTION64_PATH is already set ({}): another tool (Nsight Systems, a "
+                    "profiler daemon) "
+                    "injects into this program; CUDA has one injection library per process, so ferry cannot "
+                    "record it; unset it",
+                    escape_control(injected)));
   if (f.duration_s > 0 && f.capture_range != "none")
     throw flag_error("ferry trace: --duration and --capture-range cannot be combined");
   if ((f.capture_range == "nvtx") != !f.nvtx_capture.empty())
@@ -264,8 +264,9 @@ int run_trace(const trace_command_flags& f) {
   long long first = -1, last = -1;
   if (!f.steps.empty()) {
     if (std::sscanf(f.steps.c_str(), "%lld:%lld", &first, &last) != 2 || first < 0 || last < first)
-      throw flag_error(fmt::format("--steps {}: expected A:B with 0 <= A <= B (the steps to capture, counted from 0)",
-                                   escape_control(f.steps)));
+      throw flag_error(
+          fmt::format("--steps {}: expected A:B with 0 <= A <= B (the steps to capture, counted from 0)",
+                      escape_control(f.steps)));
   }
   const fs::path dir = fs::absolute(f.output);
   std::error_code ec;
@@ -273,9 +274,10 @@ int run_trace(const trace_command_flags& f) {
     if (!fs::is_directory(dir, ec))
       throw flag_error(fmt::format("-o {}: exists and is not a directory", escape_control(dir.string())));
     if (!fs::is_empty(dir, ec) && !f.force)
-      throw flag_error(fmt::format("-o {}: the directory is not empty; pick another or add --force to replace its "
-                                   "recording",
-                                   escape_control(dir.string())));
+      throw flag_error(
+          fmt::format("-o {}: the directory is not empty; pick another or add --force to replace its "
+                      "recording",
+                      escape_control(dir.string())));
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
       if (name.ends_with(trace::process_file_suffix) || name == "samples.ferry-cpu" || name == "trace.json" ||
@@ -285,7 +287,8 @@ int run_trace(const trace_command_flags& f) {
   } else {
     fs::create_directories(dir, ec);
     if (ec)
-      throw flag_error(fmt::format("-o {}: cannot create it: {}", escape_control(dir.string()), ec.message()));
+      throw flag_error(
+          fmt::format("-o {}: cannot create it: {}", escape_control(dir.string()), ec.message()));
   }
   const fs::path control = dir / "capture";
   const bool start_on = f.delay_s <= 0 && f.capture_range == "none" && first <= 0;
@@ -296,18 +299,21 @@ int run_trace(const trace_command_flags& f) {
   sampler samp(dir, samples_out);
 
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
   const std::int64_t t0 = monotonic_ns();
   const double cpu0 = cpu_seconds_self();
   const pid_t child = fork();
-  if (child < 0) throw std::runtime_error(fmt::format("ferry trace: fork failed: {}", std::strerror(errno)));
+  if (child < 0)
+    throw std::runtime_error(fmt::format("ferry trace: fork failed: {}",
+                                         std::error_code(errno, std::generic_category()).message()));
   if (child == 0) {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
@@ -334,7 +340,8 @@ int run_trace(const trace_command_flags& f) {
     for (const std::string& a : f.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
-    std::fprintf(stderr, "ferry trace: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    std::fprintf(stderr, "ferry trace: cannot run %s: %s\n", argv[0],
+                 std::error_code(errno, std::generic_category()).message().c_str());
     _exit(127);
   }
   g_child = child;
@@ -369,8 +376,9 @@ int run_trace(const trace_command_flags& f) {
       }
       if (!told_wait) {
         told_wait = true;
-        fmt::print(stderr, "ferry trace: {} exited; waiting for the processes it left running (Ctrl-C stops the "
-                           "wait)\n",
+        fmt::print(stderr,
+                   "ferry trace: {} exited; waiting for the processes it left running (Ctrl-C stops the "
+                   "wait)\n",
                    escape_control(f.command[0]));
       }
     }
@@ -392,7 +400,7 @@ int run_trace(const trace_command_flags& f) {
   }
   const double wall = static_cast<double>(monotonic_ns() - t0) * 1e-9;
   const double launcher_cpu = (cpu_seconds_self() - cpu0) / std::max(wall, 1e-9);
-  samples_out << fmt::format("L {}\n", static_cast<std::uint64_t>(launcher_cpu * 1000.0 + 0.5));
+  samples_out << fmt::format("L {}\n", static_cast<std::uint64_t>(std::llround(launcher_cpu * 1000.0)));
   samples_out.close();
   int code = exit_status::ok;
   if (WIFEXITED(status)) code = WEXITSTATUS(status);
@@ -405,25 +413,28 @@ int run_trace(const trace_command_flags& f) {
       std::size_t gpu = 0;
       for (const auto& [k, p] : t.processes) gpu += p.gpu ? 1 : 0;
       trace::write_chrome_trace(t, dir / "trace.json");
-      fmt::print(stderr,
-                 "ferry trace: {} processes ({} with GPU activity), {} events -> {} (Perfetto, chrome://tracing); "
-                 "`ferry analyze {}` says where the GPU waited\n",
-                 t.processes.size(), gpu, t.events.size(), escape_control((dir / "trace.json").string()),
-                 escape_control(f.output));
+      fmt::print(
+          stderr,
+          "ferry trace: {} processes ({} with GPU activity), {} events -> {} (Perfetto, chrome://tracing); "
+          "`ferry analyze {}` says where the GPU waited\n",
+          t.processes.size(), gpu, t.events.size(), escape_control((dir / "trace.json").string()),
+          escape_control(f.output));
       // The recording's own cost, when the steps before the capture are known, and each rank's verdict.
       trace::analyze_options opts;
       opts.wording = trace::fix_wording::pytorch;
       const trace::session_analysis s = trace::analyze_session(t, opts);
       if (s.recording_cost > -1)
-        fmt::print(stderr, "ferry trace: recording cost {:+.1f}% (median step {:.2f} ms before the capture, {:.2f} ms during){}\n",
+        fmt::print(stderr,
+                   "ferry trace: recording cost {:+.1f}% (median step {:.2f} ms before the capture, {:.2f} "
+                   "ms during){}\n",
                    s.recording_cost * 100, s.steps_before_ms, s.steps_during_ms,
                    s.recording_cost > 0.05 ? "; above 5%: --lite records kernels and copies only" : "");
       for (const trace::process_analysis& pa : s.ranks)
         fmt::print(stderr, "ferry trace: {}: {}\n", escape_control(pa.name),
                    escape_control(pa.result.findings.front().title));
     } catch (const std::exception& e) {
-      fmt::print(stderr, "ferry trace: the recording in {} could not be merged: {}\n", escape_control(dir.string()),
-                 escape_control(e.what()));
+      fmt::print(stderr, "ferry trace: the recording in {} could not be merged: {}\n",
+                 escape_control(dir.string()), escape_control(e.what()));
       if (code == 0) code = exit_status::error;
     }
   }
@@ -435,30 +446,36 @@ int run_trace(const trace_command_flags& f) {
 std::function<int()> add_trace_command(CLI::App& app) {
   auto f = std::make_shared<trace_command_flags>();
   CLI::App* cmd = app.add_subcommand(
-      "trace", "Record an unmodified program and every process it starts (CUDA, NVTX, blocking calls, CPU use): "
-               "ferry trace [options] -- CMD ARGS...");
+      "trace",
+      "Record an unmodified program and every process it starts (CUDA, NVTX, blocking calls, CPU use): "
+      "ferry trace [options] -- CMD ARGS...");
   cmd->add_option("-o,--output", f->output, "Directory for the recording (default ferry-trace)");
   cmd->add_flag("--force", f->force, "Replace the recording in a non-empty output directory");
   add_double_flag(*cmd, "--delay", f->delay_s, 0, 1e6, "Seconds before the capture starts (default 0)");
   add_double_flag(*cmd, "--duration", f->duration_s, 0, 1e6,
                   "Seconds of capture after the delay; the program runs on unrecorded (default: to the end)");
-  cmd->add_option("--capture-range", f->capture_range,
-                  "none; cudaProfilerApi: capture between cudaProfilerStart and cudaProfilerStop; nvtx: inside "
-                  "the NVTX range --nvtx-capture names")
+  cmd->add_option(
+         "--capture-range", f->capture_range,
+         "none; cudaProfilerApi: capture between cudaProfilerStart and cudaProfilerStop; nvtx: inside "
+         "the NVTX range --nvtx-capture names")
       ->check(CLI::IsMember({"none", "cudaProfilerApi", "nvtx"}));
-  cmd->add_option("--nvtx-capture", f->nvtx_capture,
-                  "NAME[@DOMAIN]: with --capture-range nvtx, capture while this NVTX range is open (in any process)");
+  cmd->add_option(
+      "--nvtx-capture", f->nvtx_capture,
+      "NAME[@DOMAIN]: with --capture-range nvtx, capture while this NVTX range is open (in any process)");
   cmd->add_option("--steps", f->steps,
                   "A:B: capture training steps A to B (counted from 0; Python programs with an optimizer)");
-  cmd->add_flag("--lite", f->lite, "Kernels, copies and memsets only (no runtime calls, no syncs): for launch-bound "
-                                   "programs");
+  cmd->add_flag("--lite", f->lite,
+                "Kernels, copies and memsets only (no runtime calls, no syncs): for launch-bound "
+                "programs");
   add_int_flag(*cmd, "--block-us", f->block_us, 1, 10'000'000,
                "Record blocking calls (munmap, read, poll, waits) at least this long (default 100)");
   add_int_flag(*cmd, "--flush-ms", f->flush_ms, 1, 10'000,
                "How often each process appends to its file: what a killed process loses (default 50)");
-  add_int_flag(*cmd, "--sample-ms", f->sample_ms, 10, 10'000, "CPU-use sampling period of /proc (default 100)");
-  cmd->add_option("--python", f->python, "auto: ranges for the DataLoader, forward, backward and optimizer.step in "
-                                         "Python programs; none: no ranges")
+  add_int_flag(*cmd, "--sample-ms", f->sample_ms, 10, 10'000,
+               "CPU-use sampling period of /proc (default 100)");
+  cmd->add_option("--python", f->python,
+                  "auto: ranges for the DataLoader, forward, backward and optimizer.step in "
+                  "Python programs; none: no ranges")
       ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_flag("--no-merge", f->no_merge, "Leave the per-process files unmerged (no trace.json)");
   cmd->add_option("command", f->command, "The program and its arguments, after --")->expected(-1);

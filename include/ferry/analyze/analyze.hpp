@@ -174,9 +174,9 @@ struct process_summary {
 /// A descendant process of a GPU-owning process (a DataLoader worker, a post-processing worker) while
 /// that process's GPU idled.
 struct worker_activity {
-  std::string process;      // "DataLoader worker 2 [1240]"
-  double cpu_cores = 0;     // mean CPU use in the samples taken while the GPU idled
-  double busy_fraction = 0; // the share of those samples in which it used at least 0.9 of a core
+  std::string process;       // "DataLoader worker 2 [1240]"
+  double cpu_cores = 0;      // mean CPU use in the samples taken while the GPU idled
+  double busy_fraction = 0;  // the share of those samples in which it used at least 0.9 of a core
 };
 
 /// The analysis of one GPU-owning process (a rank), with its descendants' events and CPU use.

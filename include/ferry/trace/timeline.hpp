@@ -107,12 +107,12 @@ struct process_info {
   std::uint64_t pid = 0;     // the OS process id
   std::uint64_t parent = 0;  // the parent's key in timeline::processes; 0 when it was not recorded
   std::int64_t start_ns = 0;
-  std::int64_t end_ns = 0;   // its exit, or its last event when it left no exit record
-  std::string name;          // what the viewers show: "python train.py", "DataLoader worker 2"
-  std::string command;       // its command line
-  std::string started;       // "exec" or "fork"
-  std::string ended;         // "exit 0", "exit 3", or "no exit record (killed?)"
-  bool gpu = false;          // it has GPU activity
+  std::int64_t end_ns = 0;  // its exit, or its last event when it left no exit record
+  std::string name;         // what the viewers show: "python train.py", "DataLoader worker 2"
+  std::string command;      // its command line
+  std::string started;      // "exec" or "fork"
+  std::string ended;        // "exit 0", "exit 3", or "no exit record (killed?)"
+  bool gpu = false;         // it has GPU activity
   std::map<std::string, std::string> notes;  // what its recorder noted ("cupti", "cupti_handover", ...)
 };
 

@@ -1,6 +1,7 @@
 // The Chrome trace writer: one track per GPU stream (process "GPU <device>") and per CPU thread (process
-// "CPU"), or for a multi-process recording a group per process and per (device, process); colours and display names for the viewers, and ferry's own fields in each event's "args" so that
-// the reader (sax_reader.cpp, import_ferry.cpp) restores the timeline exactly.
+// "CPU"), or for a multi-process recording a group per process and per (device, process); colours and display
+// names for the viewers, and ferry's own fields in each event's "args" so that the reader (sax_reader.cpp,
+// import_ferry.cpp) restores the timeline exactly.
 #include "ferry/trace/trace_io.hpp"
 
 #include <fmt/format.h>
@@ -181,7 +182,8 @@ std::pair<std::int64_t, std::uint64_t> track_of(const timeline& t, const event& 
 
 void append_process_tracks(std::string& out, const timeline& t, bool& first) {
   std::map<std::int64_t, std::set<std::uint64_t>> threads;  // pid -> threads
-  std::map<std::pair<std::int32_t, std::int64_t>, std::set<std::uint64_t>> streams;  // (device, pid) -> streams
+  std::map<std::pair<std::int32_t, std::int64_t>, std::set<std::uint64_t>>
+      streams;  // (device, pid) -> streams
   for (const event& e : t.events) {
     if (e.on_gpu())
       streams[{e.device, process_of_stream(t, e.stream)}].insert(e.stream);
@@ -193,8 +195,8 @@ void append_process_tracks(std::string& out, const timeline& t, bool& first) {
                   const std::string& value, bool number) {
     if (!first) out += ",\n";
     first = false;
-    fmt::format_to(std::back_inserter(out), R"({{"ph":"M","name":"{}","pid":{},"tid":{},"args":{{"{}":)", what,
-                   pid, tid, key);
+    fmt::format_to(std::back_inserter(out), R"({{"ph":"M","name":"{}","pid":{},"tid":{},"args":{{"{}":)",
+                   what, pid, tid, key);
     if (number)
       out += value;
     else
@@ -240,7 +242,8 @@ void append_process_tracks(std::string& out, const timeline& t, bool& first) {
 void append_counters_and_flows(std::string& out, const timeline& t) {
   for (const cpu_sample& s : t.cpu_samples) {
     fmt::format_to(std::back_inserter(out), R"j(,
-{{"ph":"C","name":"CPU use (cores)","pid":{},"ts":)j", s.process);
+{{"ph":"C","name":"CPU use (cores)","pid":{},"ts":)j",
+                   s.process);
     append_us(out, s.t_ns);
     out += R"(,"args":{"cores":)";
     append_double(out, static_cast<double>(s.cores));
@@ -257,10 +260,12 @@ void append_counters_and_flows(std::string& out, const timeline& t) {
     const auto [apid, atid] = track_of(t, a);
     const auto [gpid, gtid] = track_of(t, g);
     fmt::format_to(std::back_inserter(out), R"(,
-{{"ph":"s","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)", g.correlation, apid, atid);
+{{"ph":"s","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)",
+                   g.correlation, apid, atid);
     append_us(out, a.start_ns);
     fmt::format_to(std::back_inserter(out), R"(}},
-{{"ph":"f","bp":"e","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)", g.correlation, gpid, gtid);
+{{"ph":"f","bp":"e","id":{},"name":"launch","cat":"flow","pid":{},"tid":{},"ts":)",
+                   g.correlation, gpid, gtid);
     append_us(out, g.start_ns);
     out += '}';
   }

@@ -94,7 +94,8 @@ class line_parser {
   template <class E>
   E word(std::size_t i, std::string_view what, E last) const {
     const auto v = number<unsigned>(i, what);
-    if (v > static_cast<unsigned>(last)) fail("{} {} is out of range (0..{})", what, v, static_cast<unsigned>(last));
+    if (v > static_cast<unsigned>(last))
+      fail("{} {} is out of range (0..{})", what, v, static_cast<unsigned>(last));
     return static_cast<E>(v);
   }
   [[nodiscard]] std::string_view field(std::size_t i) const { return fields_.at(i); }
@@ -141,8 +142,8 @@ std::string read_file(const std::filesystem::path& p, std::uint64_t max_bytes) {
   const auto size = std::filesystem::file_size(p, ec);
   if (ec) throw input_error(fmt::format("{}: cannot read it: {}", escape_control(p.string()), ec.message()));
   if (size > max_bytes)
-    throw input_error(fmt::format("{}: {} bytes is over the limit of {} bytes", escape_control(p.string()), size,
-                                  max_bytes));
+    throw input_error(fmt::format("{}: {} bytes is over the limit of {} bytes", escape_control(p.string()),
+                                  size, max_bytes));
   std::ifstream in(p, std::ios::binary);
   if (!in) throw input_error(fmt::format("{}: cannot open it", escape_control(p.string())));
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -169,8 +170,8 @@ std::string short_name(const std::string& command, const std::string& exe) {
 
 std::string format_process_header(const process_header& h) {
   std::string out(process_file_magic);
-  fmt::format_to(std::back_inserter(out), "\nP {} {} {} {} {} {} ", h.pid, h.ppid, h.start_ticks, h.monotonic_ns,
-                 h.realtime_ns, h.started == "fork" ? "fork" : "exec");
+  fmt::format_to(std::back_inserter(out), "\nP {} {} {} {} {} {} ", h.pid, h.ppid, h.start_ticks,
+                 h.monotonic_ns, h.realtime_ns, h.started == "fork" ? "fork" : "exec");
   // The exe path is a field, which a space would split: spaces in it are written as '_'.
   std::string exe;
   for (const char c : h.exe) exe += c == ' ' ? '_' : c;
@@ -218,10 +219,10 @@ void process_file_writer::append(const timeline& t, std::string& out) {
     out += '\n';
   }
   for (const event& e : t.events) {
-    fmt::format_to(it, "E {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", static_cast<unsigned>(e.kind), e.start_ns,
-                   e.end_ns, e.thread, e.stream, e.device, e.correlation, e.bytes, e.name, e.domain,
-                   static_cast<unsigned>(e.copy), static_cast<unsigned>(e.src), static_cast<unsigned>(e.dst),
-                   static_cast<unsigned>(e.sync), e.async ? 1 : 0);
+    fmt::format_to(it, "E {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", static_cast<unsigned>(e.kind),
+                   e.start_ns, e.end_ns, e.thread, e.stream, e.device, e.correlation, e.bytes, e.name,
+                   e.domain, static_cast<unsigned>(e.copy), static_cast<unsigned>(e.src),
+                   static_cast<unsigned>(e.dst), static_cast<unsigned>(e.sync), e.async ? 1 : 0);
   }
   if (t.dropped != 0) {
     dropped_ += t.dropped;
@@ -266,7 +267,8 @@ process_file parse_process_file(std::string_view text, std::string_view origin, 
         h.start_ticks = p.number<std::uint64_t>(2, "start ticks");
         h.monotonic_ns = p.number<std::int64_t>(3, "monotonic ns");
         h.realtime_ns = p.number<std::int64_t>(4, "realtime ns");
-        if (p.field(5) != "exec" && p.field(5) != "fork") p.fail("expected exec or fork, got \"{}\"", escape_control(p.field(5)));
+        if (p.field(5) != "exec" && p.field(5) != "fork")
+          p.fail("expected exec or fork, got \"{}\"", escape_control(p.field(5)));
         h.started = std::string(p.field(5));
         h.exe = unescape(p.field(6));
         h.command = p.text();
@@ -305,8 +307,10 @@ process_file parse_process_file(std::string_view text, std::string_view origin, 
         e.correlation = p.number<std::uint64_t>(6, "correlation");
         e.bytes = p.number<std::uint64_t>(7, "bytes");
         for (int k = 0; k < 2; ++k) {
-          const auto id = p.number<std::uint32_t>(8 + static_cast<std::size_t>(k), k == 0 ? "name" : "domain");
-          if (id != 0 && (id >= ids.size() || ids[id] == 0)) p.fail("string id {} was not defined before", id);
+          const auto id =
+              p.number<std::uint32_t>(8 + static_cast<std::size_t>(k), k == 0 ? "name" : "domain");
+          if (id != 0 && (id >= ids.size() || ids[id] == 0))
+            p.fail("string id {} was not defined before", id);
           (k == 0 ? e.name : e.domain) = ids[id];
         }
         e.copy = p.word(10, "copy kind", copy_kind::p2p);
@@ -360,9 +364,10 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
   if (ec)
     throw input_error(fmt::format("{}: cannot list it: {}", escape_control(dir.string()), ec.message()));
   if (files.empty())
-    throw input_error(fmt::format("{}: no process traces (<pid>-<start>-<image>{}) in it; record one with "
-                                  "`ferry trace -o {} -- CMD`",
-                                  escape_control(dir.string()), process_file_suffix, escape_control(dir.string())));
+    throw input_error(
+        fmt::format("{}: no process traces (<pid>-<start>-<image>{}) in it; record one with "
+                    "`ferry trace -o {} -- CMD`",
+                    escape_control(dir.string()), process_file_suffix, escape_control(dir.string())));
   // By process (pid, start), then image: the images of one process in the order they ran.
   std::sort(files.begin(), files.end(), [](const file_ref& a, const file_ref& b) {
     return std::tie(a.start_ticks, a.pid, a.image) < std::tie(b.start_ticks, b.pid, b.image);
@@ -373,7 +378,7 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> keys;  // (pid, start) -> process key
   std::set<std::uint64_t> used;
   std::map<std::uint64_t, std::uint64_t> ppid_of;  // key -> parent pid (resolved to a key below)
-  std::uint64_t ordinal = 0;                         // renumbers streams and correlations per process
+  std::uint64_t ordinal = 0;                       // renumbers streams and correlations per process
   std::uint64_t total = 0;
   constexpr std::uint64_t reuse_step = std::uint64_t{1} << 22;  // above Linux's largest pid_max
   for (const file_ref& f : files) {
@@ -424,10 +429,12 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
       e.domain = e.domain != 0 ? t.strings.intern(pf.events.strings[e.domain]) : 0;
       if (e.correlation != 0) e.correlation |= gpu_base;
       if (e.on_gpu() || e.kind == activity::sync) {
-        e.stream = gpu_base | (e.stream & 0xffffffffu);
+        const std::uint64_t own = e.stream & 0xffffffffu;
+        e.stream = gpu_base | own;
         if (e.on_gpu()) {
           p.gpu = true;
           t.stream_processes[e.stream] = key;
+          t.stream_names.try_emplace(e.stream, fmt::format("stream {}", own));  // its id in its process
         }
       }
       if (e.thread != 0) {
@@ -484,7 +491,8 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
       if (line.starts_with("L ")) {  // the launcher's own CPU use, in thousandths of a core
         p.split(line.substr(2));
         p.expect_fields(1, "L millicores");
-        t.metadata["launcher_cpu_cores"] = fmt::format("{:.3f}", p.number<std::uint32_t>(0, "millicores") / 1000.0);
+        t.metadata["launcher_cpu_cores"] =
+            fmt::format("{:.3f}", p.number<std::uint32_t>(0, "millicores") / 1000.0);
         continue;
       }
       if (!line.starts_with("C ")) p.fail("expected a C or L record");
@@ -492,7 +500,8 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
       p.expect_fields(6, "C t_ns pid start_ticks millicores running threads");
       cpu_sample s;
       s.t_ns = p.number<std::int64_t>(0, "time");
-      const auto k = keys.find({p.number<std::uint64_t>(1, "pid"), p.number<std::uint64_t>(2, "start ticks")});
+      const auto k =
+          keys.find({p.number<std::uint64_t>(1, "pid"), p.number<std::uint64_t>(2, "start ticks")});
       if (k == keys.end()) continue;  // a process that wrote no file (not injected: a static binary)
       s.process = k->second;
       s.cores = static_cast<float>(p.number<std::uint32_t>(3, "millicores")) / 1000.0f;
