@@ -7,11 +7,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <system_error>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -64,7 +67,13 @@ std::size_t keep_steady_steps(timeline& r, std::uint64_t main_thread) {
   std::sort(steps.begin(), steps.end());
   const std::int64_t from = steps[1].first;
   const std::int64_t to = steps.back().second;
+  // The last step's GPU work runs after its CPU side ended: GPU events launched inside the window stay.
+  std::unordered_set<std::uint64_t> launched;
+  for (const event& e : r.events)
+    if (e.kind == activity::api && e.correlation != 0 && e.start_ns >= from && e.start_ns <= to)
+      launched.insert(e.correlation);
   std::erase_if(r.events, [&](const event& e) {
+    if (e.on_gpu() && e.start_ns > to && e.correlation != 0 && launched.contains(e.correlation)) return false;
     if (e.end_ns < from || e.start_ns > to) return true;
     return e.kind == activity::range && e.start_ns < from && r.name_of(e).starts_with("step ") &&
            r.domain_of(e) == "ferry.python";
@@ -208,13 +217,19 @@ void add_workers(const timeline& t, std::uint64_t key, const timeline& r, proces
 // Step spans ("step N") of the rank's main thread that ended before the capture opened, and during it.
 void recording_cost(const timeline& t, session_analysis& s) {
   std::int64_t on = -1, off = INT64_MAX;
+  const auto number = [](const std::string& text) {
+    std::int64_t v = -1;
+    const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    return ec == std::errc{} && p == text.data() + text.size() ? v
+                                                               : -1;  // a note ferry did not write: ignored
+  };
   for (const auto& [k, p] : t.processes) {
     if (const auto it = p.notes.find("capture_on_ns"); it != p.notes.end()) {
-      const std::int64_t v = std::stoll(it->second);
-      if (on < 0 || v < on) on = v;
+      const std::int64_t v = number(it->second);
+      if (v >= 0 && (on < 0 || v < on)) on = v;
     }
     if (const auto it = p.notes.find("capture_off_ns"); it != p.notes.end())
-      off = std::min<std::int64_t>(off, std::stoll(it->second));
+      if (const std::int64_t v = number(it->second); v >= 0) off = std::min(off, v);
   }
   if (on < 0) return;
   std::vector<double> before, during;
@@ -278,8 +293,12 @@ session_analysis analyze_session(const timeline& t, const analyze_options& opts)
   std::sort(s.processes.begin(), s.processes.end(), [&](const process_summary& a, const process_summary& b) {
     return t.processes.at(a.key).start_ns < t.processes.at(b.key).start_ns;
   });
-  if (const auto it = t.metadata.find("launcher_cpu_cores"); it != t.metadata.end())
-    s.launcher_cpu_cores = std::stod(it->second);
+  if (const auto it = t.metadata.find("launcher_cpu_cores"); it != t.metadata.end()) {
+    double v = -1;
+    const auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec == std::errc{}) s.launcher_cpu_cores = v;
+  }
+  for (const auto& [reason, n] : t.skipped) s.notes.push_back("not read: " + reason);
 
   for (const process_summary& ps : s.processes) {
     if (!ps.gpu) continue;
@@ -347,7 +366,8 @@ std::string format_text(const session_analysis& s) {
   for (const std::string& n : s.notes) out += "  note: " + n + "\n";
   if (s.recording_cost > -1)
     out += fmt::format(
-        "Recording cost: median step {:.2f} ms before the capture, {:.2f} ms during it ({:+.1f}%){}\n",
+        "Recording cost: median step {:.2f} ms before the capture, {:.2f} ms during it ({:+.1f}%; the steps "
+        "before ran injected but uncaptured: this is the capture's own cost){}\n",
         s.steps_before_ms, s.steps_during_ms, s.recording_cost * 100,
         s.recording_cost > 0.05 ? ": above 5%; --lite records kernels and copies only" : "");
   if (s.ranks.empty()) out += "No process has GPU activity: nothing to analyze per step.\n";

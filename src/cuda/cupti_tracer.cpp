@@ -271,7 +271,8 @@ std::mutex g_begin_end_mu;  // serializes begin() and end()
 std::mutex g_mu;            // guards g_session and its contents
 session* g_session = nullptr;
 bool g_callbacks_registered = false;  // guarded by g_begin_end_mu
-buffer_pool g_pool;
+// Never destroyed: CUPTI's threads may hand buffers back while the process exits.
+buffer_pool& g_pool = *new buffer_pool;  // NOLINT(cert-err58-cpp): at load, out of memory ends the process
 
 constexpr CUpti_ActivityKind all_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
@@ -279,7 +280,8 @@ constexpr CUpti_ActivityKind all_kinds[] = {
 };
 // The kinds the running trace enabled (a prefix of all_kinds, MARKER skipped when not asked for); set by
 // begin() under g_begin_end_mu before any is enabled.
-std::vector<CUpti_ActivityKind> enabled_kinds;
+// NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
+std::vector<CUpti_ActivityKind>& enabled_kinds = *new std::vector<CUpti_ActivityKind>;
 
 std::int64_t to_ns(const session& s, std::uint64_t cupti_ts) noexcept {
   return static_cast<std::int64_t>(cupti_ts) + s.offset_ns;

@@ -31,7 +31,7 @@ std::atomic<bool> g_cuda_seen{false};
 std::atomic<bool> g_handed_over{false};
 
 #if FERRY_INJECT_CUPTI
-void cuda_at_exit() { finish(-1); }
+void cuda_at_exit() { finish(main_status()); }
 #endif
 
 void* real_symbol(const char* name, const char* const* libraries) {

@@ -43,11 +43,13 @@ namespace {
 
 thread_local bool t_in_ferry = false;
 
-settings g_settings;
+// Never destroyed: the writer thread and CUPTI's threads may read it while the process exits.
+settings& g_settings = *new settings;  // NOLINT(cert-err58-cpp): at load, out of memory ends the process
 std::atomic<process_state*> g_state{nullptr};
 std::atomic<pid_t> g_pid{0};                   // this process's pid, kept current by the fork handler
 std::atomic_flag g_making = ATOMIC_FLAG_INIT;  // one state made at a time
 volatile std::sig_atomic_t g_sigterm = 0;
+std::atomic<bool> g_sigterm_done{false};  // the writer has flushed for a SIGTERM
 
 std::int64_t clock_ns(clockid_t id) noexcept {
   timespec ts{};
@@ -121,22 +123,10 @@ std::string read_small(const char* path) {
 
 // Fields 4 (ppid) and 22 (start time in clock ticks) of /proc/self/stat.
 void read_stat(std::uint64_t& ppid, std::uint64_t& start) {
-  const std::string stat = read_small("/proc/self/stat");
-  const std::size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return;
-  const char* p = stat.c_str() + paren + 2;  // field 3, the state
-  unsigned long long v[20] = {};
-  // state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-  // priority nice num_threads itrealvalue starttime
-  char st = 0;
-  if (std::sscanf(
-          p,
-          "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
-          &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12],
-          &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) == 20) {
-    ppid = v[0];
-    start = v[18];
-  }
+  trace::proc_stat st;
+  if (!trace::parse_proc_stat(read_small("/proc/self/stat"), st)) return;
+  ppid = st.ppid;
+  start = st.start_ticks;
 }
 
 void keep_file_identity(process_state& s) {
@@ -175,11 +165,13 @@ void apply_capture(process_state& s, bool on) noexcept {
   if (on == s.rec.capturing()) return;
   if (on) {
     s.rec.start();
+    s.capture_on.store(true);
     cupti_start(s);
     if (!s.capture_opened) note("capture_on_ns", std::to_string(now_ns()));
     s.capture_opened = true;
   } else {
     s.rec.stop();
+    s.capture_on.store(false);
     cupti_stop(s);
     if (s.capture_opened && !s.capture_closed) note("capture_off_ns", std::to_string(now_ns()));
     s.capture_closed = true;
@@ -195,12 +187,12 @@ void writer_loop(process_state* s) {
                 static_cast<long>(g_settings.flush_ns % 1'000'000'000)};
     while (syscall(SYS_nanosleep, &ts, &ts) != 0 && errno == EINTR && g_sigterm == 0) {
     }
-    if (s->pid != g_pid.load(std::memory_order_relaxed)) return;  // not reached: a fork has no threads
+    // Done once the process has written its exit: nothing of it may be touched while it tears down.
+    if (s->exited.load() || s->pid != g_pid.load(std::memory_order_relaxed)) return;
     if (g_sigterm != 0) {
       finish(128 + SIGTERM);
-      std::signal(SIGTERM, SIG_DFL);
-      std::raise(SIGTERM);
-      return;
+      g_sigterm_done.store(true);
+      return;  // the handler ends the process
     }
     if (!g_settings.control.empty()) {
       std::string c = read_small(g_settings.control.c_str());
@@ -225,19 +217,28 @@ void on_fork_child() {
   g_state.store(nullptr, std::memory_order_relaxed);
   g_making.clear();
   g_sigterm = 0;
+  g_sigterm_done.store(false);
+  os_calls_after_fork();
+  nvtx_after_fork();
   // Its file now, so that a child killed before its first event (a worker blocked in a queue) is still
   // in the recording. glibc's malloc is safe to use in a fork child; the writer thread waits for an event.
   make_state(true);
 }
 
+// SIGTERM at its default disposition: the writer flushes and writes the exit, while this handler waits
+// (2 s at most, so a stuck writer cannot keep the process alive); then the signal ends the process as the
+// default would have. The waiting thread does not return into the program in between.
 void on_sigterm(int) {
   process_state* s = g_state.load(std::memory_order_relaxed);
-  if (s == nullptr || !s->writer_started.load() || s->pid != g_pid.load(std::memory_order_relaxed)) {
-    std::signal(SIGTERM, SIG_DFL);  // nothing to write: die at once, as the default would
-    std::raise(SIGTERM);
-    return;
+  if (s != nullptr && s->writer_started.load() && s->pid == g_pid.load(std::memory_order_relaxed)) {
+    g_sigterm = 1;
+    for (int i = 0; i < 400 && !g_sigterm_done.load(); ++i) {
+      timespec ts{0, 5'000'000};
+      syscall(SYS_nanosleep, &ts, nullptr);
+    }
   }
-  g_sigterm = 1;  // the writer thread flushes (within one interval), then dies of the signal
+  std::signal(SIGTERM, SIG_DFL);
+  syscall(SYS_kill, syscall(SYS_getpid), SIGTERM);
 }
 
 // main's return value, seen through the interposed __libc_start_main: libc then calls exit() from inside
@@ -246,6 +247,12 @@ std::atomic<int> g_main_status{-1};
 
 // A return from main, or an exit nobody saw (-1).
 void at_exit() { finish(g_main_status.load()); }
+
+}  // namespace
+
+int main_status() noexcept { return g_main_status.load(); }
+
+namespace {
 
 process_state* make_state(bool forked) noexcept {
   while (g_making.test_and_set(std::memory_order_acquire)) {
@@ -324,18 +331,39 @@ process_state::process_state(bool forked) : rec(std::size_t{1} << 18) {
   }
   keep_file_identity(*this);
   write_all(fd, trace::format_process_header(h));
-  if (g_settings.capture_at_start) rec.start();
+  // The switch file says where the window is now (a process started after it opened, or a fork child);
+  // the environment only says how the recording began.
+  bool on = g_settings.capture_at_start;
+  if (!g_settings.control.empty()) {
+    const std::string c = read_small(g_settings.control.c_str());
+    if (!c.empty()) on = c.starts_with("on");
+  }
+  if (on) {
+    rec.start();
+    capture_on.store(true);
+  }
 }
 
 const settings& config() noexcept { return g_settings; }
 
 void start_writer(process_state& s) noexcept {
   if (s.writer_started.exchange(true)) return;
+  // Every signal blocked in the writer (it inherits the mask it is created with): the program's signals
+  // stay the program's threads'.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
     std::thread(writer_loop, &s).detach();
   } catch (...) {
     // No thread: the events are written at exit only.
   }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+bool capturing() noexcept {
+  const process_state* s = g_state.load(std::memory_order_acquire);
+  return s != nullptr && s->capture_on.load(std::memory_order_relaxed);
 }
 
 process_state* state() noexcept {
@@ -384,11 +412,11 @@ void note(std::string_view key, std::string_view value) noexcept {
   }
 }
 
-void flush(process_state& s, bool cupti_forced) noexcept {
+namespace {
+// Writes what was recorded; write_mu held.
+void write_batch(process_state& s) noexcept {
   try {
-    const own_call own;
-    if (s.cupti_on.load()) cupti_flush(s, cupti_forced);
-    const std::lock_guard lock(s.write_mu);
+    drain_os_calls(s);
     const trace::timeline t = s.rec.take("", "");
     std::string out;
     s.writer.append(t, out);
@@ -397,8 +425,16 @@ void flush(process_state& s, bool cupti_forced) noexcept {
     // Out of memory: this batch is lost, the recording goes on.
   }
 }
+}  // namespace
 
-void finish(int status) noexcept {
+void flush(process_state& s, bool cupti_forced) noexcept {
+  const own_call own;
+  if (s.cupti_on.load()) cupti_flush(s, cupti_forced);
+  const std::lock_guard lock(s.write_mu);
+  write_batch(s);
+}
+
+void finish(int status, bool may_block) noexcept {
   if (!g_settings.active) return;
   // A vfork child (posix_spawn, subprocess) shares its parent's memory and runs no fork handler: it
   // must not write, nor mark, the parent's file.
@@ -406,8 +442,15 @@ void finish(int status) noexcept {
   process_state* s = state();
   if (s == nullptr || s->exited.exchange(true)) return;
   const own_call own;
-  flush(*s, true);  // CUPTI's buffers too, forced: the program's work is done
-  const std::lock_guard lock(s->write_mu);
+  if (may_block) cupti_stop(*s);  // flushes CUPTI's buffers (forced: the program's work is done), disables it
+  // From _exit (which a signal handler may call, having interrupted ferry's own writer): write only if the
+  // file is free now.
+  std::unique_lock lock(s->write_mu, std::defer_lock);
+  if (may_block)
+    lock.lock();
+  else if (!lock.try_lock())
+    return;
+  write_batch(*s);
   if (file_is_ours(*s)) write_all(s->fd, trace::format_process_exit(now_ns(), status));
 }
 
@@ -472,13 +515,13 @@ FERRY_INJECT_EXPORT void ferry_inject_step(long long index, long long start_ns, 
 // The exits that skip atexit handlers: os._exit (multiprocessing's workers end so), and exit() itself,
 // flushed here while CUDA is still up (before the atexit handlers tear it down).
 FERRY_INJECT_EXPORT void _exit(int status) {
-  finish(status);
+  finish(status, false);
   syscall(SYS_exit_group, status);
   __builtin_unreachable();
 }
 
 FERRY_INJECT_EXPORT void _Exit(int status) {
-  finish(status);
+  finish(status, false);
   syscall(SYS_exit_group, status);
   __builtin_unreachable();
 }

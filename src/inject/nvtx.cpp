@@ -7,6 +7,7 @@
 // NVTX's tool interface is a stable C ABI (nvtx3's nvtxDetail/nvtxTypes.h); the few types and ids the
 // handlers need are declared here, so the library builds without the CUDA toolkit's headers.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -118,10 +119,10 @@ thread_local int t_depth = 0;  // may exceed max_depth: the ranges above it are 
 
 // Start/end ranges may end on another thread: by id.
 std::mutex g_started_mu;
-std::unordered_map<std::uint64_t, open_range>& started() {
-  static auto* m = new std::unordered_map<std::uint64_t, open_range>;
-  return *m;
-}
+// Replaced (the old one leaked) in a fork child, whose ids would name the parent's strings.
+// NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
+std::unordered_map<std::uint64_t, open_range>* g_started = new std::unordered_map<std::uint64_t, open_range>;
+std::unordered_map<std::uint64_t, open_range>& started() { return *g_started; }
 std::atomic<std::uint64_t> g_next_id{1};
 
 std::uint32_t domain_id(domain_handle d) { return d != nullptr ? intern(d->text) : 0; }
@@ -237,6 +238,17 @@ void put(function_table table, unsigned size, unsigned id, F* handler) {
 }
 
 }  // namespace
+
+void nvtx_after_fork() noexcept {
+  // The child's one thread: its open ranges hold the parent's string ids, and a lock another thread
+  // held at the fork would stay held.
+  t_depth = 0;
+  new (&g_names_mu) std::mutex;
+  new (&g_started_mu) std::mutex;
+  g_started = new (std::nothrow) std::unordered_map<std::uint64_t, open_range>;
+  if (g_started == nullptr) std::abort();
+}
+
 }  // namespace ferry::inject
 
 /// NVTX's entry point into its tool (nvtxInitImpl): fills the CORE and CORE2 tables. Returns 1; 0 (NVTX

@@ -1,8 +1,9 @@
 // The operating-system calls that block a thread, interposed through LD_PRELOAD: each wrapper reads the
-// clock before and after the real call and records the call only when it took at least the threshold
-// (FERRY_TRACE_BLOCK_US, 100 us by default), as a range in the "os" domain named after the call and the
-// library that made it ("munmap (libtorch_cpu.so)"), with the bytes it moved or unmapped. Below the
-// threshold a call costs two clock reads.
+// clock before and after the real call and keeps the call only when it took at least the threshold
+// (FERRY_TRACE_BLOCK_US, 100 us by default), as plain values in a lock-free ring; the writer thread turns
+// them into ranges in the "os" domain named after the call and the library that made it ("munmap
+// (libtorch_cpu.so)"), with the bytes they moved or unmapped. Below the threshold a call costs two clock
+// reads.
 //
 // Calls from the CUDA driver, CUPTI and NCCL are left out (gpu_library). What it cannot see: calls libc makes
 // inside itself (free() returning memory with munmap, fread's read), raw system calls, and statically linked
@@ -19,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -58,30 +60,41 @@ bool gpu_library(const char* name) noexcept {
   return false;
 }
 
-// Records [start, now) when it reached the threshold. Keeps errno as the real call left it.
+// Calls that blocked, as the wrappers leave them: plain values in a fixed ring, written without a lock, an
+// allocation or a call into the loader, since a wrapper may run inside malloc (an allocator's own mmap and
+// munmap), a signal handler (a wakeup write) or the loader. The writer thread drains it, naming the caller.
+struct raw_call {
+  std::atomic<std::uint64_t> seq{0};  // index + 1 once the fields are written
+  const char* call = nullptr;         // the wrapper's name (a literal)
+  const void* caller = nullptr;
+  std::int64_t start = 0;
+  std::int64_t end = 0;
+  std::uint64_t thread = 0;
+  std::uint64_t bytes = 0;
+};
+constexpr std::uint64_t ring_size = std::uint64_t{1} << 14;
+raw_call g_ring[ring_size];
+std::atomic<std::uint64_t> g_head{0};  // next index to write
+std::atomic<std::uint64_t> g_tail{0};  // next index to read (the writer's)
+std::atomic<std::uint64_t> g_lost{0};  // calls dropped with the ring full
+
+// Keeps [start, now) when it reached the threshold and the capture is on. Keeps errno.
 void done(const char* call, std::int64_t start, std::uint64_t bytes, const void* caller) noexcept {
   const std::int64_t end = now_ns();
-  if (end - start < config().block_ns) return;
+  if (end - start < config().block_ns || !capturing()) return;
   const int saved = errno;
-  {
-    const own_call own;
-    const char* library = library_of(caller);
-    if (gpu_library(library)) {
-      errno = saved;
-      return;
-    }
-    try {
-      trace::event e;
-      e.kind = trace::activity::range;
-      e.start_ns = start;
-      e.end_ns = end;
-      e.thread = trace::this_thread_id();
-      e.bytes = bytes;
-      e.name = intern(std::string(call) + " (" + library + ")");
-      e.domain = intern("os");
-      record(e);
-    } catch (...) {
-    }
+  const std::uint64_t i = g_head.fetch_add(1, std::memory_order_relaxed);
+  if (i - g_tail.load(std::memory_order_acquire) >= ring_size) {
+    g_lost.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    raw_call& r = g_ring[i % ring_size];
+    r.call = call;
+    r.caller = caller;
+    r.start = start;
+    r.end = end;
+    r.thread = trace::this_thread_id();
+    r.bytes = bytes;
+    r.seq.store(i + 1, std::memory_order_release);
   }
   errno = saved;
 }
@@ -89,6 +102,44 @@ void done(const char* call, std::int64_t start, std::uint64_t bytes, const void*
 std::uint64_t count(long long n) noexcept { return n > 0 ? static_cast<std::uint64_t>(n) : 0; }
 
 }  // namespace
+
+void drain_os_calls(process_state& s) noexcept {
+  std::uint64_t tail = g_tail.load(std::memory_order_relaxed);
+  const std::uint64_t head = g_head.load(std::memory_order_acquire);
+  std::uint32_t domain = 0;
+  for (; tail < head; ++tail) {
+    raw_call& r = g_ring[tail % ring_size];
+    if (r.seq.load(std::memory_order_acquire) != tail + 1) break;  // still being written
+    const char* call = r.call;
+    const void* caller = r.caller;
+    trace::event e;
+    e.kind = trace::activity::range;
+    e.start_ns = r.start;
+    e.end_ns = r.end;
+    e.thread = r.thread;
+    e.bytes = r.bytes;
+    g_tail.store(tail + 1, std::memory_order_release);  // the slot is free again
+    const char* library = library_of(caller);
+    if (gpu_library(library)) continue;
+    try {
+      if (domain == 0) domain = s.rec.intern("os");
+      e.domain = domain;
+      e.name = s.rec.intern(std::string(call) + " (" + library + ")");
+      s.rec.record_late(e);
+    } catch (...) {
+      s.rec.count_dropped(1);
+    }
+  }
+  g_tail.store(tail, std::memory_order_release);
+  if (const std::uint64_t lost = g_lost.exchange(0); lost != 0) s.rec.count_dropped(lost);
+}
+
+void os_calls_after_fork() noexcept {
+  // The parent's calls not yet drained are its own; the child starts after them.
+  g_tail.store(g_head.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_lost.store(0, std::memory_order_relaxed);
+}
+
 }  // namespace ferry::inject
 
 using ferry::inject::count;
@@ -119,6 +170,9 @@ FERRY_OS_CALL(void*, mmap, (void* addr, size_t len, int prot, int flags, int fd,
 // Reads and writes: queues and pipes between processes, sockets, files.
 FERRY_OS_CALL(ssize_t, read, (int fd, void* buf, size_t n), (fd, buf, n), count(result_))
 FERRY_OS_CALL(ssize_t, write, (int fd, const void* buf, size_t n), (fd, buf, n), count(result_))
+FERRY_OS_CALL(ssize_t, pread, (int fd, void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
+FERRY_OS_CALL(ssize_t, pwrite, (int fd, const void* buf, size_t n, off_t off), (fd, buf, n, off),
+              count(result_))
 FERRY_OS_CALL(ssize_t, pread64, (int fd, void* buf, size_t n, off_t off), (fd, buf, n, off), count(result_))
 FERRY_OS_CALL(ssize_t, pwrite64, (int fd, const void* buf, size_t n, off_t off), (fd, buf, n, off),
               count(result_))

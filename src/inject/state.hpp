@@ -34,11 +34,12 @@ struct process_state {
   std::mutex write_mu;                // one flush at a time (the writer thread, an exit path)
   trace::process_file_writer writer;  // under write_mu
   std::atomic<bool> writer_started{false};
-  std::atomic<bool> cuda{false};      // CUDA was initialized in this process (InitializeInjection)
-  std::atomic<bool> cupti_on{false};  // the CUPTI recorder runs
-  std::atomic<bool> exited{false};    // the X line is written
-  std::mutex capture_mu;              // apply_capture's: one switch at a time
-  bool capture_opened = false;        // under capture_mu
+  std::atomic<bool> cuda{false};        // CUDA was initialized in this process (InitializeInjection)
+  std::atomic<bool> cupti_on{false};    // the CUPTI recorder runs
+  std::atomic<bool> capture_on{false};  // the recorder's switch, for readers that must not lock
+  std::atomic<bool> exited{false};      // the X line is written
+  std::mutex capture_mu;                // apply_capture's: one switch at a time
+  bool capture_opened = false;          // under capture_mu
   bool capture_closed = false;
 };
 
@@ -95,8 +96,9 @@ void note(std::string_view key, std::string_view value) noexcept;
 void flush(process_state& s, bool cupti_forced) noexcept;
 
 /// The exit paths: flushes everything, CUPTI included where it runs in this process, and writes the X
-/// line once. Never throws; safe to call again.
-void finish(int status) noexcept;
+/// line once. Never throws; safe to call again. `may_block` false (_exit, which signal handlers call):
+/// CUPTI is left alone and nothing is written when the file's lock is taken.
+void finish(int status, bool may_block = true) noexcept;
 
 /// Turns the capture switch of every process of the recording (writes the control file).
 void set_capture(bool on) noexcept;
@@ -106,6 +108,20 @@ void set_capture(bool on) noexcept;
 void cupti_start(process_state& s) noexcept;
 void cupti_stop(process_state& s) noexcept;
 void cupti_flush(process_state& s, bool forced) noexcept;
+
+/// Whether this process captures now (the recorder's switch, read without its lock).
+[[nodiscard]] bool capturing() noexcept;
+
+/// os_calls.cpp: turns the blocking calls the wrappers kept into events of `s`'s recorder (the writer
+/// thread, under write_mu); forgets the parent's in a fork child.
+void drain_os_calls(process_state& s) noexcept;
+void os_calls_after_fork() noexcept;
+
+/// nvtx.cpp: forgets the ranges the forking thread had open (their names are the parent's).
+void nvtx_after_fork() noexcept;
+
+/// The status main returned, or -1 when it has not returned.
+[[nodiscard]] int main_status() noexcept;
 
 /// CLOCK_MONOTONIC nanoseconds (trace::now_ns's clock).
 [[nodiscard]] std::int64_t now_ns() noexcept;

@@ -166,9 +166,13 @@ TEST_F(session_dir, processes_merge_with_their_own_streams_parents_and_samples) 
   write("samples.ferry-cpu",
         "ferry-cpu-samples 1\nC 150 11 6 980 1 2\nC 160 10 5 500 1 9\nC 170 77 1 1000 1 1\nL 7\n");
   write("unrelated.txt", "not a process file");
+  write("12-7-0.ferry-proc", "garbage\n");  // one unreadable file: named, the others still read
 
   const timeline t = read_process_traces(dir_);
   ASSERT_EQ(t.processes.size(), 3u);
+  ASSERT_EQ(t.skipped.size(), 1u);
+  EXPECT_NE(t.skipped.begin()->first.find("12-7-0.ferry-proc line 1"), std::string::npos)
+      << t.skipped.begin()->first;
   const process_info& main = t.processes.at(10);
   EXPECT_EQ(main.name, "python3 train.py");
   EXPECT_TRUE(main.gpu);
@@ -219,6 +223,24 @@ TEST_F(session_dir, an_empty_directory_is_refused_with_the_command_to_record_one
   } catch (const ferry::input_error& e) {
     EXPECT_NE(std::string(e.what()).find("ferry trace -o"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(process_trace, proc_stat_fields_read_past_a_command_name_with_spaces_and_parentheses) {
+  const std::string text =
+      "4242 (python3 (x) y) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 9 0 123456 0 0 0 0 0 0\n";
+  ferry::trace::proc_stat st;
+  ASSERT_TRUE(ferry::trace::parse_proc_stat(text, st));
+  EXPECT_EQ(st.state, 'S');
+  EXPECT_EQ(st.ppid, 17u);
+  EXPECT_EQ(st.cpu_ticks, 280u);
+  EXPECT_EQ(st.threads, 9u);
+  EXPECT_EQ(st.start_ticks, 123456u);
+  EXPECT_FALSE(ferry::trace::parse_proc_stat("4242 (cut", st));
+  EXPECT_FALSE(ferry::trace::parse_proc_stat("4242 (x) S 1 2", st));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -34,6 +35,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -65,6 +67,7 @@ struct trace_command_flags {
   std::int64_t block_us = 100;
   std::int64_t flush_ms = 50;
   std::int64_t sample_ms = 100;
+  double wait_s = 60;
   std::string python = "auto";
   bool no_merge = false;
 };
@@ -179,11 +182,13 @@ class sampler {
         if (read_stat((te.path() / "stat").string(), t2, s2, n2, &state) && state == 'R') ++running;
       }
       auto& prev = last_[{pid, start}];
+      const bool first_reading = prev.first == 0;
       double cores = 0;
-      if (prev.first != 0 && now_ns > prev.first)
+      if (!first_reading && now_ns > prev.first)
         cores = static_cast<double>(ticks - std::min(ticks, prev.second)) / ticks_per_s_ /
                 (static_cast<double>(now_ns - prev.first) * 1e-9);
       prev = {now_ns, ticks};
+      if (first_reading) continue;  // the baseline of the next sample, not a sample
       out_ << fmt::format("C {} {} {} {} {} {}\n", now_ns, pid, start,
                           static_cast<std::uint64_t>(std::llround(std::max(0.0, cores) * 1000.0)), running,
                           threads);
@@ -201,20 +206,12 @@ class sampler {
     close(fd);
     if (n <= 0) return false;
     buf[n] = '\0';
-    const char* paren = std::strrchr(buf, ')');
-    if (paren == nullptr) return false;
-    char st = 0;
-    unsigned long long v[20] = {};
-    if (std::sscanf(paren + 2,
-                    "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
-                    "%llu %llu",
-                    &st, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
-                    &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]) != 20)
-      return false;
-    ticks = v[10] + v[11];                        // utime + stime (fields 14, 15)
-    threads = static_cast<std::uint32_t>(v[16]);  // field 20
-    start = v[18];                                // field 22
-    if (state != nullptr) *state = st;
+    trace::proc_stat st;
+    if (!trace::parse_proc_stat(std::string_view(buf, static_cast<std::size_t>(n)), st)) return false;
+    ticks = st.cpu_ticks;
+    threads = static_cast<std::uint32_t>(st.threads);
+    start = st.start_ticks;
+    if (state != nullptr) *state = st.state;
     return true;
   }
 
@@ -263,11 +260,36 @@ int run_trace(const trace_command_flags& f) {
     throw flag_error("ferry trace: --capture-range nvtx and --nvtx-capture NAME[@DOMAIN] go together");
   long long first = -1, last = -1;
   if (!f.steps.empty()) {
-    if (std::sscanf(f.steps.c_str(), "%lld:%lld", &first, &last) != 2 || first < 0 || last < first)
+    const std::string& st = f.steps;
+    const std::size_t colon = st.find(':');
+    const auto parse = [](std::string_view text, long long& v) {
+      const auto [p, e] = std::from_chars(text.data(), text.data() + text.size(), v);
+      return e == std::errc{} && p == text.data() + text.size();
+    };
+    if (colon == std::string::npos || !parse(std::string_view(st).substr(0, colon), first) ||
+        !parse(std::string_view(st).substr(colon + 1), last) || first < 0 || last < first)
       throw flag_error(
           fmt::format("--steps {}: expected A:B with 0 <= A <= B (the steps to capture, counted from 0)",
-                      escape_control(f.steps)));
+                      escape_control(st)));
+    if (f.delay_s > 0 || f.duration_s > 0 || f.capture_range != "none")
+      throw flag_error(
+          fmt::format("--steps {} cannot be combined with --delay, --duration or --capture-range {}: "
+                      "each sets the capture window",
+                      escape_control(st), escape_control(f.capture_range)));
+    if (f.python == "none")
+      throw flag_error(fmt::format("--steps {} needs the Python step ranges, which --python none turns off",
+                                   escape_control(st)));
   }
+  if (f.capture_range != "none" && f.delay_s > 0)
+    throw flag_error(
+        fmt::format("--delay {} cannot be combined with --capture-range {}: each opens the window", f.delay_s,
+                    escape_control(f.capture_range)));
+  // LD_PRELOAD splits its list at spaces and colons: a path with either would not be preloaded at all.
+  if (lib.string().find_first_of(" :") != std::string::npos)
+    throw flag_error(
+        fmt::format("ferry trace: the injection library's path {} holds a space or a colon, which "
+                    "LD_PRELOAD cannot take; move it (FERRY_INJECT_LIBRARY names another copy)",
+                    escape_control(lib.string())));
   const fs::path dir = fs::absolute(f.output);
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -349,6 +371,7 @@ int run_trace(const trace_command_flags& f) {
   int status = 0;
   bool primary_done = false;
   bool told_wait = false;
+  std::int64_t primary_done_ns = 0;
   const std::int64_t period = f.sample_ms * 1'000'000;
   std::int64_t next_sample = t0;
   bool window_opened = start_on, window_closed = false;
@@ -361,6 +384,7 @@ int run_trace(const trace_command_flags& f) {
       if (p == child) {
         status = st;
         primary_done = true;
+        primary_done_ns = monotonic_ns();
         g_primary_done = 1;
       }
     }
@@ -374,12 +398,20 @@ int run_trace(const trace_command_flags& f) {
         fmt::print(stderr, "ferry trace: stopped waiting for the remaining processes\n");
         break;
       }
+      if (static_cast<double>(monotonic_ns() - primary_done_ns) * 1e-9 >= f.wait_s) {
+        fmt::print(
+            stderr,
+            "ferry trace: processes {} left running still run {:.0f} s after it exited (--wait-s); they go "
+            "on unwaited for, and their files hold what they recorded so far\n",
+            escape_control(f.command[0]), f.wait_s);
+        break;
+      }
       if (!told_wait) {
         told_wait = true;
         fmt::print(stderr,
-                   "ferry trace: {} exited; waiting for the processes it left running (Ctrl-C stops the "
-                   "wait)\n",
-                   escape_control(f.command[0]));
+                   "ferry trace: {} exited; waiting up to {:.0f} s for the processes it left running (Ctrl-C "
+                   "stops the wait)\n",
+                   escape_control(f.command[0]), f.wait_s);
       }
     }
     const std::int64_t now = monotonic_ns();
@@ -423,6 +455,16 @@ int run_trace(const trace_command_flags& f) {
       trace::analyze_options opts;
       opts.wording = trace::fix_wording::pytorch;
       const trace::session_analysis s = trace::analyze_session(t, opts);
+      const bool windowed = !start_on;
+      bool opened = false;
+      for (const auto& [k, p] : t.processes) opened = opened || p.notes.contains("capture_on_ns");
+      if (windowed && !opened)
+        fmt::print(
+            stderr, "ferry trace: warning: the capture window never opened ({}): nothing was captured\n",
+            first >= 0 ? "no process reached the steps given; is it a Python program with an optimizer?"
+            : f.capture_range == "cudaProfilerApi" ? "no cudaProfilerStart through the dynamic CUDA runtime"
+            : f.capture_range == "nvtx"            ? "no NVTX range of that name"
+                                                   : "the program ended before the delay");
       if (s.recording_cost > -1)
         fmt::print(stderr,
                    "ferry trace: recording cost {:+.1f}% (median step {:.2f} ms before the capture, {:.2f} "
@@ -471,6 +513,8 @@ std::function<int()> add_trace_command(CLI::App& app) {
                "Record blocking calls (munmap, read, poll, waits) at least this long (default 100)");
   add_int_flag(*cmd, "--flush-ms", f->flush_ms, 1, 10'000,
                "How often each process appends to its file: what a killed process loses (default 50)");
+  add_double_flag(*cmd, "--wait-s", f->wait_s, 0, 1e6,
+                  "After CMD exits, wait this long for the processes it left running (default 60)");
   add_int_flag(*cmd, "--sample-ms", f->sample_ms, 10, 10'000,
                "CPU-use sampling period of /proc (default 100)");
   cmd->add_option("--python", f->python,

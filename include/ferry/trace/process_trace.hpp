@@ -52,6 +52,18 @@ struct process_header {
   std::string command;  // the command line, arguments separated by spaces
 };
 
+/// The fields of /proc/<pid>/stat (or /proc/<pid>/task/<tid>/stat) that ferry trace reads.
+struct proc_stat {
+  char state = 0;                 // R, S, D, ...
+  std::uint64_t ppid = 0;         // field 4
+  std::uint64_t cpu_ticks = 0;    // utime + stime, fields 14 and 15, in clock ticks
+  std::uint64_t threads = 0;      // field 20
+  std::uint64_t start_ticks = 0;  // field 22
+};
+/// Parses the text of a stat file (the command name in parentheses may hold spaces and parentheses); false
+/// when it is not one. Allocates nothing.
+[[nodiscard]] bool parse_proc_stat(std::string_view text, proc_stat& out) noexcept;
+
 /// The P line (with the magic line before it) that opens a process file.
 [[nodiscard]] std::string format_process_header(const process_header& h);
 /// An M line.

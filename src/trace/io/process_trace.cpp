@@ -11,6 +11,7 @@
 #include <set>
 #include <system_error>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -168,6 +169,27 @@ std::string short_name(const std::string& command, const std::string& exe) {
 
 }  // namespace
 
+bool parse_proc_stat(std::string_view text, proc_stat& out) noexcept {
+  const std::size_t paren = text.rfind(')');
+  if (paren == std::string_view::npos || paren + 2 >= text.size()) return false;
+  text.remove_prefix(paren + 2);  // field 3, the state, on
+  out.state = text.front();
+  std::int64_t v[20] = {};  // fields 4 to 22; some are signed (tpgid is -1 without a terminal)
+  std::size_t at = 1;
+  for (std::int64_t& field : v) {
+    while (at < text.size() && text[at] == ' ') ++at;
+    const auto [p, ec] = std::from_chars(text.data() + at, text.data() + text.size(), field);
+    if (ec != std::errc{}) return false;
+    at = static_cast<std::size_t>(p - text.data());
+  }
+  const auto u = [](std::int64_t x) { return x > 0 ? static_cast<std::uint64_t>(x) : 0; };
+  out.ppid = u(v[0]);
+  out.cpu_ticks = u(v[10]) + u(v[11]);
+  out.threads = u(v[16]);
+  out.start_ticks = u(v[18]);
+  return true;
+}
+
 std::string format_process_header(const process_header& h) {
   std::string out(process_file_magic);
   fmt::format_to(std::back_inserter(out), "\nP {} {} {} {} {} {} ", h.pid, h.ppid, h.start_ticks,
@@ -234,7 +256,7 @@ process_file parse_process_file(std::string_view text, std::string_view origin, 
   process_file out;
   timeline& t = out.events;
   // File string ids -> ids of t.strings (the same, unless a file repeats or skips ids).
-  std::vector<std::uint32_t> ids{0};
+  std::unordered_map<std::uint32_t, std::uint32_t> ids;  // a map: a file's ids need not be dense
   std::size_t line_no = 0;
   bool header = false;
   while (!text.empty()) {
@@ -280,7 +302,6 @@ process_file parse_process_file(std::string_view text, std::string_view origin, 
         p.expect_text("the string");
         const auto id = p.number<std::uint32_t>(0, "string id");
         if (id == 0 || id > (1u << 26)) p.fail("string id {} is out of range (1..{})", id, 1u << 26);
-        if (ids.size() <= id) ids.resize(id + std::size_t{1}, 0);
         ids[id] = t.strings.intern(p.text());
         break;
       }
@@ -303,15 +324,15 @@ process_file parse_process_file(std::string_view text, std::string_view origin, 
         e.thread = p.number<std::uint64_t>(3, "thread");
         e.stream = p.number<std::uint64_t>(4, "stream");
         e.device = p.number<std::int32_t>(5, "device");
-        if (e.device < -1) p.fail("device {} is out of range (-1 or more)", e.device);
+        if (e.device < -1 || e.device > 1023) p.fail("device {} is out of range (-1..1023)", e.device);
         e.correlation = p.number<std::uint64_t>(6, "correlation");
         e.bytes = p.number<std::uint64_t>(7, "bytes");
         for (int k = 0; k < 2; ++k) {
           const auto id =
               p.number<std::uint32_t>(8 + static_cast<std::size_t>(k), k == 0 ? "name" : "domain");
-          if (id != 0 && (id >= ids.size() || ids[id] == 0))
-            p.fail("string id {} was not defined before", id);
-          (k == 0 ? e.name : e.domain) = ids[id];
+          const auto found = ids.find(id);
+          if (id != 0 && found == ids.end()) p.fail("string id {} was not defined before", id);
+          (k == 0 ? e.name : e.domain) = id == 0 ? 0 : found->second;
         }
         e.copy = p.word(10, "copy kind", copy_kind::p2p);
         e.src = p.word(11, "memory kind", mem_kind::managed);
@@ -382,16 +403,33 @@ timeline read_process_traces(const std::filesystem::path& dir, const read_limits
   std::uint64_t total = 0;
   constexpr std::uint64_t reuse_step = std::uint64_t{1} << 22;  // above Linux's largest pid_max
   for (const file_ref& f : files) {
-    const std::string text = read_file(f.path, limits.max_bytes);
-    const process_file pf = parse_process_file(text, f.path.string(), limits);
+    process_file pf;
+    try {
+      pf = parse_process_file(read_file(f.path, limits.max_bytes), f.path.string(), limits);
+    } catch (const input_error& e) {
+      // One unreadable file (a disk that filled, a bug) leaves the others readable: it is named instead.
+      t.skipped[e.what()] += 1;
+      continue;
+    }
     total += pf.events.events.size();
     if (total > limits.max_events)
       throw input_error(fmt::format("{}: more than {} events in the session (the limit)",
                                     escape_control(dir.string()), limits.max_events));
     auto [kit, is_new] = keys.try_emplace({f.pid, f.start_ticks}, 0);
     if (is_new) {
+      // A pid, or a thread id, that an earlier process of the session had: this process's ids move up by
+      // a multiple of 2^22 until none is taken.
+      std::vector<std::uint64_t> tids{f.pid};
+      for (const auto& [tid, name] : pf.events.thread_names) tids.push_back(tid);
+      for (const event& e : pf.events.events)
+        if (e.thread != 0) tids.push_back(e.thread);
+      const auto taken = [&](std::uint64_t k) {
+        if (used.contains(k)) return true;
+        return std::any_of(tids.begin(), tids.end(),
+                           [&](std::uint64_t tid) { return t.thread_processes.contains(tid + (k - f.pid)); });
+      };
       std::uint64_t key = f.pid;
-      while (used.contains(key)) key += reuse_step;
+      while (taken(key)) key += reuse_step;
       used.insert(key);
       kit->second = key;
     }
