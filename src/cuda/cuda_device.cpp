@@ -9,12 +9,12 @@
 #include <mutex>
 #include <vector>
 
-#include "ferry/cuda/detail/cupti_tracer.hpp"
 #include "ferry/core/memlock.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"
 #include "ferry/cuda/detail/architectures.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
+#include "ferry/cuda/detail/cupti_tracer.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
 #include "ferry/device/device.hpp"
 
