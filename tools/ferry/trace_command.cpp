@@ -272,10 +272,11 @@ int run_trace(const trace_command_flags& f) {
           fmt::format("--steps {}: expected A:B with 0 <= A <= B (the steps to capture, counted from 0)",
                       escape_control(st)));
     if (f.delay_s > 0 || f.duration_s > 0 || f.capture_range != "none")
-      throw flag_error(
-          fmt::format("--steps {} cannot be combined with --delay, --duration or --capture-range {}: "
-                      "each sets the capture window",
-                      escape_control(st), escape_control(f.capture_range)));
+      throw flag_error(fmt::format(
+          "--steps {} cannot be combined with {}: each sets the capture window", escape_control(st),
+          f.delay_s > 0      ? fmt::format("--delay {}", f.delay_s)
+          : f.duration_s > 0 ? fmt::format("--duration {}", f.duration_s)
+                             : "--capture-range " + escape_control(f.capture_range)));
     if (f.python == "none")
       throw flag_error(fmt::format("--steps {} needs the Python step ranges, which --python none turns off",
                                    escape_control(st)));

@@ -357,11 +357,11 @@ if os.environ.get("FERRY_TRACE_PYTHON") == "1" and os.path.isfile(os.environ.get
         cls.step = _like(step, orig)
 
     def _subclasses(cls) -> list:
-        out, todo = [], list(cls.__subclasses__())
-        while todo:
-            c = todo.pop()
+        out, pending = [], list(cls.__subclasses__())
+        while pending:
+            c = pending.pop()
             out.append(c)
-            todo.extend(c.__subclasses__())
+            pending.extend(c.__subclasses__())
         return out
 
     _patches = {
