@@ -201,3 +201,39 @@ def test_on_two_gpus_beside_torchs_own_nccl_group_every_step_all_reduces_in_both
     assert first["stats"]["backend"] == "nccl" and first["stats"]["world_size"] == 2
     assert results[1][1]["params"] == first["params"]
     assert_close(first["params"], reference(world=2), tol=1e-4)
+
+
+def test_the_store_adapter_survives_waits_that_time_out():
+    """ferry's group waits for store keys in 100 ms slices. A timed-out TCPStore.wait (the only wait torch
+    < 2.0 has) leaves the server's late answer on the connection, and the next wait returned at once for a
+    key that was not there: the adapter must report a missing key as missing after a timed-out wait, and
+    still read, overwrite and erase keys."""
+    import ctypes
+    import datetime
+    from ferry.torch._group import _TorchStore
+
+    port = free_port()
+    timeout = datetime.timedelta(seconds=5)
+    server = dist.TCPStore("127.0.0.1", port, 2, True, timeout=timeout, wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timeout)
+    writer, reader = _TorchStore(server), _TorchStore(client)
+    out = ctypes.create_string_buffer(2)
+
+    def get(key: bytes, wait_ms: int = 20) -> int:
+        return reader._get(None, key, ctypes.addressof(out), 2, wait_ms)
+
+    def put(key: bytes, value: bytes) -> None:
+        src = ctypes.create_string_buffer(value, len(value))
+        assert writer._set(None, key, ctypes.addressof(src), len(value)) == 0, writer.error
+
+    assert get(b"ferry/t/a") == 1  # not there: the wait times out
+    put(b"ferry/t/a", b"xy")
+    time.sleep(0.2)  # a late answer to the timed-out wait, if any, is on the connection now
+    assert get(b"ferry/t/b") == 1, reader.error  # still not there
+    assert get(b"ferry/t/a", 1000) == 0, reader.error
+    assert out.raw == b"xy"
+    put(b"ferry/t/a", b"zw")
+    assert get(b"ferry/t/a", 1000) == 0 and out.raw == b"zw", reader.error
+    assert writer._erase(None, b"ferry/t/a") == 0
+    assert get(b"ferry/t/a") == 1
+    assert reader.error is None

@@ -4,7 +4,6 @@ process alone."""
 from __future__ import annotations
 
 import ctypes
-import datetime
 import itertools
 import os
 import time
@@ -19,10 +18,20 @@ _prefixes = itertools.count()  # groups opened by this process, the same order o
 
 class _TorchStore:
     """torch.distributed's Store behind ferry's key-value callbacks (struct ferry_kv_store). ferry calls
-    them from its own threads; an exception is kept and raised with ferry's error."""
+    them from its own threads; an exception is kept and raised with ferry's error.
+
+    ferry waits for a key in slices (an abort is seen within one). Store.check (torch >= 2.0) polls for a
+    key; older stores have only wait(keys, timeout), and a TCPStore wait that times out leaves the
+    server's late answer on the connection, where the next wait reads it as its own: that wait returns
+    for a key that is not there and the get after it blocks (a hang seen under load on torch 1.13). There
+    every key set also counts up a companion counter, and a wait polls it with add(counter, 0), which
+    never blocks."""
+
+    _READY = "/ferry-ready"  # the companion counter's suffix (old stores only)
 
     def __init__(self, store: Any) -> None:
         self._store = store
+        self._check = getattr(store, "check", None)
         self.error: Optional[BaseException] = None
         self._set_fn = KV_SET_FN(self._set)
         self._get_fn = KV_GET_FN(self._get)
@@ -31,7 +40,10 @@ class _TorchStore:
 
     def _set(self, user: Any, key: bytes, value: int, n: int) -> int:
         try:
-            self._store.set(key.decode(), ctypes.string_at(value, n) if n else b"")
+            k = key.decode()
+            self._store.set(k, ctypes.string_at(value, n) if n else b"")
+            if self._check is None:
+                self._store.add(k + self._READY, 1)
             return 0
         except BaseException as e:  # noqa: BLE001 - reported through ferry's status
             self.error = e
@@ -54,20 +66,11 @@ class _TorchStore:
             return -1
 
     def _wait(self, key: str, seconds: float) -> bool:
-        """Whether `key` is in the store within `seconds`. Store.check (torch >= 2.0) polls without the
-        warning torch logs for every store.wait that times out; older stores only have wait."""
-        check = getattr(self._store, "check", None)
-        if check is None:
-            try:
-                self._store.wait([key], datetime.timedelta(seconds=seconds))
-                return True
-            except RuntimeError as e:
-                if "timeout" in str(e).lower():
-                    return False
-                raise
+        """Whether `key` is in the store within `seconds`, by Store.check or, on stores without it, the
+        key's companion counter (never store.wait with a timeout: see the class)."""
         deadline = time.monotonic() + seconds
         pause = 20e-6
-        while not check([key]):
+        while not self._present(key):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -75,9 +78,17 @@ class _TorchStore:
             pause = min(pause * 2, 2e-3)
         return True
 
+    def _present(self, key: str) -> bool:
+        if self._check is not None:
+            return bool(self._check([key]))
+        return int(self._store.add(key + self._READY, 0)) > 0
+
     def _erase(self, user: Any, key: bytes) -> int:
+        k = key.decode()
         try:
-            self._store.delete_key(key.decode())
+            self._store.delete_key(k)
+            if self._check is None:
+                self._store.delete_key(k + self._READY)
         except BaseException:  # noqa: BLE001 - a store that cannot erase keeps a few bytes
             pass
         return 0
