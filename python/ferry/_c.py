@@ -13,7 +13,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIBRARY_NAME = "libferry_c.so"
 c_uintptr = c_size_t  # uintptr_t: pointer-sized on every platform ferry builds for
 
@@ -172,6 +172,10 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_egress_destroy": (None, [_egress]),
     "ferry_prefetch_create": (Status, [_dev, c_size_t, c_size_t, c_size_t, c_size_t, c_size_t, P(_prefetch)]),
     "ferry_prefetch_slot_bytes": (Status, [_prefetch, P(c_size_t)]),
+    "ferry_prefetch_create_slots": (Status, [_dev, c_void_p, c_size_t, c_size_t, c_size_t, P(_prefetch)]),
+    "ferry_prefetch_slot_wait": (Status, [_prefetch, c_uint64, c_int64, P(c_int)]),
+    "ferry_prefetch_slot_ready": (Status, [_prefetch, c_uint64]),
+    "ferry_prefetch_slot_event_fd": (Status, [_prefetch, P(c_int)]),
     "ferry_prefetch_push": (Status, [_prefetch, P(c_void_p), P(c_size_t), P(c_size_t), c_size_t,
                                      P(c_uint64)]),
     "ferry_prefetch_next": (Status, [_prefetch, c_uintptr, P(_batch)]),

@@ -8,7 +8,10 @@
 // tensor may outlive the handle.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,18 +28,47 @@
 namespace ferry::c_api {
 
 struct prefetch_state {
+  // A feed: batches pushed as host ranges, copied into ferry's pinned slots.
   prefetch_state(std::shared_ptr<device_state> st, const ingest::feed_options& fo, std::size_t depth)
-      : dev(std::move(st)), feed(*dev->dev, fo), pf(*dev->dev, feed.source(), {.depth = depth}) {}
+      : dev(std::move(st)), feed(std::make_unique<ingest::feed>(*dev->dev, fo)) {
+    pf = std::make_unique<ingest::prefetcher>(*dev->dev, feed->source(), ingest::prefetch_options{.depth = depth});
+  }
+  // Slots: the caller's memory, registered here, written in place by the caller.
+  prefetch_state(std::shared_ptr<device_state> st, void* memory, std::size_t slot_bytes, std::size_t slots,
+                 std::size_t depth)
+      : dev(std::move(st)), slot_size(slot_bytes) {
+    FERRY_EXPECTS(slots > 0 && slot_bytes > 0 && slot_bytes <= SIZE_MAX / slots,
+                  fmt::format("prefetch slots: {} slots of {} bytes", slots, slot_bytes));
+    registration = dev->dev->register_host(memory, slots * slot_bytes);
+    slot_feed = std::make_unique<ingest::slot_feed>(
+        *dev->dev, ingest::slot_feed_options{.pool = registration.view(), .slot_bytes = slot_bytes, .slots = slots});
+    pf = std::make_unique<ingest::prefetcher>(*dev->dev, slot_feed->source(),
+                                              ingest::prefetch_options{.depth = depth});
+  }
   ~prefetch_state() { close(); }
   void close() noexcept {
     closed.store(true, std::memory_order_release);
-    feed.close();  // first: wakes workers waiting for a batch never pushed
-    pf.close();
+    if (feed) feed->close();  // first: wakes workers waiting for a batch never pushed
+    if (slot_feed) slot_feed->close();
+    if (pf) pf->close();  // waits for the copies under way: the caller's slots are read no more
+    const std::lock_guard lock(mu);
+    registration = ferry::buffer();  // unregistered before the caller unmaps its memory
+  }
+  ingest::loader& source() { return feed ? feed->source() : slot_feed->source(); }
+  ingest::slot_feed& slots_of(const char* fn) {
+    FERRY_EXPECTS(slot_feed != nullptr,
+                  fmt::format("{}: this prefetcher takes pushed batches (ferry_prefetch_create); slots are "
+                              "written in place only in one made by ferry_prefetch_create_slots",
+                              fn));
+    return *slot_feed;
   }
 
   std::shared_ptr<device_state> dev;
-  ingest::feed feed;
-  ingest::prefetcher pf;  // after the feed: destroyed first
+  std::size_t slot_size = 0;   // slots mode
+  ferry::buffer registration;  // slots mode: the caller's memory, registered
+  std::unique_ptr<ingest::feed> feed;
+  std::unique_ptr<ingest::slot_feed> slot_feed;
+  std::unique_ptr<ingest::prefetcher> pf;  // after its source: destroyed first
   std::mutex mu;
   std::set<std::uint64_t> lent;  // batch numbers lent and not yet released
   std::atomic<bool> closed{false};
@@ -70,9 +102,9 @@ void drop_hold(ferry_batch* b) noexcept {
     if (ferry::c_api::is_default_stream(*st.dev, b->consumer)) {
       // The slot's release event must follow the default stream's use of the batch: bridge first.
       const ferry::stream_view bridge = ferry::c_api::producer_view(*st.dev, b->consumer);
-      st.pf.release(b->batch, bridge);
+      st.pf->release(b->batch, bridge);
     } else {
-      st.pf.release(b->batch, st.dev->dev->adopt_stream(reinterpret_cast<void*>(b->consumer)));
+      st.pf->release(b->batch, st.dev->dev->adopt_stream(reinterpret_cast<void*>(b->consumer)));
     }
   } catch (const std::exception& e) {
     // A closed prefetcher refills no slot, so a release that fails there loses nothing: typically its
@@ -124,10 +156,40 @@ int ferry_prefetch_create(ferry_device* dev, size_t batch_bytes, size_t chunk_by
   });
 }
 
+int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots, size_t depth,
+                                ferry_prefetch** out) {
+  return guard([&] {
+    expect_out(out, "ferry_prefetch_create_slots");
+    auto& st = checked(dev, "ferry_prefetch_create_slots").state;
+    FERRY_EXPECTS(depth > 0, "prefetch: depth is 0; at least one device slot is needed");
+    *out = new ferry_prefetch{std::make_shared<ferry::c_api::prefetch_state>(st, memory, slot_bytes, slots, depth)};
+  });
+}
+
+int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms, int* writable) {
+  return guard([&] {
+    expect_out(writable, "ferry_prefetch_slot_wait");
+    auto& f = checked(p, "ferry_prefetch_slot_wait").state->slots_of("ferry_prefetch_slot_wait");
+    *writable = f.wait_writable(batch, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0))) ? 1 : 0;
+  });
+}
+
+int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch) {
+  return guard([&] { checked(p, "ferry_prefetch_slot_ready").state->slots_of("ferry_prefetch_slot_ready").ready(batch); });
+}
+
+int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd) {
+  return guard([&] {
+    expect_out(fd, "ferry_prefetch_slot_event_fd");
+    *fd = checked(p, "ferry_prefetch_slot_event_fd").state->slots_of("ferry_prefetch_slot_event_fd").event_fd();
+  });
+}
+
 int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_slot_bytes");
-    *out = checked(p, "ferry_prefetch_slot_bytes").state->feed.slot_bytes();
+    auto& st = *checked(p, "ferry_prefetch_slot_bytes").state;
+    *out = st.feed ? st.feed->slot_bytes() : st.slot_size;
   });
 }
 
@@ -140,7 +202,7 @@ int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t
                   "ferry_prefetch_push: a piece array is NULL");
     std::vector<ferry::ingest::feed_piece> pieces(count);
     for (std::size_t i = 0; i < count; ++i) pieces[i] = {data[i], bytes[i], offsets[i]};
-    *number = st.feed.push(pieces);
+    *number = st.feed->push(pieces);
   });
 }
 
@@ -150,7 +212,7 @@ int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream, ferry_batc
     auto& h = checked(p, "ferry_prefetch_next");
     auto& st = *h.state;
     const ferry::stream_view consumer = ferry::c_api::producer_view(*st.dev, consumer_stream);
-    std::optional<ferry::ingest::device_batch> b = st.pf.next(consumer);
+    std::optional<ferry::ingest::device_batch> b = st.pf->next(consumer);
     FERRY_EXPECTS(b.has_value(), "prefetch: the loader ended");  // a feed runs until closed
     // A default stream waits for the bridge, which now waits for the copy.
     if (ferry::c_api::is_default_stream(*st.dev, consumer_stream)) {
@@ -178,8 +240,8 @@ int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_stats_json");
     auto& st = *checked(p, "ferry_prefetch_stats_json").state;
-    const ferry::ingest::prefetch_stats s = st.pf.stats();
-    const ferry::ingest::loader_stats l = st.feed.source().stats();
+    const ferry::ingest::prefetch_stats s = st.pf->stats();
+    const ferry::ingest::loader_stats l = st.source().stats();
     nlohmann::json j = {{"batches", s.batches},           {"bytes", s.bytes},
                         {"copy_seconds", s.copy_seconds}, {"h2d_gbps", s.h2d_gbps},
                         {"pin_seconds", l.pin_seconds},   {"pinned_bytes", l.pinned_bytes},

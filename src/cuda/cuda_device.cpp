@@ -188,6 +188,33 @@ class cuda_device final : public device {
     }
   }
 
+  // Registration pins the pages the caller's mapping has (faulting them in); other processes that map the
+  // same shared pages write into memory this process's copies read without staging.
+  void do_register_host(void* p, std::size_t bytes) override {
+    select();
+    const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (status == cudaErrorMemoryAllocation) {
+      static_cast<void>(cudaGetLastError());
+      throw out_of_memory(fmt::format(
+          "registering {} of host memory failed (cudaHostRegister: out of memory); RLIMIT_MEMLOCK is {}",
+          format_bytes(bytes), read_memlock().describe()));
+    }
+    FERRY_CUDA_TRY(status);
+    cudaPointerAttributes attr{};
+    const cudaError_t query = cudaPointerGetAttributes(&attr, p);
+    if (query != cudaSuccess || attr.type != cudaMemoryTypeHost) {
+      static_cast<void>(cudaGetLastError());
+      static_cast<void>(cudaHostUnregister(p));
+      throw cuda_error(static_cast<int>(cudaErrorInvalidValue),
+                       fmt::format("memory of {} registered with cudaHostRegister is not pinned (pointer "
+                                   "type {}, query {})",
+                                   format_bytes(bytes), static_cast<int>(attr.type), static_cast<int>(query)));
+    }
+  }
+  void do_unregister_host(void* p, std::size_t /*bytes*/) noexcept override {
+    FERRY_CUDA_TRY_NOTHROW(cudaHostUnregister(p));
+  }
+
   void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir,
                      memory_kind /*src_kind*/, memory_kind /*dst_kind*/, void* s) override {
     FERRY_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(dir), as_stream(s)));

@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <source_location>
 #include <utility>
@@ -187,7 +189,9 @@ mem_view pageable_view(void* ptr, std::size_t bytes) { return make_view(ptr, byt
 
 // ---- buffer ------------------------------------------------------------------------------------
 
-void buffer::free_memory(const handle& h) noexcept { h.dev->free_buffer(h.data, h.bytes, h.kind); }
+void buffer::free_memory(const handle& h) noexcept {
+  h.dev->free_buffer(h.data, h.bytes, h.kind, h.registered);
+}
 
 std::byte* buffer::host_bytes() const& {
   FERRY_EXPECTS(!empty(), "host_bytes of an empty (moved-from) buffer");
@@ -288,6 +292,27 @@ buffer device::alloc_pinned(std::size_t bytes) {
 buffer device::alloc_pageable(std::size_t bytes) {
   FERRY_EXPECTS(bytes > 0, "size 0 is not a pageable allocation: ask for at least 1 byte");
   return {*this, do_alloc(bytes, memory_kind::pageable), bytes, memory_kind::pageable};
+}
+
+buffer device::register_host(void* p, std::size_t bytes) {
+  FERRY_EXPECTS(p != nullptr, "register_host: the memory is null");
+  FERRY_EXPECTS(bytes > 0, "register_host: 0 bytes; register at least 1");
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  FERRY_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % page == 0,  // NOLINT(*-reinterpret-cast)
+                fmt::format("register_host: address {} is not page-aligned ({} bytes); map the memory with "
+                            "mmap, whose mappings start on a page",
+                            p, page));
+  const auto start = std::chrono::steady_clock::now();
+  do_register_host(p, bytes);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  {
+    const std::lock_guard lock(mu_);
+    pinned_.bytes += bytes;
+    pinned_.peak_bytes = std::max(pinned_.peak_bytes, pinned_.bytes);
+    pinned_.seconds += took.count();
+    ++pinned_.allocations;
+  }
+  return {*this, p, bytes, memory_kind::pinned, true};
 }
 
 pinned_stats device::pinned() const {
@@ -463,8 +488,12 @@ void device::release_event(void* native, bool timing) noexcept {
   do_event_destroy(native);
 }
 
-void device::free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept {
-  do_free(p, bytes, kind);
+void device::free_buffer(void* p, std::size_t bytes, memory_kind kind, bool registered) noexcept {
+  if (registered) {
+    do_unregister_host(p, bytes);
+  } else {
+    do_free(p, bytes, kind);
+  }
   if (kind == memory_kind::pinned) {
     const std::lock_guard lock(mu_);
     pinned_.bytes -= bytes;

@@ -16,15 +16,28 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include "ferry/core/error.hpp"
+#include "ferry/core/unique_handle.hpp"
 #include "ferry/core/units.hpp"
 
 namespace ferry::ingest {
 namespace {
 
 constexpr std::size_t chunk_alignment = 256;
+
+struct fd_traits {
+  using handle_type = int;
+  static constexpr int null() noexcept { return -1; }
+  static bool is_null(int fd) noexcept { return fd < 0; }
+  static void close(int fd) noexcept { ::close(fd); }
+};
+using unique_fd = unique_handle<fd_traits>;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -154,4 +167,130 @@ void feed::close() noexcept {
   if (impl_->loader_) impl_->loader_->close();
 }
 
+// The slot feed: a loader of one field (the whole slot), one sample per batch, one worker thread per slot.
+// The fill of batch k runs once the loader gave k its slot (batch k - slots was released); it marks k
+// writable and waits for ready(k). The bytes are the caller's, already in the slot: nothing is copied.
+struct slot_feed::impl {
+  impl(device& dev, const slot_feed_options& opts);
+  void fill(const sample& s);
+  void signal() const noexcept {
+    if (event_fd_.get() < 0) return;
+    const std::uint64_t one = 1;
+    // A full counter (never in practice) only means the reader is already due to wake.
+    [[maybe_unused]] const ssize_t n = ::write(event_fd_.get(), &one, sizeof one);
+  }
+
+  slot_feed_options opts_;
+  unique_fd event_fd_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::uint64_t> writable_;  // batches whose slot is theirs and that are not ready yet
+  std::set<std::uint64_t> ready_;     // batches marked ready whose fill has not returned yet
+  std::uint64_t readied_below_ = 0;   // every batch below it was marked ready
+  bool closed_ = false;
+
+  std::unique_ptr<loader> loader_;  // last: its workers use the members above
+};
+
+slot_feed::impl::impl(device& dev, const slot_feed_options& opts)
+    : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  FERRY_EXPECTS(opts_.slots > 0, "ingest slot_feed: 0 slots; at least one is needed");
+  FERRY_EXPECTS(opts_.slot_bytes > 0 && opts_.slot_bytes % chunk_alignment == 0,
+                fmt::format("ingest slot_feed: slot_bytes {} must be a positive multiple of {}", opts_.slot_bytes,
+                            chunk_alignment));
+  FERRY_EXPECTS(opts_.pool.kind == memory_kind::pinned && opts_.pool.data != nullptr,
+                fmt::format("ingest slot_feed: the pool is {} memory; register it with device::register_host",
+                            to_string(opts_.pool.kind)));
+  FERRY_EXPECTS(opts_.pool.bytes / opts_.slots >= opts_.slot_bytes,
+                fmt::format("ingest slot_feed: a pool of {} holds fewer than {} slots of {}",
+                            format_bytes(opts_.pool.bytes), opts_.slots, format_bytes(opts_.slot_bytes)));
+  loader_options lo;
+  lo.fields = {{"slot", opts_.slot_bytes}};
+  lo.sampling.dataset_size = 1;
+  lo.sampling.batch_size = 1;
+  lo.workers = opts_.slots;  // each waits in its batch's fill: one per slot keeps every slot writable
+  lo.slots = opts_.slots;
+  lo.epochs = 0;
+  lo.pool = opts_.pool;
+  auto made = std::make_unique<loader>(dev, lo, [this](const sample& s, sample_fields) { fill(s); });
+  const std::lock_guard lock(mu_);
+  loader_ = std::move(made);
+}
+
+void slot_feed::impl::fill(const sample& s) {
+  const std::uint64_t k = s.epoch;
+  std::unique_lock lock(mu_);
+  writable_.insert(k);
+  cv_.notify_all();
+  signal();
+  while (!closed_ && ready_.count(k) == 0) {
+    if (loader_ && loader_->stopping()) break;
+    cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+  if (ready_.erase(k) == 0) {
+    writable_.erase(k);
+    throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} was being written", k));
+  }
+}
+
+slot_feed::slot_feed(device& dev, const slot_feed_options& opts) : impl_(std::make_unique<impl>(dev, opts)) {}
+
+slot_feed::~slot_feed() {
+  close();
+  impl_->loader_.reset();
+}
+
+bool slot_feed::wait_writable(std::uint64_t k, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(impl_->mu_);
+  FERRY_EXPECTS(k >= impl_->readied_below_ && impl_->ready_.count(k) == 0,
+                fmt::format("ingest slot_feed: batch {} was marked ready already", k));
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (impl_->closed_) throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} waited", k));
+    if (impl_->writable_.count(k) != 0) return true;
+    if (impl_->cv_.wait_until(lock, until) == std::cv_status::timeout) {
+      return impl_->writable_.count(k) != 0;
+    }
+  }
+}
+
+std::span<std::byte> slot_feed::slot(std::uint64_t k) const {
+  const mem_view v =
+      impl_->opts_.pool.subview(static_cast<std::size_t>(k % impl_->opts_.slots) * impl_->opts_.slot_bytes,
+                                impl_->opts_.slot_bytes);
+  return {v.begin(), v.bytes};
+}
+
+void slot_feed::ready(std::uint64_t k) {
+  {
+    const std::lock_guard lock(impl_->mu_);
+    if (impl_->closed_) throw stopped_error(fmt::format("ingest slot_feed: batch {} ready after close()", k));
+    FERRY_EXPECTS(impl_->writable_.erase(k) != 0,
+                  fmt::format("ingest slot_feed: batch {} marked ready, but its slot was not writable (wait "
+                              "until wait_writable({}) returns true; each batch is marked ready once)",
+                              k, k));
+    impl_->ready_.insert(k);
+    while (impl_->readied_below_ <= k && (impl_->readied_below_ == k || impl_->ready_.count(impl_->readied_below_) != 0)) {
+      ++impl_->readied_below_;
+    }
+  }
+  impl_->cv_.notify_all();
+}
+
+int slot_feed::event_fd() const noexcept { return impl_->event_fd_.get(); }
+
+loader& slot_feed::source() noexcept { return *impl_->loader_; }
+
+void slot_feed::close() noexcept {
+  {
+    const std::lock_guard lock(impl_->mu_);
+    impl_->closed_ = true;
+  }
+  impl_->cv_.notify_all();
+  impl_->signal();
+  if (impl_->loader_) impl_->loader_->close();
+}
+
 }  // namespace ferry::ingest
+

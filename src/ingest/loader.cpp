@@ -104,7 +104,8 @@ struct loader::impl {
   stage_stats& wait_slot_ = stats_.add_stage("wait_slot");
   stage_stats& wait_batch_ = stats_.add_stage("wait_batch");
 
-  buffer pool_;
+  buffer own_pool_;  // empty when the slots are the caller's (loader_options::pool)
+  mem_view pool_;
   double pin_seconds_ = 0;
   std::vector<std::vector<mem_view>> slot_fields_;  // per slot, per field: the whole field region
 
@@ -142,7 +143,21 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
                 fmt::format("ingest loader: {} slots of {} overflow the address space", opts_.slots,
                             format_bytes(layout_.slot_bytes)));
   const auto pin_start = steady::now();
-  pool_ = dev_.alloc_pinned(opts_.slots * layout_.slot_bytes);
+  const std::size_t pool_bytes = opts_.slots * layout_.slot_bytes;
+  if (opts_.pool.bytes != 0) {
+    FERRY_EXPECTS(opts_.pool.kind == memory_kind::pinned && opts_.pool.data != nullptr,
+                  fmt::format("ingest loader_options::pool is {} memory; the slots must be pinned (register "
+                              "the caller's memory with device::register_host)",
+                              to_string(opts_.pool.kind)));
+    FERRY_EXPECTS(opts_.pool.bytes >= pool_bytes,
+                  fmt::format("ingest loader_options::pool holds {}; {} slots of {} need {}",
+                              format_bytes(opts_.pool.bytes), opts_.slots, format_bytes(layout_.slot_bytes),
+                              format_bytes(pool_bytes)));
+    pool_ = opts_.pool;
+  } else {
+    own_pool_ = dev_.alloc_pinned(pool_bytes);
+    pool_ = own_pool_.view();
+  }
   pin_seconds_ = seconds_since(pin_start);
 
   const std::size_t n = opts_.slots;
@@ -154,7 +169,7 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t f = 0; f < opts_.fields.size(); ++f) {
       slot_fields_[s].push_back(
-          pool_.view(s * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
+          pool_.subview(s * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
     }
     open_slot(s, s);
   }
@@ -324,7 +339,7 @@ loader_stats loader::stats() const {
   s.samples = impl_->fill_time_.items.load();
   s.bytes = impl_->fill_time_.bytes.load();
   s.pin_seconds = impl_->pin_seconds_;
-  s.pinned_bytes = impl_->pool_.size();
+  s.pinned_bytes = impl_->pool_.bytes;
   s.stages = impl_->stats_.snapshot();
   return s;
 }

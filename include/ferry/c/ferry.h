@@ -29,7 +29,7 @@ extern "C" {
 #define FERRY_C_API __attribute__((visibility("default")))
 
 /* Bumped when a declaration below changes incompatibly; bindings check it at load time. */
-#define FERRY_C_ABI_VERSION 2
+#define FERRY_C_ABI_VERSION 3
 
 enum ferry_status {
   FERRY_OK = 0,
@@ -159,6 +159,20 @@ FERRY_C_API void ferry_egress_destroy(ferry_egress* e);
 FERRY_C_API int ferry_prefetch_create(ferry_device* dev, size_t batch_bytes, size_t chunk_bytes,
                                       size_t workers, size_t slots, size_t depth, ferry_prefetch** out);
 FERRY_C_API int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out);
+/* A prefetcher over `slots` batch slots of the caller's memory (slot s at memory + s * slot_bytes; memory
+ * page-aligned, slot_bytes a multiple of 256), written in place (by other processes that map the same
+ * shared memory, say) and copied to `depth` device slots with no host copy. The memory is registered as
+ * pinned here (cudaHostRegister, verified; the host backend locks it) and unregistered by
+ * ferry_prefetch_close: keep it mapped until then. Batch k lives in slot k % slots; write it only once
+ * ferry_prefetch_slot_wait said so, then mark it with ferry_prefetch_slot_ready. */
+FERRY_C_API int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots,
+                                            size_t depth, ferry_prefetch** out);
+/* Waits up to timeout_ms until batch `batch`'s slot may be written: *writable = 1, else 0. */
+FERRY_C_API int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms, int* writable);
+/* Batch `batch` is written: ferry copies it to the device in batch order. */
+FERRY_C_API int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch);
+/* An eventfd readable whenever a slot became writable (read 8 bytes to reset it); -1 if none. */
+FERRY_C_API int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd);
 /* Queues the next batch: `count` host ranges copied to their offsets by the workers. The memory must stay
  * valid until ferry_prefetch_next has returned the batch. *number receives the batch's number. */
 FERRY_C_API int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t* bytes,

@@ -249,6 +249,7 @@ class buffer {
     void* data = nullptr;
     std::size_t bytes = 0;
     memory_kind kind = memory_kind::pageable;
+    bool registered = false;  // caller-owned memory registered by device::register_host: unregister, not free
   };
   struct traits {
     using handle_type = handle;
@@ -256,8 +257,8 @@ class buffer {
     static bool is_null(const handle& h) noexcept { return h.data == nullptr; }
     static void close(const handle& h) noexcept { free_memory(h); }
   };
-  buffer(device& dev, void* data, std::size_t bytes, memory_kind kind) noexcept
-      : handle_(handle{&dev, data, bytes, kind}) {}
+  buffer(device& dev, void* data, std::size_t bytes, memory_kind kind, bool registered = false) noexcept
+      : handle_(handle{&dev, data, bytes, kind, registered}) {}
   static void free_memory(const handle& h) noexcept;
   unique_handle<traits> handle_;
 };
@@ -326,6 +327,14 @@ class device {
   [[nodiscard]] buffer alloc_pinned(std::size_t bytes);
   /// Ordinary pageable host memory (page-aligned).
   [[nodiscard]] buffer alloc_pageable(std::size_t bytes);
+  /// Page-locks host memory the caller owns, [p, p + bytes) (a shared mapping that other processes
+  /// write, say), for this device's copies: the buffer views it as pinned memory and unregisters it when
+  /// destroyed; it never frees it, and the caller keeps the mapping until then. p must be page-aligned.
+  /// Verified to be pinned (cuda: cudaHostRegister, then the pointer's attributes; host backend: mlock,
+  /// as alloc_pinned). Its cost is added to pinned_stats(). Throws logic_error for a null or unaligned p
+  /// or 0 bytes, out_of_memory (naming RLIMIT_MEMLOCK where the backend locks pages itself) when the
+  /// pages cannot be locked.
+  [[nodiscard]] buffer register_host(void* p, std::size_t bytes);
   [[nodiscard]] pinned_stats pinned() const;
 
   // Work on streams
@@ -415,6 +424,8 @@ class device {
 
   virtual void* do_alloc(std::size_t bytes, memory_kind kind) = 0;
   virtual void do_free(void* p, std::size_t bytes, memory_kind kind) noexcept = 0;
+  virtual void do_register_host(void* p, std::size_t bytes) = 0;
+  virtual void do_unregister_host(void* p, std::size_t bytes) noexcept = 0;
 
   virtual void do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction dir,
                              memory_kind src_kind, memory_kind dst_kind, void* s) = 0;
@@ -454,7 +465,7 @@ class device {
   friend class stream_view;
 
   void release_event(void* native, bool timing) noexcept;
-  void free_buffer(void* p, std::size_t bytes, memory_kind kind) noexcept;
+  void free_buffer(void* p, std::size_t bytes, memory_kind kind, bool registered) noexcept;
 
   backend kind_;
   int ordinal_;

@@ -13,6 +13,7 @@
 // less; the rest of the slot holds whatever an earlier batch left there).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,4 +76,50 @@ class feed {
   std::unique_ptr<impl> impl_;
 };
 
+/// Options of a slot_feed. Memory: the caller's `pool` of slots * slot_bytes.
+struct slot_feed_options {
+  mem_view pool{};             // pinned (device::register_host), slot s at s * slot_bytes
+  std::size_t slot_bytes = 0;  // a multiple of 256
+  std::size_t slots = 0;
+};
+
+/// Batches written in place by the caller (other processes, say) into pinned slots it owns, handed to a
+/// prefetcher with no host copy: batch k lives in slot k % slots. The caller waits until batch k's slot
+/// is writable (the batch `slots` before it was copied to the device), writes it, and marks it ready; the
+/// prefetcher copies ready batches in order. Thread-safe.
+///
+///   ingest::slot_feed in(dev, {.pool = registered.view(), .slot_bytes = b, .slots = 4});
+///   ingest::prefetcher gpu(dev, in.source(), {.depth = 2});
+///   if (in.wait_writable(0, 1s)) { write(in.slot(0)); in.ready(0); }
+///   auto batch = gpu.next(compute);
+class slot_feed {
+ public:
+  /// Throws logic_error for a pool that is not pinned or too small, a slot size that is 0 or not a
+  /// multiple of 256, or 0 slots.
+  slot_feed(device& dev, const slot_feed_options& opts);
+  slot_feed(const slot_feed&) = delete;
+  slot_feed& operator=(const slot_feed&) = delete;
+  /// close()s; never throws.
+  ~slot_feed();
+  /// Waits up to `timeout` until batch k's slot may be written; true when it may. Throws stopped_error
+  /// after close() and logic_error for a batch already marked ready.
+  bool wait_writable(std::uint64_t k, std::chrono::milliseconds timeout);
+  /// The bytes of batch k's slot.
+  [[nodiscard]] std::span<std::byte> slot(std::uint64_t k) const;
+  /// Batch k is written: the prefetcher may copy it. Throws logic_error when its slot was not writable
+  /// (wait_writable did not return true for it) or it was marked ready already.
+  void ready(std::uint64_t k);
+  /// An eventfd that becomes readable whenever a slot became writable (read it to reset it), for a
+  /// caller that waits on it beside other descriptors; -1 where eventfd is unavailable.
+  [[nodiscard]] int event_fd() const noexcept;
+  [[nodiscard]] loader& source() noexcept;
+  /// Closes the loader and wakes every wait (stopped_error). Idempotent.
+  void close() noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
 }  // namespace ferry::ingest
+

@@ -97,6 +97,10 @@ struct loader_options {
   std::size_t slots = 4;     // pinned batch slots (how far the workers may run ahead)
   std::uint64_t epochs = 1;  // 0: run until closed
   std::uint64_t seed = 0;    // the root of every sample's seed
+  /// Pinned memory of the caller's for the slots (slot s at s * slot bytes), such as a shared mapping
+  /// registered with device::register_host, valid until the loader is destroyed; empty (the default):
+  /// the loader pins its own.
+  mem_view pool{};
 };
 
 /// Counters and stage times of a loader; the same shape as egress::pipeline_stats and prefetch_stats.

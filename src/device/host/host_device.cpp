@@ -237,6 +237,8 @@ class host_device final : public device {
   void do_free(void* p, std::size_t bytes, memory_kind kind) noexcept override {
     memory_.free(p, bytes, kind);
   }
+  void do_register_host(void* p, std::size_t bytes) override { memory_.register_host(p, bytes); }
+  void do_unregister_host(void* p, std::size_t bytes) noexcept override { memory_.unregister_host(p, bytes); }
 
   // ---- work ----
 

@@ -202,4 +202,53 @@ void* host_memory::alloc_unlocked(void* p, std::size_t footprint, const std::str
   return p;
 }
 
+void host_memory::register_host(void* p, std::size_t bytes) {
+  const std::size_t footprint = pinned_footprint(bytes);
+  const std::lock_guard pin_lock(pin_mu_);
+  const memlock_info limit = read_memlock();
+  const std::uint64_t already = locked();
+  if (require_locked_) check_memlock(footprint, already, limit);
+  std::string why;
+  if (!fits_memlock(footprint, already, limit)) {
+    why = fmt::format("locking {} more than the {} it holds exceeds RLIMIT_MEMLOCK of {}", format_bytes(footprint),
+                      format_bytes(already), limit.describe());
+  } else if (::mlock(p, footprint) != 0) {
+    const int err = errno;
+    if (require_locked_) {
+      throw out_of_memory(fmt::format(
+          "registering {} of host memory failed: mlock: {}; this device holds {} locked already and "
+          "RLIMIT_MEMLOCK is {} (raise it with ulimit -l, or LimitMEMLOCK= for a service)",
+          format_bytes(bytes), std::generic_category().message(err), format_bytes(already), limit.describe()));
+    }
+    why = fmt::format("mlock of {} failed: {}; RLIMIT_MEMLOCK is {}", format_bytes(footprint),
+                      std::generic_category().message(err), limit.describe());
+  }
+  {
+    const std::lock_guard lock(memory_mu_);
+    const bool locked = why.empty();
+    registered_.emplace(p, locked);
+    (locked ? locked_ : unlocked_bytes_) += footprint;
+  }
+  if (!why.empty()) note_unlocked_once(why);
+}
+
+void host_memory::unregister_host(void* p, std::size_t bytes) noexcept {
+  const std::size_t footprint = pinned_footprint(bytes);
+  bool locked = false;
+  {
+    const std::lock_guard lock(memory_mu_);
+    const auto it = registered_.find(p);
+    FERRY_ASSERT_NOTHROW(it != registered_.end(), "unregister_host of memory that was not registered");
+    if (it == registered_.end()) return;
+    locked = it->second;
+    registered_.erase(it);
+    (locked ? locked_ : unlocked_bytes_) -= footprint;
+  }
+  if (locked) {
+    FERRY_ASSERT_NOTHROW(::munlock(p, footprint) == 0,
+                         fmt::format("munlock of registered memory of {} failed: {}", format_bytes(bytes),
+                                     std::generic_category().message(errno)));
+  }
+}
+
 }  // namespace ferry::host_backend

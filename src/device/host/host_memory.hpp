@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ferry/device/device.hpp"
@@ -33,6 +34,12 @@ class host_memory {
   /// Frees what alloc returned for the same `bytes` and `kind`.
   void free(void* p, std::size_t bytes, memory_kind kind) noexcept;
 
+  /// Locks the caller's memory [p, p + bytes) (whole pages) as a pinned buffer would be, or, past
+  /// RLIMIT_MEMLOCK and unless locking is required, notes that it stays unlocked. Throws out_of_memory as
+  /// alloc does for pinned memory.
+  void register_host(void* p, std::size_t bytes);
+  /// Undoes register_host for the same p and bytes (the memory stays the caller's).
+  void unregister_host(void* p, std::size_t bytes) noexcept;
   /// Bytes of emulated device memory held.
   [[nodiscard]] std::uint64_t device_used() const;
   /// Bytes this device holds mlock()ed (whole pages of its pinned buffers).
@@ -54,6 +61,7 @@ class host_memory {
   std::uint64_t locked_ = 0;            // bytes this device has mlock()ed
   std::uint64_t unlocked_bytes_ = 0;    // bytes of pinned buffers that are not locked
   std::unordered_set<void*> unlocked_;  // those buffers, which free must not munlock
+  std::unordered_map<void*, bool> registered_;  // caller memory registered: whether it was locked
 };
 
 }  // namespace ferry::host_backend

@@ -1,0 +1,850 @@
+"""ferry.torch.Loader: a multi-process loader whose worker processes write each sample straight into a
+shared, pinned batch slot, which ferry's prefetcher copies to the GPU: no collate copy, no pin copy.
+
+Memory. One memfd (an anonymous shared-memory file: no name under /dev/shm, nothing to leak, not bound by
+/dev/shm's size) holds `slots` batch slots. The main process maps it and registers the mapping with the
+driver once (ferry_prefetch_create_slots: cudaHostRegister, verified; the host backend locks it); the
+workers map the same file and write into the same physical pages, so the copy engine reads what they
+wrote. Workers never touch CUDA. In a slot, leaf f of the samples (a tensor, an array or a number of the
+sample's structure) occupies batch_size * its bytes from a 256-aligned offset, sample j at j * its bytes.
+
+Work. Batch k (counted across epochs) lives in slot k % slots. The main process hands a batch's samples to
+the workers in chunks once ferry says its slot is writable (the batch `slots` before it reached the
+device), at most two chunks per worker at a time, so every worker helps with the oldest batch; a worker
+writes a chunk and answers with one short message. All of it runs in next() on the caller's thread: the
+main process never touches a batch's bytes.
+
+Messages (multiprocessing pipes, pickled tuples). To a worker: ("probe", index, seed, epoch),
+("layout", fd_size, leaves), ("chunk", k, slot_offset, [(position, index, seed), ...], epoch), or None
+(exit). From a worker: ("spec", template, leaves) | ("done", k, samples, bytes, seconds, cpu_seconds) |
+("error", k, position, index, type module, type name, message, traceback text).
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import mmap
+import multiprocessing
+import multiprocessing.connection
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+import warnings
+from ctypes import byref, c_char, c_int, c_int64, c_uint64, c_void_p, addressof
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from .. import _runtime
+from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib
+from ._common import DeviceLike, resolve_device, stream_handle
+from ._prefetch import _Slot, _crossing, _fill
+
+_ALIGN = 256
+_PAGE = mmap.PAGESIZE
+_MASK = (1 << 64) - 1
+_MAX_OUTSTANDING = 2  # chunks a worker holds at once
+
+
+def _mix64(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of dataset index `index` in epoch `epoch` of a loader seeded `seed`: the same whichever
+    worker runs it, however many workers there are (ferry's C++ loader's sample_seed)."""
+    return _mix64((_mix64((_mix64(seed & _MASK) + epoch) & _MASK) + index) & _MASK)
+
+
+class WorkerInfo(NamedTuple):
+    """What ferry.torch.worker_info() tells a Dataset inside a Loader worker."""
+    id: int
+    workers: int
+    seed: int  # the seed of the sample being made (also set in random, numpy and torch)
+    dataset: Any
+
+
+_worker: Optional[Dict[str, Any]] = None  # set in a worker process
+
+
+def worker_info() -> Optional[WorkerInfo]:
+    """In a ferry.torch.Loader worker process: its id, the number of workers, the current sample's seed
+    and the dataset; None elsewhere (as torch.utils.data.get_worker_info)."""
+    if _worker is None:
+        return None
+    return WorkerInfo(_worker["id"], _worker["workers"], _worker["seed"], _worker["dataset"])
+
+
+# ---- samples: flattening into leaves -------------------------------------------------------------------
+
+class _Leaf(NamedTuple):
+    path: str
+    dtype: Any  # torch.dtype
+    shape: Tuple[int, ...]
+    nbytes: int
+
+
+def _leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
+    """A template of a sample (tensors, numpy arrays and numbers in tuples, lists, dicts and
+    namedtuples) with each leaf replaced by its index in `out`; the leaves as tensors."""
+    import numpy as np
+    import torch
+    if isinstance(obj, torch.Tensor):
+        out.append((path, obj))
+    elif isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            raise TypeError(f"{path} is a numpy array of Python objects; a slot holds numbers")
+        out.append((path, _array_tensor(obj)))
+    elif isinstance(obj, np.generic):
+        out.append((path, torch.from_numpy(np.asarray(obj).reshape(()).copy())))
+    elif isinstance(obj, bool):
+        out.append((path, torch.tensor(obj, dtype=torch.bool)))
+    elif isinstance(obj, int):
+        out.append((path, torch.tensor(obj, dtype=torch.int64)))
+    elif isinstance(obj, float):
+        out.append((path, torch.tensor(obj, dtype=torch.float64)))
+    elif isinstance(obj, dict):
+        return type(obj)((k, _leaves_of(v, f"{path}[{k!r}]", out)) for k, v in obj.items())
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_leaves_of(v, f"{path}.{f}", out) for f, v in zip(obj._fields, obj)))
+    elif isinstance(obj, (tuple, list)):
+        return type(obj)(_leaves_of(v, f"{path}[{i}]", out) for i, v in enumerate(obj))
+    else:
+        raise TypeError(f"{path} is a {type(obj).__name__}; a Loader sample holds tensors, numpy arrays and "
+                        "numbers (in tuples, lists, dicts or namedtuples): turn it into one in the dataset or "
+                        "transform")
+    return _Slot(len(out) - 1)
+
+
+def _array_tensor(a: Any) -> Any:
+    """A tensor over an array's memory, strided or read-only, without copying it (the Loader only reads
+    it); an array with negative strides (a flipped view) is copied once, as torch cannot view it."""
+    import numpy as np
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only: ferry only reads it
+        try:
+            return torch.from_numpy(a)
+        except ValueError:
+            return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _shape_text(dtype: Any, shape: Sequence[int]) -> str:
+    return f"{str(dtype).replace('torch.', '')}[{', '.join(map(str, shape))}]"
+
+
+# ---- the worker process ----------------------------------------------------------------------------------
+
+class _Fd:
+    """A file descriptor for a worker: inherited as it is under fork, duplicated into the child under
+    spawn and forkserver (multiprocessing's DupFd, as its Connection objects cross)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> Any:
+        from multiprocessing import reduction
+        return _rebuild_fd, (reduction.DupFd(self.fd),)
+
+
+def _rebuild_fd(dup: Any) -> "_Fd":
+    return _Fd(dup.detach())
+
+
+def _die_with_parent(parent: Optional[int]) -> None:
+    """SIGKILL this worker when the process that started it dies (Linux), and exit now if it already has
+    (`parent` None: started by a forkserver, which exits with the main process)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)
+
+
+def _worker_main(wid: int, workers: int, dataset: Any, transform: Optional[Callable[[Any], Any]],
+                 worker_init_fn: Optional[Callable[[int], None]], memfd: _Fd, tasks: Any, results: Any,
+                 parent: Optional[int]) -> None:
+    global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _die_with_parent(parent)
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    _worker = {"id": wid, "workers": workers, "seed": 0, "dataset": dataset}
+    view: Optional[memoryview] = None
+    mm: Optional[mmap.mmap] = None
+    leaves: List[_Leaf] = []
+    offsets: List[int] = []
+
+    def make(index: int, seed: int) -> Any:
+        _worker["seed"] = seed
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
+        torch.manual_seed(seed)
+        sample = dataset[index]
+        return transform(sample) if transform is not None else sample
+
+    try:
+        if worker_init_fn is not None:
+            worker_init_fn(wid)
+        while True:
+            try:
+                msg = tasks.recv()
+            except (EOFError, OSError):
+                return  # the main process closed the pipe or died
+            if msg is None:
+                return
+            kind = msg[0]
+            if kind == "probe":
+                _, index, seed, epoch = msg
+                try:
+                    flat: List[Tuple[str, Any]] = []
+                    template = _leaves_of(make(index, seed), "sample", flat)
+                    spec = [(p, t.dtype, tuple(t.shape)) for p, t in flat]
+                    results.send(("spec", template, spec))
+                except Exception as e:  # noqa: BLE001 - the main process raises it
+                    results.send(_error_message(-1, 0, index, e))
+            elif kind == "layout":
+                _, size, leaves_, offsets_ = msg
+                leaves, offsets = leaves_, offsets_
+                mm = mmap.mmap(memfd.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                view = memoryview(mm)
+            elif kind == "chunk":
+                _, k, slot_offset, items, epoch = msg
+                assert view is not None
+                t0, c0 = time.perf_counter(), time.process_time()
+                written = 0
+                failed = False
+                for position, index, seed in items:
+                    try:
+                        written += _write_sample(make(index, seed), index, position, view, slot_offset, leaves,
+                                                 offsets)
+                    except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
+                        results.send(_error_message(k, position, index, e))
+                        failed = True
+                        break
+                if not failed:
+                    results.send(("done", k, len(items), written, time.perf_counter() - t0,
+                                  time.process_time() - c0))
+    finally:
+        if view is not None:
+            view.release()
+        if mm is not None:
+            mm.close()
+
+
+def _error_message(k: int, position: int, index: int, e: BaseException) -> Tuple[Any, ...]:
+    return ("error", k, position, index, type(e).__module__, type(e).__qualname__, str(e),
+            "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+
+
+def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot_offset: int,
+                  leaves: List[_Leaf], offsets: List[int]) -> int:
+    """Writes one sample's leaves into their places in the slot: the one copy of its bytes."""
+    import torch
+    flat: List[Tuple[str, Any]] = []
+    _leaves_of(sample, "sample", flat)
+    if len(flat) != len(leaves):
+        raise ValueError(f"sample {index} has {len(flat)} tensors ({', '.join(p for p, _ in flat)}); the first "
+                         f"sample had {len(leaves)} ({', '.join(leaf.path for leaf in leaves)}): every sample "
+                         "of a Loader has the same structure")
+    written = 0
+    for (path, t), leaf, base in zip(flat, leaves, offsets):
+        if t.dtype != leaf.dtype or tuple(t.shape) != leaf.shape:
+            raise ValueError(
+                f"sample {index}: {path} is {_shape_text(t.dtype, t.shape)}; the first sample's was "
+                f"{_shape_text(leaf.dtype, leaf.shape)}. A Loader batch holds samples of one shape and dtype: "
+                "resize, crop or pad them to one shape in the dataset or transform (variable-size samples: a "
+                "DataLoader with a collate_fn that pads, and ferry.torch.Prefetcher(batch_bytes=the largest))")
+        if leaf.nbytes == 0:
+            continue
+        start = slot_offset + base + position * leaf.nbytes
+        dst = torch.frombuffer(view[start:start + leaf.nbytes], dtype=torch.uint8)
+        src = t.detach()
+        if src.dtype == torch.bool:
+            src = src.view(torch.uint8)
+        dst.view(src.dtype).view(src.shape).copy_(src)
+        written += leaf.nbytes
+    return written
+
+
+# ---- the main process ----------------------------------------------------------------------------------
+
+class _Worker:
+    __slots__ = ("id", "process", "tasks", "results", "outstanding", "samples", "bytes", "seconds",
+                 "cpu_seconds")
+
+    def __init__(self, wid: int, process: Any, tasks: Any, results: Any) -> None:
+        self.id, self.process, self.tasks, self.results = wid, process, tasks, results
+        self.outstanding: Deque[Tuple[int, List[Tuple[int, int, int]]]] = collections.deque()
+        self.samples = self.bytes = 0
+        self.seconds = self.cpu_seconds = 0.0
+
+
+class _Batch:
+    __slots__ = ("k", "epoch", "number", "items", "pending", "dispatched", "left", "error", "readied")
+
+    def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int, int]]) -> None:
+        self.k, self.epoch, self.number, self.items = k, epoch, number, items
+        self.pending: Deque[List[Tuple[int, int, int]]] = collections.deque()
+        self.dispatched = False
+        self.left = len(items)
+        self.error: Optional[BaseException] = None
+        self.readied = False
+
+
+class _Epoch(Iterator[Any]):
+    def __init__(self, owner: "Loader", number: int, batches: List[List[int]]) -> None:
+        self.owner, self.number, self.batches = owner, number, batches
+        self.position = 0
+        self.k0 = owner._next_k
+        owner._next_k += len(batches)
+        self.ended = False
+
+    def __iter__(self) -> "_Epoch":
+        return self
+
+    def __next__(self) -> Any:
+        return self.owner._next(self)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class Loader:
+    """Batches of `dataset` (any object with __len__ and __getitem__, a torch Dataset) as CUDA tensors,
+    made by `workers` worker processes that write every sample straight into a shared, pinned batch slot,
+    which ferry copies to the GPU on its own stream: the DataLoader(pin_memory=True) path without its two
+    host copies (the collate into fresh shared memory, the pin thread's copy).
+
+        loader = ferry.torch.Loader(dataset, batch_size=256, workers=8, shuffle=True, seed=0)
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for images, labels in loader:   # CUDA tensors; the current stream waits for their copy
+                ...
+
+    Samples: dataset[i] (then `transform(sample)`, a per-sample function run in the worker) returns
+    tensors, numpy arrays or numbers, alone or in tuples, lists, dicts or namedtuples; a batch has the
+    same structure with each leaf stacked along a new first dimension (numbers become int64, float64 or
+    bool tensors). Every sample must have the first sample's shapes and dtypes: one that differs is
+    refused naming its index, the field and both shapes. For images, return uint8 HWC or CHW and
+    normalise on the GPU.
+
+    Order and seeds: epoch e's order is a permutation seeded by (seed, e) when shuffle, else 0..n-1; with
+    rank/world_size (default: torch.distributed's when it is initialized) each rank takes every
+    world_size-th index of it, the order padded by wrapping to a multiple of world_size as
+    DistributedSampler does. Before each sample, random, numpy and torch are seeded with
+    sample_seed(seed, epoch, index), so a batch's bytes do not depend on the worker count or timing.
+    set_epoch(e) picks the next epoch's number (else they count up from 0). drop_last drops a short
+    final batch.
+
+    Workers are started here (`start_method`: "fork" by default on Linux, "spawn" or "forkserver" for
+    programs that hold threads or CUDA state fork would copy) and live until close() (persistent across
+    epochs); each runs worker_init_fn(id) first; ferry.torch.worker_info() tells the dataset where it
+    runs. They never touch CUDA.
+
+    Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
+    worker's traceback (the epoch then ends); a worker that dies makes next() raise RuntimeError naming
+    it at once; the loader is closed then. close() (also on `with`, `del` and interpreter exit) stops the
+    workers (killing those that do not exit within a second) and frees the memory: the shared memory has
+    no name, so nothing is left in /dev/shm whatever happens.
+
+    Lifetime of a batch: as ferry.torch.Prefetcher's: its device slot is reused `depth` batches later,
+    so keep a batch for at most depth - 1 further next() calls (.clone() what you keep). On ferry's host
+    backend (no GPU) the batches are CPU tensors."""
+
+    def __init__(self, dataset: Any, batch_size: int, *, workers: int = 4, shuffle: bool = False, seed: int = 0,
+                 drop_last: bool = False, depth: int = 2, device: DeviceLike = None, slots: Optional[int] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 transform: Optional[Callable[[Any], Any]] = None,
+                 worker_init_fn: Optional[Callable[[int], None]] = None, start_method: Optional[str] = None,
+                 chunk: Optional[int] = None, timeout: float = 300.0) -> None:
+        self._closed = True  # until the workers exist: close() and __del__ have nothing to do
+        for name, v, low in (("batch_size", batch_size, 1), ("workers", workers, 1), ("depth", depth, 2)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ValueError(f"Loader({name}={v!r}): expected an integer >= {low}" +
+                                 (" (a for loop holds one batch while it asks for the next)" if name == "depth" else ""))
+        for name, v in (("slots", slots), ("chunk", chunk)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"Loader({name}={v!r}): expected an integer >= 1 or None")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"Loader(seed={seed!r}): expected an integer")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"Loader(timeout={timeout!r}): expected a positive number of seconds")
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"Loader: a {type(dataset).__name__} has no __len__ and __getitem__ (a map-style "
+                            "dataset); for an iterable one use a DataLoader and ferry.torch.Prefetcher")
+        n = len(dataset)
+        if n < 1:
+            raise ValueError("Loader: the dataset is empty")
+        rank, world_size = _rank_and_world(rank, world_size)
+        methods = multiprocessing.get_all_start_methods()
+        method = start_method or ("fork" if "fork" in methods else "spawn")
+        if method not in methods:
+            raise ValueError(f"Loader(start_method={start_method!r}): this platform has {', '.join(methods)}")
+        self._pid = _runtime.current_pid()
+        self.dataset, self.batch_size, self.workers = dataset, batch_size, workers
+        self.shuffle, self.seed, self.drop_last, self.depth = bool(shuffle), seed, bool(drop_last), depth
+        self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
+        self.slots = slots if slots is not None else depth + max(1, math.ceil(2 * workers * 8 / batch_size))
+        self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * workers))))
+        self.device = resolve_device(device)
+        self._length = len(self._shard(0))  # indices per epoch for this rank
+        self._next_epoch: Optional[int] = None
+        self._epochs_started = 0
+        self._epoch: Optional[_Epoch] = None
+        self._next_k = 0
+        self._batches: Dict[int, _Batch] = {}
+        self._handle: Optional[PrefetchHandle] = None
+        self._mm: Optional[mmap.mmap] = None
+        self._anchor: Optional[Any] = None  # the ctypes view whose address was registered
+        self._memfd = -1
+        self._event_fd = -1
+        self._leaves: List[_Leaf] = []
+        self._offsets: List[int] = []
+        self._crossing: List[Tuple[Tuple[int, int, int], Optional[Tuple[Any, Tuple[int, ...]]]]] = []
+        self._template: Any = None
+        self._slot_bytes = 0
+        self._failure: Optional[BaseException] = None
+        self._workers: List[_Worker] = []
+        self._rr = 0
+        self._memfd = os.memfd_create("ferry-loader", os.MFD_CLOEXEC)
+        self._closed = False
+        _runtime.register(self)
+        try:
+            self._start_workers(transform, worker_init_fn)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- order ------------------------------------------------------------------------------------
+
+    def _shard(self, epoch: int) -> List[int]:
+        n = len(self.dataset)
+        if self.shuffle:
+            import numpy as np
+            order = np.random.default_rng([self.seed & _MASK, epoch]).permutation(n).tolist()
+        else:
+            order = list(range(n))
+        if self.world_size > 1:
+            total = math.ceil(n / self.world_size) * self.world_size
+            order += (order * math.ceil(total / n))[:total - n]  # pad by wrapping, as DistributedSampler
+            order = order[self.rank::self.world_size]
+        return order
+
+    def _plan(self, epoch: int) -> List[List[int]]:
+        order = self._shard(epoch)
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        full, rest = divmod(self._length, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def set_epoch(self, epoch: int) -> None:
+        """The number of the next epoch (its shuffle and its samples' seeds), as DistributedSampler's."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"Loader.set_epoch({epoch!r}): expected an integer >= 0")
+        self._next_epoch = epoch
+
+    # ---- workers ----------------------------------------------------------------------------------
+
+    def _start_workers(self, transform: Any, worker_init_fn: Any) -> None:
+        ctx = multiprocessing.get_context(self.start_method)
+        parent = None if self.start_method == "forkserver" else os.getpid()
+        for wid in range(self.workers):
+            task_r, task_w = ctx.Pipe(duplex=False)
+            result_r, result_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker_main, name=f"ferry-loader-{wid}", daemon=True,
+                            args=(wid, self.workers, self.dataset, transform, worker_init_fn, _Fd(self._memfd),
+                                  task_r, result_w, parent))
+            with warnings.catch_warnings():
+                # Python 3.12 warns that fork() in a threaded process may deadlock the child; the worker
+                # only runs Python and the dataset (as a DataLoader's forked workers do).
+                warnings.simplefilter("ignore", DeprecationWarning)
+                p.start()
+            task_r.close()  # the child's ends: EOF on the results pipe then means the worker died
+            result_w.close()
+            self._workers.append(_Worker(wid, p, task_w, result_r))
+
+    def _worker_died(self, w: _Worker, holding: str) -> RuntimeError:
+        w.process.join(0.05)
+        code = w.process.exitcode
+        how = ("is still running but closed its pipe" if code is None else
+               f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
+        held = f" {holding}" if holding else ""
+        return RuntimeError(f"ferry Loader worker {w.id} (pid {w.process.pid}) {how}{held}; the loader is "
+                            "closed (a worker killed by SIGKILL is often the kernel's out-of-memory killer)")
+
+    def _send(self, w: _Worker, msg: Any) -> None:
+        try:
+            w.tasks.send(msg)
+        except (BrokenPipeError, OSError) as e:
+            raise self._fail(self._worker_died(w, f"while it was sent work ({e})")) from None
+
+    def _fail(self, error: BaseException) -> BaseException:
+        self._failure = error
+        self.close()
+        return error
+
+    def _receive(self, w: _Worker) -> Any:
+        try:
+            return w.results.recv()
+        except (EOFError, OSError):
+            held = ", ".join(f"batch {k} positions {items[0][0]}-{items[-1][0]}" for k, items in w.outstanding)
+            raise self._fail(self._worker_died(w, f"while it held {held}" if held else "")) from None
+
+    # ---- the layout, from worker 0's first sample -----------------------------------------------------
+
+    def _set_up(self, first_index: int, epoch: int) -> None:
+        import torch
+        w = self._workers[0]
+        self._send(w, ("probe", first_index, sample_seed(self.seed, epoch, first_index), epoch))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(RuntimeError(f"ferry Loader: worker 0 made no sample {first_index} within "
+                                              f"timeout={self.timeout} s"))
+            if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
+                break
+        msg = self._receive(w)
+        if msg[0] == "error":
+            raise self._fail(_reraise(msg, "while the Loader read its first sample to size its slots"))
+        _, template, spec = msg
+        self._template = template
+        offset = 0
+        for path, dtype, shape in spec:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            nbytes = itemsize * math.prod(shape)
+            leaf = _Leaf(path, dtype, tuple(shape), nbytes)
+            offset = (offset + _ALIGN - 1) // _ALIGN * _ALIGN
+            self._leaves.append(leaf)
+            self._offsets.append(offset)
+            _, info, restore = _crossing(path, torch.empty((0,), dtype=dtype))
+            self._crossing.append(((info.code, info.bits, info.lanes), restore))
+            offset += nbytes * self.batch_size
+        self._slot_bytes = max(_PAGE, (offset + _PAGE - 1) // _PAGE * _PAGE)
+        size = self._slot_bytes * self.slots
+        os.ftruncate(self._memfd, size)
+        self._mm = mmap.mmap(self._memfd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._anchor = c_char.from_buffer(self._mm)
+        h = PrefetchHandle()
+        check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
+                                              self._slot_bytes, self.slots, self.depth, byref(h)))
+        self._handle = h
+        fd = c_int()
+        check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
+        self._event_fd = fd.value
+        for w in self._workers:
+            self._send(w, ("layout", size, self._leaves, self._offsets))
+
+    def _new_pipeline(self) -> None:
+        """A new prefetcher over the same slots (after an abandoned epoch): the old one holds batches the
+        consumer may still use and batches never written."""
+        self._drain_workers()
+        old, self._handle = self._handle, None
+        if old is not None:
+            lib.ferry_prefetch_close(old)
+            lib.ferry_prefetch_destroy(old)
+        h = PrefetchHandle()
+        check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
+                                              self._slot_bytes, self.slots, self.depth, byref(h)))
+        self._handle = h
+        fd = c_int()
+        check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
+        self._event_fd = fd.value
+        self._next_k = 0
+        self._batches.clear()
+
+    def _drain_workers(self) -> None:
+        """Waits for every chunk a worker holds (its bytes go to a slot about to be reused)."""
+        for w in self._workers:
+            while w.outstanding:
+                if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
+                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} did not finish its chunk within "
+                                                  f"timeout={self.timeout} s"))
+                self._collect(w, self._receive(w))
+
+    # ---- epochs -----------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        """A new epoch (see the class)."""
+        self._check_usable("__iter__")
+        number = self._next_epoch if self._next_epoch is not None else self._epochs_started
+        self._next_epoch = None
+        self._epochs_started = number + 1
+        old = self._epoch
+        if old is not None:
+            old.ended = True
+        batches = self._plan(number)
+        if self._handle is None:
+            if not batches:
+                self._epoch = None
+                return iter(())
+            self._set_up(batches[0][0], number)
+        elif self._batches:
+            self._new_pipeline()  # the previous epoch was left part-way
+        ep = _Epoch(self, number, batches)
+        self._epoch = ep
+        for i, indices in enumerate(batches):
+            k = ep.k0 + i
+            self._batches[k] = _Batch(k, number, i, [(p, idx, sample_seed(self.seed, number, idx))
+                                                     for p, idx in enumerate(indices)])
+        return ep
+
+    def _check_usable(self, what: str) -> None:
+        _runtime.check_owner(self, self._pid)
+        if self._failure is not None:
+            raise RuntimeError(f"Loader.{what}: the loader failed earlier ({self._failure})")
+        if self._closed:
+            raise ClosedError(f"Loader.{what}: the Loader is closed", STATUS["FERRY_ERROR_STOPPED"])
+
+    def _next(self, ep: _Epoch) -> Any:
+        self._check_usable("__next__")
+        if ep is not self._epoch or ep.ended:
+            if ep is not self._epoch:
+                raise RuntimeError("Loader: this epoch was abandoned when a newer one started (a Loader runs one "
+                                   "epoch at a time)")
+            raise StopIteration
+        if ep.position >= len(ep.batches):
+            ep.ended = True
+            raise StopIteration
+        k = ep.k0 + ep.position
+        batch = self._batches[k]
+        self._pump(until=batch)
+        if batch.error is not None:
+            ep.ended = True
+            error, batch.error = batch.error, None
+            raise error
+        ep.position += 1
+        del self._batches[k]
+        return self._take(batch)
+
+    # ---- dispatch and completion ----------------------------------------------------------------------
+
+    def _writable(self, k: int) -> bool:
+        out = c_int()
+        check(lib.ferry_prefetch_slot_wait(self._handle, c_uint64(k), c_int64(0), byref(out)))
+        return bool(out.value)
+
+    def _dispatch(self) -> None:
+        """Grants the batches whose slots are free (in order) and hands out chunks to idle workers."""
+        for k in sorted(self._batches):
+            b = self._batches[k]
+            if b.dispatched:
+                continue
+            if not self._writable(k):
+                break
+            b.dispatched = True
+            for i in range(0, len(b.items), self.chunk):
+                b.pending.append(b.items[i:i + self.chunk])
+        order = [self._batches[k] for k in sorted(self._batches) if self._batches[k].pending]
+        for b in order:
+            while b.pending:
+                w = min(self._workers, key=lambda x: len(x.outstanding))
+                if len(w.outstanding) >= _MAX_OUTSTANDING:
+                    return
+                items = b.pending.popleft()
+                w.outstanding.append((b.k, items))
+                self._send(w, ("chunk", b.k, (b.k % self.slots) * self._slot_bytes, items, b.epoch))
+
+    def _collect(self, w: _Worker, msg: Any) -> None:
+        k = msg[1]
+        for i, (held, _) in enumerate(w.outstanding):
+            if held == k:
+                _, items = w.outstanding[i]
+                del w.outstanding[i]
+                break
+        else:
+            items = []
+        b = self._batches.get(k)
+        if msg[0] == "done":
+            _, _, samples, nbytes, seconds, cpu = msg
+            w.samples += samples
+            w.bytes += nbytes
+            w.seconds += seconds
+            w.cpu_seconds += cpu
+            if b is not None:
+                b.left -= samples
+                if b.left == 0 and b.error is None and not b.readied:
+                    b.readied = True
+                    check(lib.ferry_prefetch_slot_ready(self._handle, c_uint64(k)))
+        elif msg[0] == "error" and b is not None and b.error is None:
+            b.error = _reraise(msg, f"in ferry Loader worker {w.id} (pid {w.process.pid}) at sample {msg[3]} "
+                                    f"(batch {b.number} of epoch {b.epoch}, position {msg[2]})")
+
+    def _pump(self, until: _Batch) -> None:
+        """Dispatches and collects until `until` is complete (or failed)."""
+        deadline = time.monotonic() + self.timeout
+        while not until.readied and until.error is None:
+            self._dispatch()
+            waits: List[Any] = [w.results for w in self._workers] + [w.process.sentinel for w in self._workers]
+            if self._event_fd >= 0:
+                waits.append(self._event_fd)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(RuntimeError(
+                    f"ferry Loader: batch {until.number} of epoch {until.epoch} was not made within "
+                    f"timeout={self.timeout} s ({until.left} samples left)"))
+            ready = multiprocessing.connection.wait(waits, min(left, 1.0))
+            self._absorb(ready)
+        # Whatever else finished meanwhile goes to the copier now, not at the next call.
+        self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
+        self._dispatch()
+
+    def _absorb(self, ready: List[Any]) -> None:
+        if self._event_fd >= 0 and self._event_fd in ready:
+            try:
+                os.read(self._event_fd, 8)
+            except BlockingIOError:
+                pass
+        for w in self._workers:
+            while w.results in ready and w.results.poll():
+                self._collect(w, self._receive(w))
+            if w.process.sentinel in ready and not w.results.poll():
+                raise self._fail(self._worker_died(w, "while the loader ran"))
+
+    # ---- the batch on the device ---------------------------------------------------------------------
+
+    def _take(self, b: _Batch) -> Any:
+        import torch.utils.dlpack
+        from .._dlpack import make_capsule
+        consumer = stream_handle(self.device, None)
+        handle = BatchHandle()
+        check(lib.ferry_prefetch_next(self._handle, consumer, byref(handle)))
+        n = len(b.items)
+        values = []
+        try:
+            for leaf, base, ((code, bits, lanes), restore) in zip(self._leaves, self._offsets, self._crossing):
+                shape = (n, *leaf.shape)
+                dl_shape = shape if restore is None else (n * leaf.nbytes,)
+                arr = (c_int64 * len(dl_shape))(*dl_shape)
+                managed = c_void_p()
+                check(lib.ferry_batch_dlpack(handle, base, len(dl_shape), arr, code, bits, lanes, byref(managed)))
+                try:
+                    t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
+                except BaseException:
+                    lib.ferry_dlpack_delete(managed)
+                    raise
+                if restore is not None:
+                    t = t.view(restore[0]).reshape(shape)
+                values.append(t)
+        finally:
+            lib.ferry_batch_release(handle)
+        if self.device.backend == "host":
+            check(lib.ferry_stream_synchronize(self.device.handle, consumer))
+        return _fill(self._template, values)
+
+    # ---- the rest ------------------------------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """The workers' counters (samples, bytes written into slots, seconds and CPU seconds in the
+        dataset and the write) and the prefetcher's (batches, bytes copied, h2d_gbps, stages)."""
+        import json
+        from .._c import take_string
+        out: Dict[str, Any] = {
+            "slots": self.slots, "slot_bytes": self._slot_bytes, "workers": [
+                {"id": w.id, "pid": w.process.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
+                 "cpu_seconds": w.cpu_seconds} for w in self._workers]}
+        if self._handle is not None:
+            raw = c_void_p()
+            check(lib.ferry_prefetch_stats_json(self._handle, byref(raw)))
+            out["prefetch"] = json.loads(take_string(raw))
+        return out
+
+    def close(self) -> None:
+        """Stops the workers (SIGKILL for any that has not exited within a second), the prefetcher, and
+        frees the shared memory. Batches already yielded stay valid while their tensors live. Idempotent."""
+        if getattr(self, "_closed", True) or self._pid != _runtime.current_pid():
+            return
+        self._closed = True
+        for w in self._workers:
+            try:
+                w.tasks.send(None)
+            except (OSError, ValueError):
+                pass
+            w.tasks.close()
+        deadline = time.monotonic() + 1.0
+        for w in self._workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+        for w in self._workers:
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(1.0)
+            w.results.close()
+        h, self._handle = self._handle, None
+        if h is not None:
+            lib.ferry_prefetch_close(h)  # unregisters the slots: before they are unmapped
+            lib.ferry_prefetch_destroy(h)
+        self._event_fd = -1
+        self._anchor = None
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if self._memfd >= 0:
+            os.close(self._memfd)
+            self._memfd = -1
+        self._batches.clear()
+        if self._epoch is not None:
+            self._epoch.ended = True
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing to report to at collection time
+            pass
+
+
+def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    if rank is None and world_size is None:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError(f"Loader(rank={rank!r}, world_size={world_size!r}): give both or neither")
+    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(f"Loader(rank={rank!r}, world_size={world_size!r}): expected 0 <= rank < world_size")
+    return rank, world_size
+
+
+def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
+    """The worker's exception, rebuilt in this process: its own type when that can be made from one
+    message, else RuntimeError, with the worker's traceback in the message."""
+    _, _, _, _, module, name, text, tb = msg
+    full = f"{name}: {text}\n{where}; the worker's traceback:\n{tb}"
+    cls: Any = None
+    try:
+        mod = sys.modules.get(module) or __import__(module)
+        cls = mod
+        for part in name.split("."):
+            cls = getattr(cls, part)
+    except Exception:  # noqa: BLE001
+        cls = None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(full)
+        except Exception:  # noqa: BLE001 - not constructible from one string
+            pass
+    return RuntimeError(full)
