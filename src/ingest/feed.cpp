@@ -247,11 +247,14 @@ bool slot_feed::wait_writable(std::uint64_t k, std::chrono::milliseconds timeout
                 fmt::format("ingest slot_feed: batch {} was marked ready already", k));
   const auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    if (impl_->closed_) throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} waited", k));
-    if (impl_->writable_.count(k) != 0) return true;
-    if (impl_->cv_.wait_until(lock, until) == std::cv_status::timeout) {
-      return impl_->writable_.count(k) != 0;
+    // The loader may be closed directly (a prefetcher's close() closes it), so the wait polls it too.
+    if (impl_->closed_ || (impl_->loader_ && impl_->loader_->stopping())) {
+      throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} waited for its slot", k));
     }
+    if (impl_->writable_.count(k) != 0) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return false;
+    impl_->cv_.wait_until(lock, std::min(until, now + std::chrono::milliseconds(5)));
   }
 }
 

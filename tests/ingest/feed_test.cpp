@@ -1,7 +1,10 @@
 // The feed: batches pushed as host byte ranges reach the device intact and in order, a chunked copy by
 // several workers included; a piece past the batch is refused before anything is queued; close wakes a
-// consumer waiting for a batch that was never pushed.
+// consumer waiting for a batch that was never pushed. A slot feed: slots of caller memory registered as
+// pinned and written in place reach the device in order, never more than `slots` batches ahead of the
+// consumer; bad memory is refused naming what is wrong.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <thread>
@@ -91,6 +94,80 @@ TEST_P(ingest_feed, close_wakes_a_consumer_waiting_for_a_batch_never_pushed) {
     const feed_piece none[1] = {};
     EXPECT_THROW((void)in.push(none), stopped_error);
   });
+}
+
+// A shared anonymous mapping stands in for the memfd a Python Loader's worker processes write.
+struct shared_mapping {
+  explicit shared_mapping(std::size_t n)
+      : bytes(n), data(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) {}
+  ~shared_mapping() {
+    if (data != MAP_FAILED) ::munmap(data, bytes);
+  }
+  shared_mapping(const shared_mapping&) = delete;
+  shared_mapping& operator=(const shared_mapping&) = delete;
+  std::size_t bytes;
+  void* data;
+};
+
+TEST_P(ingest_feed, slots_written_in_place_reach_the_device_in_order_and_never_run_more_than_slots_ahead) {
+  with_watchdog(60s, [&] {
+    constexpr std::size_t slot_bytes = 64 << 10;
+    constexpr std::size_t slots = 3;
+    constexpr std::uint64_t batches = 9;
+    shared_mapping memory(slot_bytes * slots);
+    ASSERT_NE(memory.data, MAP_FAILED);
+    {
+      buffer pinned = dev().register_host(memory.data, memory.bytes);
+      EXPECT_EQ(pinned.kind(), memory_kind::pinned);
+      EXPECT_EQ(pinned.data(), memory.data);
+      slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = slot_bytes, .slots = slots});
+      prefetcher gpu(dev(), in.source(), {.depth = 2});
+      // Nothing was consumed: batches 0..slots-1 are writable, batch `slots` (slot 0's next) is not.
+      for (std::uint64_t k = 0; k < slots; ++k) EXPECT_TRUE(in.wait_writable(k, 10s)) << k;
+      EXPECT_FALSE(in.wait_writable(slots, 20ms));
+      EXPECT_THROW(in.ready(slots), logic_error);  // not writable yet
+      std::thread writer([&] {
+        for (std::uint64_t k = 0; k < batches; ++k) {
+          if (!in.wait_writable(k, 30s)) return;
+          const std::span<std::byte> slot = in.slot(k);
+          EXPECT_EQ(static_cast<void*>(slot.data()),
+                    static_cast<void*>(static_cast<std::byte*>(memory.data) + (k % slots) * slot_bytes));
+          fill_pattern(slot, 500 + k);
+          in.ready(k);
+        }
+      });
+      const stream consumer = dev().make_stream();
+      buffer back = dev().alloc_pinned(slot_bytes);
+      for (std::uint64_t k = 0; k < batches; ++k) {
+        auto b = gpu.next(consumer);
+        ASSERT_TRUE(b.has_value());
+        EXPECT_EQ(b->epoch, k);
+        dev().copy_async(back.view(0, slot_bytes), b->field(0), consumer);
+        gpu.release(*b, consumer);
+        consumer.synchronize();
+        const auto bad = find_pattern_mismatch(std::span<const std::byte>(back.host_bytes(), slot_bytes), 500 + k);
+        EXPECT_FALSE(bad.has_value()) << "batch " << k << " byte " << *bad;
+      }
+      writer.join();
+      EXPECT_THROW(in.ready(batches - 1), logic_error);  // marked ready already
+      gpu.close();
+      EXPECT_THROW((void)in.wait_writable(batches, 1s), stopped_error);  // the prefetcher closed the feed
+    }
+    EXPECT_EQ(dev().pinned().bytes, 0u);  // unregistered with the buffer
+  });
+}
+
+TEST_P(ingest_feed, registering_and_slot_feeds_refuse_bad_memory_naming_it) {
+  shared_mapping memory(1 << 20);
+  ASSERT_NE(memory.data, MAP_FAILED);
+  auto* base = static_cast<std::byte*>(memory.data);
+  EXPECT_NE(message_of<logic_error>([&] { (void)dev().register_host(base + 64, 4096); }).find("not page-aligned"), std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] { (void)dev().register_host(base, 0); }).find("0 bytes"), std::string::npos);
+  const mem_view pageable = pageable_view(memory.data, memory.bytes);
+  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pageable, .slot_bytes = 4096, .slots = 2}); }).find("register it"), std::string::npos);
+  buffer pinned = dev().register_host(memory.data, 8192);
+  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 4096, .slots = 3}); }).find("fewer than 3"), std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 1000, .slots = 2}); }).find("multiple of 256"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, ingest_feed, ::testing::ValuesIn(backends_under_test()),

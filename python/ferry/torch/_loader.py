@@ -22,7 +22,7 @@ Messages (multiprocessing pipes, pickled tuples). To a worker: ("probe", index, 
 from __future__ import annotations
 
 import collections
-import itertools
+import gc
 import math
 import mmap
 import multiprocessing
@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 import warnings
+import weakref
 from ctypes import byref, c_char, c_int, c_int64, c_uint64, c_void_p, addressof
 from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -187,7 +188,9 @@ def _worker_main(wid: int, workers: int, dataset: Any, transform: Optional[Calla
         _worker["seed"] = seed
         random.seed(seed)
         np.random.seed(seed & 0xFFFFFFFF)
-        torch.manual_seed(seed)
+        # The CPU generator only: torch.manual_seed also queues a CUDA seeding, with a formatted stack
+        # (torch 1.13), in a process that never initializes CUDA: slow per sample.
+        torch.default_generator.manual_seed(seed)
         sample = dataset[index]
         return transform(sample) if transform is not None else sample
 
@@ -399,7 +402,7 @@ class Loader:
         self._length = len(self._shard(0))  # indices per epoch for this rank
         self._next_epoch: Optional[int] = None
         self._epochs_started = 0
-        self._epoch: Optional[_Epoch] = None
+        self._epoch_ref: Optional["weakref.ref[_Epoch]"] = None  # the current epoch (not kept alive by it)
         self._next_k = 0
         self._batches: Dict[int, _Batch] = {}
         self._handle: Optional[PrefetchHandle] = None
@@ -413,6 +416,7 @@ class Loader:
         self._template: Any = None
         self._slot_bytes = 0
         self._failure: Optional[BaseException] = None
+        self._final_prefetch: Optional[Dict[str, Any]] = None
         self._workers: List[_Worker] = []
         self._rr = 0
         self._memfd = os.memfd_create("ferry-loader", os.MFD_CLOEXEC)
@@ -582,6 +586,10 @@ class Loader:
 
     # ---- epochs -----------------------------------------------------------------------------------
 
+    @property
+    def _epoch(self) -> Optional[_Epoch]:
+        return self._epoch_ref() if self._epoch_ref is not None else None
+
     def __iter__(self) -> Iterator[Any]:
         """A new epoch (see the class)."""
         self._check_usable("__iter__")
@@ -594,13 +602,13 @@ class Loader:
         batches = self._plan(number)
         if self._handle is None:
             if not batches:
-                self._epoch = None
+                self._epoch_ref = None
                 return iter(())
             self._set_up(batches[0][0], number)
         elif self._batches:
             self._new_pipeline()  # the previous epoch was left part-way
         ep = _Epoch(self, number, batches)
-        self._epoch = ep
+        self._epoch_ref = weakref.ref(ep)
         for i, indices in enumerate(batches):
             k = ep.k0 + i
             self._batches[k] = _Batch(k, number, i, [(p, idx, sample_seed(self.seed, number, idx))
@@ -724,6 +732,14 @@ class Loader:
     def _take(self, b: _Batch) -> Any:
         import torch.utils.dlpack
         from .._dlpack import make_capsule
+        held = b.k - self.depth
+        if held >= 0 and not self._released(held):
+            gc.collect()  # tensors of that batch may only be waiting in a reference cycle
+            if not self._released(held):
+                raise RuntimeError(
+                    f"Loader: batch {b.number} goes into the device slot of the batch {self.depth} before it, whose "
+                    f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
+                    "what you keep (list(loader) keeps every batch) or raise depth")
         consumer = stream_handle(self.device, None)
         handle = BatchHandle()
         check(lib.ferry_prefetch_next(self._handle, consumer, byref(handle)))
@@ -750,22 +766,35 @@ class Loader:
             check(lib.ferry_stream_synchronize(self.device.handle, consumer))
         return _fill(self._template, values)
 
+    def _released(self, number: int) -> bool:
+        out = c_int()
+        check(lib.ferry_prefetch_released(self._handle, c_uint64(number), byref(out)))
+        return bool(out.value)
+
     # ---- the rest ------------------------------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
         """The workers' counters (samples, bytes written into slots, seconds and CPU seconds in the
-        dataset and the write) and the prefetcher's (batches, bytes copied, h2d_gbps, stages)."""
-        import json
-        from .._c import take_string
+        dataset and the write) and the prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are
+        counted once complete, all of them after close(); since the last new pipeline, which an epoch
+        left part-way starts)."""
         out: Dict[str, Any] = {
             "slots": self.slots, "slot_bytes": self._slot_bytes, "workers": [
                 {"id": w.id, "pid": w.process.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
                  "cpu_seconds": w.cpu_seconds} for w in self._workers]}
         if self._handle is not None:
-            raw = c_void_p()
-            check(lib.ferry_prefetch_stats_json(self._handle, byref(raw)))
-            out["prefetch"] = json.loads(take_string(raw))
+            out["prefetch"] = self._prefetch_stats(self._handle)
+        elif self._final_prefetch is not None:
+            out["prefetch"] = self._final_prefetch
         return out
+
+    @staticmethod
+    def _prefetch_stats(h: PrefetchHandle) -> Dict[str, Any]:
+        import json
+        from .._c import take_string
+        raw = c_void_p()
+        check(lib.ferry_prefetch_stats_json(h, byref(raw)))
+        return json.loads(take_string(raw))
 
     def close(self) -> None:
         """Stops the workers (SIGKILL for any that has not exited within a second), the prefetcher, and
@@ -787,9 +816,14 @@ class Loader:
                 w.process.kill()
                 w.process.join(1.0)
             w.results.close()
+            try:
+                w.process.close()  # its sentinel descriptor
+            except ValueError:
+                pass  # still running after SIGKILL and a second: the kernel reaps it; its pid stays in stats()
         h, self._handle = self._handle, None
         if h is not None:
             lib.ferry_prefetch_close(h)  # unregisters the slots: before they are unmapped
+            self._final_prefetch = self._prefetch_stats(h)  # every copy counted, now that all are done
             lib.ferry_prefetch_destroy(h)
         self._event_fd = -1
         self._anchor = None
@@ -800,8 +834,9 @@ class Loader:
             os.close(self._memfd)
             self._memfd = -1
         self._batches.clear()
-        if self._epoch is not None:
-            self._epoch.ended = True
+        ep = self._epoch
+        if ep is not None:
+            ep.ended = True
 
     def __enter__(self) -> "Loader":
         return self
@@ -829,6 +864,11 @@ def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int
     return rank, world_size
 
 
+class _Verbatim(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
     """The worker's exception, rebuilt in this process: its own type when that can be made from one
     message, else RuntimeError, with the worker's traceback in the message."""
@@ -844,7 +884,8 @@ def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
         cls = None
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
-            return cls(full)
+            # KeyError's str() is the repr of its argument: keep the lines readable.
+            return cls(_Verbatim(full) if issubclass(cls, KeyError) else full)
         except Exception:  # noqa: BLE001 - not constructible from one string
             pass
     return RuntimeError(full)

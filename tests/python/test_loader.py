@@ -1,0 +1,313 @@
+"""ferry.torch.Loader on ferry's host backend (no GPU): worker processes write samples into shared slots
+that ferry registers and prefetches. Order, shuffling, epochs, sharding by rank, per-sample seeds
+independent of the worker count, sample structures, refusals, a worker's exception and death, shutdown
+(close, del, break, Ctrl-C, the parent killed), and after every test: no worker left, no file added to
+/dev/shm, no descriptor leaked."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+import ferry.torch as ft  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+Pair = namedtuple("Pair", "image label")
+
+
+def children() -> set:
+    """Live processes whose parent is this one, but multiprocessing's own helpers (the resource tracker
+    that spawn starts, a forkserver), which live as long as this process."""
+    import multiprocessing.forkserver
+    import multiprocessing.resource_tracker
+    helpers = {getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None),
+               getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)}
+    me, out = os.getpid(), set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z" and int(d) not in helpers:
+            out.add(int(d))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    shm, fds, kids = set(os.listdir("/dev/shm")), set(os.listdir("/proc/self/fd")), children()
+    yield
+    deadline = time.monotonic() + 5
+    while children() - kids and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert children() - kids == set(), "worker processes outlived the test"
+    assert set(os.listdir("/dev/shm")) - shm == set(), "files left in /dev/shm"
+    leaked = set(os.listdir("/proc/self/fd")) - fds
+    assert len(leaked) <= 1, f"descriptors leaked: {leaked}"  # one: the listing's own, gone already or not
+
+
+class Numbers:
+    """Sample i: a 3x4 uint8 image of value i % 251 and the label i."""
+
+    def __init__(self, n=37):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.full((3, 4), i % 251, dtype=torch.uint8), i
+
+
+class Random:
+    """Sample i: draws from torch, numpy and random, which the Loader seeded for this sample."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        import random
+        return torch.rand(5), np.random.rand(3), random.random(), i
+
+
+class Structured:
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return {"pair": Pair(np.full((2, 2), i, np.float32), i), "mask": np.array([i % 2 == 0, True]),
+                "weight": float(i) / 2, "id": np.int16(i)}
+
+
+class Fails:
+    def __init__(self, at, how="raise"):
+        self.at, self.how = at, how
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        if i == self.at:
+            if self.how == "raise":
+                raise KeyError(f"no sample {i} here")
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == "shape":
+                return torch.zeros(3, 5, dtype=torch.uint8), i
+            if self.how == "dtype":
+                return torch.zeros(3, 4, dtype=torch.int32), i
+        return torch.full((3, 4), i, dtype=torch.uint8), i
+
+
+class Views:
+    """Read-only views into one array, as a memory-mapped dataset returns."""
+
+    def __init__(self):
+        self.data = np.arange(24 * 1000, dtype=np.uint8).reshape(24, 1000)
+        self.data.flags.writeable = False
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+
+def labels_of(loader):
+    return [y.tolist() for _, y in loader]
+
+
+def test_batches_come_in_order_with_a_short_last_one_or_none_with_drop_last():
+    with ft.Loader(Numbers(), batch_size=8, workers=3, device="cpu") as loader:
+        assert len(loader) == 5
+        got = []
+        for x, y in loader:
+            assert x.dtype == torch.uint8 and x.shape == (len(y), 3, 4) and y.dtype == torch.int64
+            assert torch.equal(x[:, 0, 0].long(), y % 251)
+            got.append(y.tolist())
+        assert got == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
+    with ft.Loader(Numbers(), batch_size=8, workers=2, drop_last=True, device="cpu") as loader:
+        assert len(loader) == 4
+        assert labels_of(loader) == [list(range(i, i + 8)) for i in range(0, 32, 8)]
+
+
+def test_shuffled_epochs_are_permutations_reproducible_by_seed_and_set_epoch():
+    with ft.Loader(Numbers(), batch_size=6, workers=2, shuffle=True, seed=7, device="cpu") as a, \
+            ft.Loader(Numbers(), batch_size=5, workers=3, shuffle=True, seed=7, device="cpu") as b:
+        e0, e1 = sum(labels_of(a), []), sum(labels_of(a), [])
+        assert sorted(e0) == sorted(e1) == list(range(37)) and e0 != e1
+        assert sum(labels_of(b), []) == e0  # the same seed and epoch: the same order, whatever the batching
+        a.set_epoch(0)
+        assert sum(labels_of(a), []) == e0
+        assert sum(labels_of(a), []) == e1  # epochs count on from the one set
+
+
+def test_ranks_split_the_epoch_padded_to_a_multiple_of_the_world_size():
+    shards = []
+    for rank in range(3):
+        with ft.Loader(Numbers(10), batch_size=2, workers=1, shuffle=True, seed=1, rank=rank, world_size=3,
+                       device="cpu") as loader:
+            assert len(loader) == 2
+            shards.append(sum(labels_of(loader), []))
+    assert [len(s) for s in shards] == [4, 4, 4]
+    everything = sum(shards, [])
+    assert set(everything) == set(range(10)) and len(everything) == 12  # 2 samples repeated as padding
+    with pytest.raises(ValueError, match="rank=3"):
+        ft.Loader(Numbers(), batch_size=2, rank=3, world_size=3, device="cpu")
+
+
+def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_method():
+    def run(workers, chunk, method=None):
+        with ft.Loader(Random(), batch_size=7, workers=workers, chunk=chunk, shuffle=True, seed=5, device="cpu",
+                       start_method=method) as loader:
+            return [[t.clone() for t in batch] for batch in loader]
+    one = run(1, 7)
+    for other in (run(3, 1), run(2, 3, "spawn")):
+        assert len(other) == len(one)
+        for a, b in zip(one, other):
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(one[0][0][0], one[0][0][1])  # samples differ from each other
+
+
+def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors():
+    with ft.Loader(Structured(), batch_size=4, workers=2, device="cpu") as loader:
+        batch = next(iter(loader))
+    assert set(batch) == {"pair", "mask", "weight", "id"} and isinstance(batch["pair"], Pair)
+    assert batch["pair"].image.shape == (4, 2, 2) and batch["pair"].image.dtype == torch.float32
+    assert batch["pair"].label.tolist() == [0, 1, 2, 3]
+    assert batch["mask"].dtype == torch.bool and batch["mask"].tolist() == [[True, True], [False, True]] * 2
+    assert batch["weight"].dtype == torch.float64 and batch["weight"].tolist() == [0, 0.5, 1, 1.5]
+    assert batch["id"].dtype == torch.int16
+
+
+def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host():
+    ds = Views()
+    with ft.Loader(ds, batch_size=8, workers=3, device="cpu") as loader:
+        for k, x in enumerate(loader):
+            assert torch.equal(x, torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
+    stats = loader.stats()
+    assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
+    assert sum(w["samples"] for w in stats["workers"]) == 24
+    # The one copy after the workers' write: each slot, as it is, to the device.
+    assert stats["prefetch"]["batches"] == 3 and stats["prefetch"]["bytes"] == 3 * stats["slot_bytes"]
+
+
+def test_a_sample_of_another_shape_or_dtype_is_refused_with_its_index():
+    for how, text in (("shape", "uint8[3, 5]; the first sample's was uint8[3, 4]"),
+                      ("dtype", "int32[3, 4]; the first sample's was uint8[3, 4]")):
+        with ft.Loader(Fails(at=13, how=how), batch_size=4, workers=2, device="cpu") as loader:
+            it = iter(loader)
+            assert [next(it)[1].tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+            with pytest.raises(ValueError, match="sample 13") as e:
+                next(it)
+            assert text in str(e.value) and "pad them to one shape" in str(e.value)
+
+
+def test_a_dataset_exception_is_raised_at_its_batch_with_the_index_and_the_workers_traceback():
+    with ft.Loader(Fails(at=9), batch_size=4, workers=2, device="cpu") as loader:
+        it = iter(loader)
+        assert next(it)[1].tolist() == [0, 1, 2, 3]
+        assert next(it)[1].tolist() == [4, 5, 6, 7]
+        with pytest.raises(KeyError) as e:
+            next(it)
+        text = str(e.value)
+        assert "no sample 9 here" in text and "at sample 9" in text and "batch 2 of epoch 0" in text
+        assert "Traceback" in text and "__getitem__" in text
+        with pytest.raises(StopIteration):
+            next(it)  # the epoch ended with it
+        again = iter(loader)  # the next epoch runs, up to the same sample
+        assert [next(again)[1].tolist() for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        with pytest.raises(KeyError, match="epoch 1"):
+            next(again)
+
+
+def test_a_worker_killed_fails_the_loader_at_once_naming_it():
+    with ft.Loader(Fails(at=17, how="kill"), batch_size=4, workers=3, device="cpu", timeout=30) as loader:
+        it = iter(loader)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"worker \d \(pid \d+\) was killed by signal SIGKILL") as e:
+            for _ in it:
+                pass
+        assert time.monotonic() - start < 10  # not the 30 s timeout
+        assert "the loader is closed" in str(e.value)
+        with pytest.raises(RuntimeError, match="failed earlier"):
+            iter(loader)
+
+
+def test_break_del_close_and_reuse_after_close():
+    loader = ft.Loader(Numbers(), batch_size=4, workers=2, device="cpu")
+    for i, (x, y) in enumerate(loader):
+        if i == 2:
+            break
+    assert labels_of(loader)[0] == [0, 1, 2, 3]  # a new epoch after an abandoned one
+    pids = [w["pid"] for w in loader.stats()["workers"]]
+    del loader
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    loader = ft.Loader(Numbers(), batch_size=4, workers=2, device="cpu")
+    loader.close()
+    loader.close()
+    with pytest.raises(ft.ClosedError if hasattr(ft, "ClosedError") else RuntimeError, match="closed"):
+        iter(loader)
+
+
+def test_bad_arguments_are_refused_naming_the_value():
+    for kwargs, text in (({"batch_size": 0}, "batch_size=0"), ({"batch_size": 2, "workers": 0}, "workers=0"),
+                         ({"batch_size": 2, "depth": 1}, "depth=1"),
+                         ({"batch_size": 2, "start_method": "nope"}, "start_method='nope'")):
+        with pytest.raises(ValueError, match=text):
+            ft.Loader(Numbers(), device="cpu", **kwargs)
+    with pytest.raises(TypeError, match="no __len__ and __getitem__"):
+        ft.Loader(iter(range(3)), batch_size=2, device="cpu")
+
+
+SCRIPT = textwrap.dedent('''
+    import os, sys, time, torch
+    sys.path.insert(0, sys.argv[1])
+    import ferry.torch as ft
+    class Slow:
+        def __len__(self): return 10**6
+        def __getitem__(self, i):
+            time.sleep(0.01)
+            return torch.zeros(4), i
+    loader = ft.Loader(Slow(), batch_size=4, workers=2, device="cpu")
+    print(" ".join(str(w["pid"]) for w in loader.stats()["workers"]), flush=True)
+    for batch in loader:
+        print("batch", flush=True)
+''')
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_ctrl_c_or_a_killed_parent_leaves_no_worker_behind(sig):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "python"), os.environ.get("PYTHONPATH")) if p))
+    p = subprocess.Popen([sys.executable, "-c", SCRIPT, str(ROOT / "python")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(x) for x in p.stdout.readline().split()]
+        assert len(pids) == 2
+        assert p.stdout.readline().strip() == "batch"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=20)
+        if sig == signal.SIGINT:
+            assert "KeyboardInterrupt" in err and p.returncode != 0
+        deadline = time.monotonic() + 2
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [q for q in pids if os.path.exists(f"/proc/{q}")
+                     and open(f"/proc/{q}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+            time.sleep(0.02)
+        assert alive == [], f"workers {alive} outlived their parent"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
