@@ -281,11 +281,12 @@ def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot
 # ---- the main process ----------------------------------------------------------------------------------
 
 class _Worker:
-    __slots__ = ("id", "process", "tasks", "results", "outstanding", "samples", "bytes", "seconds",
+    __slots__ = ("id", "pid", "process", "tasks", "results", "outstanding", "samples", "bytes", "seconds",
                  "cpu_seconds")
 
     def __init__(self, wid: int, process: Any, tasks: Any, results: Any) -> None:
         self.id, self.process, self.tasks, self.results = wid, process, tasks, results
+        self.pid: int = process.pid
         self.outstanding: Deque[Tuple[int, List[Tuple[int, int, int]]]] = collections.deque()
         self.samples = self.bytes = 0
         self.seconds = self.cpu_seconds = 0.0
@@ -490,7 +491,7 @@ class Loader:
         how = ("is still running but closed its pipe" if code is None else
                f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
         held = f" {holding}" if holding else ""
-        return RuntimeError(f"ferry Loader worker {w.id} (pid {w.process.pid}) {how}{held}; the loader is "
+        return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is "
                             "closed (a worker killed by SIGKILL is often the kernel's out-of-memory killer)")
 
     def _send(self, w: _Worker, msg: Any) -> None:
@@ -693,7 +694,7 @@ class Loader:
                     b.readied = True
                     check(lib.ferry_prefetch_slot_ready(self._handle, c_uint64(k)))
         elif msg[0] == "error" and b is not None and b.error is None:
-            b.error = _reraise(msg, f"in ferry Loader worker {w.id} (pid {w.process.pid}) at sample {msg[3]} "
+            b.error = _reraise(msg, f"in ferry Loader worker {w.id} (pid {w.pid}) at sample {msg[3]} "
                                     f"(batch {b.number} of epoch {b.epoch}, position {msg[2]})")
 
     def _pump(self, until: _Batch) -> None:
@@ -780,7 +781,7 @@ class Loader:
         left part-way starts)."""
         out: Dict[str, Any] = {
             "slots": self.slots, "slot_bytes": self._slot_bytes, "workers": [
-                {"id": w.id, "pid": w.process.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
+                {"id": w.id, "pid": w.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
                  "cpu_seconds": w.cpu_seconds} for w in self._workers]}
         if self._handle is not None:
             out["prefetch"] = self._prefetch_stats(self._handle)
