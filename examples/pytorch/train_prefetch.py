@@ -11,6 +11,9 @@ processes. Levels, each run in this one process:
              while batch N computes; the compute stream waits on it (record_stream keeps it alive)
   ferry      DataLoader() (no pinning) + ferry.torch.Prefetcher: ferry's threads stage each batch in
              its pinned slots and copy it to the GPU on its own stream
+  ferry_loader  ferry.torch.Loader over the same Dataset with as many worker processes: each sample is
+             written once, into a shared pinned slot that ferry copies to the GPU (no collate copy, no
+             pin copy)
   loader     the DataLoader alone (no pinning, no GPU): the rate at which its workers make batches on
              the cores allowed, a ceiling for every level fed by it
 
@@ -60,6 +63,7 @@ LEVELS = {
     "pinned": "DataLoader(pin_memory=True), .to(device, non_blocking=True) in the loop",
     "reference": "DataLoader(pin_memory=True) + the reference prefetcher (side stream, one batch ahead)",
     "ferry": "DataLoader() + ferry.torch.Prefetcher",
+    "ferry_loader": "ferry.torch.Loader: the workers write samples into pinned slots (no collate, no pin copy)",
 }
 
 
@@ -162,6 +166,12 @@ def batches(name, args, dev):
         # device: --device cpu runs ferry on its emulated device, also on a machine whose torch sees a GPU.
         yield from Prefetcher(make_loader(args, dev, pin=False), depth=args.depth, workers=args.ferry_workers,
                               slots=args.slots, device=dev.torch_device)
+    elif name == "ferry_loader":
+        from ferry.torch import Loader
+        ds = RandomImages(args.total_steps * args.batch, args.size, args.classes)
+        with Loader(ds, batch_size=args.batch, workers=max(1, args.workers), drop_last=True, depth=args.depth,
+                    device=dev.torch_device) as loader:
+            yield from loader
     else:
         raise ValueError(name)
 

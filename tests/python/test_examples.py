@@ -87,7 +87,7 @@ def test_segmentation_bad_options_are_refused_naming_the_value(capsys):
 
 
 def test_train_every_level_checks_every_batch(tmp_path):
-    levels = ["ideal", "loader", "pinned", "reference", "ferry"]
+    levels = ["ideal", "loader", "pinned", "reference", "ferry", "ferry_loader"]
     code, rows = run("train_prefetch", tmp_path, "--levels", ",".join(levels))
     assert code == 0
     assert list(rows) == levels
@@ -108,9 +108,9 @@ def test_train_a_wrong_sample_fails_the_run(tmp_path, monkeypatch):
         return img, label
 
     monkeypatch.setattr(train.RandomImages, "__getitem__", wrong_at_3)
-    code, rows = run("train_prefetch", tmp_path, "--levels", "pinned,reference,ferry")
+    code, rows = run("train_prefetch", tmp_path, "--levels", "pinned,reference,ferry,ferry_loader")
     assert code == 1
-    for level in ("pinned", "reference", "ferry"):
+    for level in ("pinned", "reference", "ferry", "ferry_loader"):
         assert rows[level]["checked_outputs"] == 3
         assert rows[level]["mismatches"] == 1, level
 
