@@ -125,3 +125,29 @@ def test_train_cpus_limits_the_process_and_is_checked(tmp_path):
     bad = subprocess.run([sys.executable, str(EXAMPLES / "train_prefetch.py"), "--dry-run", "--cpus", "100000"],
                          env=env, capture_output=True, text=True)
     assert bad.returncode != 0 and "--cpus 100000" in bad.stderr
+
+
+def test_loader_jpeg_every_level_and_worker_count_checks_every_batch(tmp_path):
+    levels = ["ideal", "dataloader/1", "dl_prefetcher/1", "ferry_loader/1", "dataloader/2", "dl_prefetcher/2",
+              "ferry_loader/2"]
+    code, rows = run("loader_jpeg", tmp_path, "--workers", "1,2", "--data", str(tmp_path / "jpeg"))
+    assert code == 0
+    assert list(rows) == levels
+    assert_all_checked(rows, levels, expected=3)
+    assert len(list((tmp_path / "jpeg").glob("*.jpg"))) == 6 and not list((tmp_path / "jpeg").glob("*.partial"))
+
+
+def test_loader_jpeg_a_batch_unlike_its_samples_fails_the_run(tmp_path, monkeypatch):
+    jpeg = importlib.import_module("loader_jpeg")
+    right = jpeg.expected_sums
+
+    def off_at_step_1(*args):
+        sums = right(*args)
+        sums[1] = (sums[1][0] + 1, sums[1][1])
+        return sums
+
+    monkeypatch.setattr(jpeg, "expected_sums", off_at_step_1)
+    code, rows = run("loader_jpeg", tmp_path, "--levels", "dataloader,dl_prefetcher,ferry_loader")
+    assert code == 1
+    for level in ("dataloader/2", "dl_prefetcher/2", "ferry_loader/2"):
+        assert rows[level]["checked_outputs"] == 3 and rows[level]["mismatches"] == 1, level

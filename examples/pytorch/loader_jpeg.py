@@ -1,0 +1,403 @@
+"""Training input from JPEG files: torch's DataLoader and ferry.torch.Loader side by side on ResNet-50.
+
+The input pipeline people run for ImageNet-style training: JPEG files on local disk, decoded with PIL in
+worker processes, randomly resized, cropped (scale 0.08-1, ratio 3/4-4/3, as torchvision's
+RandomResizedCrop) and flipped to 224x224, uint8 CHW into the batch, normalised on the GPU. ResNet-50
+(torchvision, random weights) trains with SGD in channels_last under bf16 autocast, so the GPU is fast
+and the input path is what limits. The JPEGs (--images, 500x375 to 640x480, quality 90) are made with
+PIL at the start in --data (a temporary directory by default); sample i is file i % images with label
+(i % images) % classes, and its crop and flip are drawn from a generator seeded with i, so every level
+feeds the same bytes and each can be checked.
+
+Levels, each for every --workers count:
+
+  ideal          one batch resident on the GPU, reused every step: the ceiling
+  dataloader     DataLoader(num_workers=N, pin_memory=True, persistent_workers=True) + the reference
+                 side-stream prefetcher (batch k+1 copied on a side stream while batch k computes)
+  dl_prefetcher  DataLoader(num_workers=N, persistent_workers=True), no pinning, + ferry.torch.Prefetcher
+  ferry_loader   ferry.torch.Loader(workers=N): each sample written once into a shared pinned slot that
+                 ferry copies to the GPU (no collate copy, no pin copy)
+
+Each row: steps/s, its ratio to ideal, CPU seconds per batch of the main thread, the main process's other
+threads and the worker processes. The two host copies a DataLoader makes per batch, the collate into
+fresh shared memory and the pin thread's copy, are timed alone on one batch (the `copies` line). Every
+step's batch is checked on the device: the sum of its bytes and of its labels against the sums the
+main process computed from the same samples (no host sync in the loop).
+
+    python3 examples/pytorch/loader_jpeg.py --workers 4,8,14            # on a GPU machine
+    python3 examples/pytorch/loader_jpeg.py --workers 4,8 --cpus 8 --json out.json
+    python3 examples/pytorch/loader_jpeg.py --dry-run                   # tiny, on the CPU
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+
+def _limit_cpus_early(argv):
+    """Applies --cpus before torch is imported, so its thread pools size themselves to the limit."""
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--cpus=") else argv[i + 1] if a == "--cpus" and i + 1 < len(argv) else None
+        if value is not None:
+            try:
+                n = int(value)
+            except ValueError:
+                raise SystemExit(f"--cpus {value!r}: expected a number of cores")
+            allowed = sorted(os.sched_getaffinity(0))
+            if not 1 <= n <= len(allowed):
+                raise SystemExit(f"--cpus {n}: this process may use 1 to {len(allowed)} cores")
+            os.sched_setaffinity(0, allowed[:n])
+
+
+if __name__ == "__main__":
+    _limit_cpus_early(sys.argv[1:])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import ladder_common as lc  # noqa: E402
+
+LEVELS = {
+    "ideal": "one batch resident on the device, reused every step (the ceiling)",
+    "dataloader": "DataLoader(pin_memory=True, persistent_workers=True) + the reference side-stream prefetcher",
+    "dl_prefetcher": "DataLoader(persistent_workers=True) + ferry.torch.Prefetcher",
+    "ferry_loader": "ferry.torch.Loader: samples written once into shared pinned slots",
+}
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+# ---- the files -------------------------------------------------------------------------------------
+
+def _make_jpeg(job):
+    """Writes image i: smooth colour gradients with noise, so it compresses as photos do (~80 KB)."""
+    path, i, w, h = job
+    rng = np.random.default_rng(i)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.empty((h, w, 3), np.float32)
+    for c in range(3):
+        fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
+        img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
+    img += rng.normal(0, 12, img.shape).astype(np.float32)
+    tmp = f"{path}.partial"
+    Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(tmp, "JPEG", quality=90)
+    os.replace(tmp, path)  # complete files only under their names
+
+
+def make_files(directory, images, workers):
+    """The JPEG paths, made where missing (sizes 500x375 to 640x480, drawn per image)."""
+    import multiprocessing
+    paths, jobs = [], []
+    for i in range(images):
+        rng = np.random.default_rng(10_000 + i)
+        w = int(rng.integers(500, 641))
+        h = int(rng.integers(375, 481))
+        p = os.path.join(directory, f"img_{i:06d}.jpg")
+        paths.append(p)
+        if not os.path.exists(p):
+            jobs.append((p, i, w, h))
+    if jobs:
+        with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
+            pool.map(_make_jpeg, jobs, chunksize=16)
+    return paths
+
+
+# ---- the dataset -------------------------------------------------------------------------------------
+
+def crop_params(width, height, g, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop.get_params with an explicit generator: (top, left, h, w)."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
+        aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, (1,), generator=g).item())
+            left = int(torch.randint(0, width - w + 1, (1,), generator=g).item())
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+class JpegFolder(torch.utils.data.Dataset):
+    """Sample i: file i % len(paths) decoded (PIL, as torchvision's default_loader), resized crop and
+    flip drawn from a generator seeded with i, as uint8 CHW (a permuted view of a copy of the pixels, as
+    torchvision's PILToTensor returns), and its label."""
+
+    def __init__(self, paths, length, size, classes):
+        self.paths, self.length, self.size, self.classes = paths, length, size, classes
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        f = i % len(self.paths)
+        with open(self.paths[f], "rb") as fh:
+            img = Image.open(fh).convert("RGB")
+        g = torch.Generator().manual_seed(i)
+        top, left, h, w = crop_params(img.width, img.height, g)
+        img = img.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + w, top + h))
+        if torch.rand(1, generator=g).item() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.array(img)).permute(2, 0, 1), f % self.classes  # as PILToTensor
+
+
+def _sample_sums(job):
+    ds, indices = job
+    return [(int(ds[i][0].sum(dtype=torch.int64)), ds[i][1]) for i in indices]
+
+
+def expected_sums(ds, steps, batch, workers):
+    """Per step: (sum of the batch's bytes, sum of its labels), from the samples themselves."""
+    import multiprocessing
+    per = [list(range(s * batch, (s + 1) * batch)) for s in range(steps)]
+    with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
+        done = pool.map(_sample_sums, [(ds, idx) for idx in per])
+    return [(sum(a for a, _ in d), sum(b for _, b in d)) for d in done]
+
+
+# ---- levels -------------------------------------------------------------------------------------------
+
+class ReferencePrefetcher:
+    """The hand-written prefetcher: the next batch copied on a side stream while the current computes."""
+
+    def __init__(self, loader, dev):
+        self.it, self.dev, self.stream, self.next = iter(loader), dev, dev.stream(), None
+        self._preload()
+
+    def _preload(self):
+        try:
+            x, y = next(self.it)
+        except StopIteration:
+            self.next = None
+            return
+        with self.dev.use_stream(self.stream):
+            self.next = (x.to(self.dev.torch_device, non_blocking=True), y.to(self.dev.torch_device, non_blocking=True))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.dev.current_stream().wait_stream(self.stream)
+        batch = self.next
+        if batch is None:
+            raise StopIteration
+        if self.dev.is_cuda:
+            for t in batch:
+                t.record_stream(torch.cuda.current_stream())
+        self._preload()
+        return batch
+
+
+def batches(name, ds, workers, args, dev):
+    if name in ("dataloader", "dl_prefetcher"):
+        pin = name == "dataloader" and dev.is_cuda
+        loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=False, drop_last=True,
+                                             num_workers=workers, pin_memory=pin, persistent_workers=True,
+                                             prefetch_factor=args.prefetch_factor)
+        if name == "dataloader":
+            yield from ReferencePrefetcher(loader, dev)
+        else:
+            from ferry.torch import Prefetcher
+            with Prefetcher(loader, depth=args.depth, device=dev.torch_device) as p:
+                yield from p
+    elif name == "ferry_loader":
+        from ferry.torch import Loader
+        with Loader(ds, batch_size=args.batch, workers=workers, drop_last=True, depth=args.depth,
+                    device=dev.torch_device) as loader:
+            yield from loader
+    else:
+        raise ValueError(name)
+
+
+def make_model(args, dev):
+    if args.model == "tiny":
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten(), torch.nn.Linear(8, args.classes))
+    else:
+        from torchvision.models import resnet50
+        model = resnet50(weights=None, num_classes=args.classes)
+    return model.train().to(dev.torch_device, memory_format=torch.channels_last)
+
+
+def run_level(name, workers, args, dev, ds, expected):
+    label = name if name == "ideal" else f"{name}/{workers}"
+    row = lc.Row(label, LEVELS[name])
+    torch.manual_seed(0)
+    model = make_model(args, dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    crit = torch.nn.CrossEntropyLoss()
+    mean = torch.tensor(MEAN, device=dev.torch_device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD, device=dev.torch_device).view(1, 3, 1, 1) * 255
+    total = args.warmup + args.steps
+    sums = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
+    labels = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
+    amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.is_cuda else torch.autocast(
+        device_type="cpu", dtype=torch.bfloat16, enabled=False)
+    win = lc.Window()
+
+    def step(i, x, y):
+        sums[i] = x.sum(dtype=torch.int64)
+        labels[i] = y.sum()
+        x = ((x.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+        with amp:
+            loss = crit(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    if name == "ideal":
+        x = torch.stack([ds[i][0] for i in range(args.batch)]).to(dev.torch_device)
+        y = torch.tensor([ds[i][1] for i in range(args.batch)], device=dev.torch_device)
+        for i in range(total):
+            if i == args.warmup:
+                dev.synchronize()
+                win.begin()
+            step(i, x, y)
+        dev.synchronize()
+        win.end()
+    else:
+        n = 0
+        it = batches(name, ds, workers, args, dev)
+        start = time.perf_counter()
+        for i, (x, y) in enumerate(it):
+            if i == 0:
+                dev.synchronize()
+                row.extra["first_batch_seconds"] = time.perf_counter() - start
+            if i == args.warmup:
+                dev.synchronize()
+                win.begin()
+            step(i, x, y)
+            n += 1
+        dev.synchronize()
+        win.end()
+        it.close()
+        if n != total:
+            raise RuntimeError(f"the loader gave {n} batches, expected {total}")
+        got_sums, got_labels = sums.cpu().tolist(), labels.cpu().tolist()
+        row.checked = total
+        row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
+    row.set_window(args.steps, win)
+    row.extra["workers"] = workers if name != "ideal" else 0
+    row.bytes_moved = 0 if name == "ideal" else args.steps * args.batch * 3 * args.size * args.size
+    return row
+
+
+def time_copies(ds, args, dev):
+    """The DataLoader's two host copies of one batch, alone: default_collate's stack into fresh shared
+    memory (as in a worker) and pin_memory()'s copy into pinned memory (as its pin thread), best of 5."""
+    samples = [ds[i] for i in range(args.batch)]
+    collate, pin = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        batch = torch.utils.data.default_collate(samples)
+        storage = torch.empty_like(batch[0]).share_memory_()
+        storage.copy_(batch[0])  # default_collate in a worker stacks straight into fresh shared memory
+        t1 = time.perf_counter()
+        if dev.is_cuda:
+            storage.pin_memory()
+        t2 = time.perf_counter()
+        collate.append(t1 - t0)
+        pin.append(t2 - t1)
+        del batch, storage
+    return {"collate_seconds": min(collate), "pin_seconds": min(pin) if dev.is_cuda else None,
+            "batch_bytes": args.batch * 3 * args.size * args.size}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--levels", default=",".join(LEVELS), help="comma-separated, from: " + ",".join(LEVELS))
+    p.add_argument("--workers", default="4,8,14", help="worker process counts, comma-separated (default 4,8,14)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per level (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps before them (default 5)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--size", type=int, default=224, help="crop size (default 224)")
+    p.add_argument("--images", type=int, default=4000, help="JPEG files to make and read (default 4000)")
+    p.add_argument("--data", help="directory of the JPEGs (made where missing; default: a temporary one)")
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--model", choices=["resnet50", "tiny"], default="resnet50")
+    p.add_argument("--prefetch-factor", type=int, default=2, help="DataLoader prefetch_factor (default 2)")
+    p.add_argument("--depth", type=int, default=2, help="ferry: device slots (default 2)")
+    p.add_argument("--cpus", type=int, help="limit this process and its workers to the first N allowed cores")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH ('-' for stdout)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="a tiny run on the CPU (defaults: --device cpu --model tiny --batch 4 --size 32 --steps 2 "
+                        "--warmup 1 --workers 2 --images 6 --classes 10)")
+    if p.parse_args(argv).dry_run:
+        p.set_defaults(device="cpu", model="tiny", batch=4, size=32, steps=2, warmup=1, workers="2", images=6,
+                       classes=10)
+    a = p.parse_args(argv)
+    for name in ("steps", "warmup", "batch", "size", "images", "classes", "prefetch_factor", "depth"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")
+    try:
+        a.worker_counts = [int(w) for w in a.workers.split(",") if w.strip()]
+    except ValueError:
+        p.error(f"--workers {a.workers!r}: expected comma-separated counts such as 4,8,14")
+    if not a.worker_counts or min(a.worker_counts) < 1:
+        p.error(f"--workers {a.workers!r}: every count must be at least 1")
+    a.level_list = lc.parse_levels(a.levels, LEVELS)
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.cpus and __name__ != "__main__":
+        _limit_cpus_early([f"--cpus={args.cpus}"])
+    dev = lc.Device(args.device)
+    if dev.is_cuda:
+        torch.backends.cudnn.benchmark = True
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="ferry-jpeg-") as tmp:
+        directory = args.data or tmp
+        os.makedirs(directory, exist_ok=True)
+        t0 = time.perf_counter()
+        paths = make_files(directory, args.images, cores)
+        total = args.warmup + args.steps
+        ds = JpegFolder(paths, total * args.batch, args.size, args.classes)
+        expected = expected_sums(ds, total, args.batch, cores)
+        print(f"[{time.strftime('%H:%M:%S')}] {len(paths)} JPEGs in {directory}, reference sums of {total} "
+              f"batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        copies = time_copies(ds, args, dev)
+        runs = [(name, 0) for name in args.level_list if name == "ideal"]
+        runs += [(name, w) for w in args.worker_counts for name in args.level_list if name != "ideal"]
+        names = {(n if n == "ideal" else f"{n}/{w}"): LEVELS[n] for n, w in runs}
+        by_label = dict(zip(names, runs))
+        rows = lc.run_levels(names, list(names), lambda label: run_level(*by_label[label], args, dev, ds, expected))
+    lc.print_table(rows, [
+        ("level", 16, lambda r, i: r.name),
+        ("steps/s", 8, lambda r, i: f"{r.steps_per_s:.2f}"),
+        ("x ideal", 7, lc.ratio),
+        ("img/s", 7, lambda r, i: f"{r.steps_per_s * args.batch:.0f}"),
+        ("CPU s/batch", 11, lambda r, i: f"{r.cpu_seconds / r.steps:.3f}"),
+        ("main", 6, lambda r, i: f"{r.cpu_parts[0] / r.steps:.3f}"),
+        ("threads", 7, lambda r, i: f"{r.cpu_parts[1] / r.steps:.3f}"),
+        ("workers", 7, lambda r, i: f"{r.cpu_parts[2] / r.steps:.3f}"),
+        ("1st batch s", 11, lambda r, i: f"{r.extra.get('first_batch_seconds', 0):.2f}" if r.name != "ideal" else "-"),
+        ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
+        ("wrong", 5, lambda r, i: f"{r.mismatches}"),
+    ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "
+       f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps} timed steps, {dev.description()}")
+    pin = f"{copies['pin_seconds'] * 1e3:.1f} ms" if copies["pin_seconds"] is not None else "- (no GPU)"
+    print(f"copies: one batch of {copies['batch_bytes'] / 1e6:.1f} MB: collate into fresh shared memory "
+          f"{copies['collate_seconds'] * 1e3:.1f} ms, pin_memory() {pin} (what ferry.torch.Loader does not do)")
+    if args.json:
+        lc.write_json(args.json, dev, args, rows, extra={"copies": copies})
+    return lc.exit_code(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
