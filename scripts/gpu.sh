@@ -11,6 +11,8 @@
 #   scripts/gpu.sh comm [all|allreduce|ddp] THERE, 2 GPUs: bench allreduce/ddp against nccl-tests and PyTorch
 #   scripts/gpu.sh one-gpu-comm             THERE, 1 GPU: allreduce/ddp local cost, traced
 #   scripts/gpu.sh examples                 THERE: the two PyTorch side-by-side examples
+#   scripts/gpu.sh loader tests|jpeg|train4  THERE: ferry.torch.Loader: its tests on the GPU, the JPEG
+#                                           ResNet-50 side by side (LOADER_CPUS, LOADER_WORKERS), ResNet-18 --cpus 4
 #   scripts/gpu.sh vit-ddp [all|nvlink|p2p_off|convergence]  THERE, 2 GPUs: ViT-L/32, DDP beside ferry
 #   scripts/gpu.sh dp a|b|c|d               THERE: ferry.torch's data parallel, staged to fit 10-minute calls:
 #                                           a smoke + NVLink, b P2P off + convergence + world size 1,
@@ -27,7 +29,7 @@ here=scripts
 c=${FERRY_CARRY:-.carry}
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 die() {
@@ -613,6 +615,47 @@ cmd_examples() {
   return $status
 }
 
+# ------------------------------------------------------------------------------------------------ loader
+# ferry.torch.Loader on the GPU. tests: tests/python/test_loader.py on the host and cuda backends (a memfd
+# registered with cudaHostRegister, written by forked workers, copied by the copy engine) and the slot
+# feed's C++ tests on cuda. jpeg: examples/pytorch/loader_jpeg.py (LOADER_WORKERS, default 4,8,14;
+# LOADER_CPUS limits the cores; LOADER_ARGS more options), the JPEGs made once under /tmp/ferry-jpeg.
+# train4: examples/pytorch/train_prefetch.py --cpus 4 with the Loader beside the DataLoader levels.
+cmd_loader() {
+  local what=${1:-tests} out status=0 tag
+  out=${OUT:-/tmp/ferry-out}
+  mkdir -p "$out"
+  export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  [ -z "${FERRY_LIBRARY:-}" ] && [ -f "$c/libferry_c.so" ] && export FERRY_LIBRARY="$PWD/$c/libferry_c.so"
+  {
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    nproc
+    python3 -c 'import torch, torchvision, PIL; print("torch", torch.__version__, "torchvision", torchvision.__version__, "PIL", PIL.__version__)'
+  } 2>&1 | tee "$out/loader-machine.txt"
+  case "$what" in
+    tests)
+      FERRY_TEST_BACKENDS=host,cuda python3 -m pytest -q -p no:cacheprovider tests/python/test_loader.py 2>&1 |
+        tee "$out/loader-tests.log" || status=1
+      FERRY_TEST_BACKENDS=cuda "$c/ferry_ingest_tests" --gtest_filter='*ingest_feed*' 2>&1 |
+        tee "$out/loader-feed-tests.log" || status=1
+      ;;
+    jpeg)
+      tag=${LOADER_CPUS:+-${LOADER_CPUS}cpu}
+      # shellcheck disable=SC2086
+      python3 examples/pytorch/loader_jpeg.py --workers "${LOADER_WORKERS:-4,8,14}" --data /tmp/ferry-jpeg \
+        ${LOADER_CPUS:+--cpus "$LOADER_CPUS"} ${LOADER_ARGS:-} --json "$out/loader-jpeg${tag}.json" 2>&1 |
+        tee "$out/loader-jpeg${tag}.log" || status=1
+      ;;
+    train4)
+      python3 examples/pytorch/train_prefetch.py --cpus 4 --levels ideal,loader,reference,ferry,ferry_loader \
+        --json "$out/loader-train-4cpu.json" 2>&1 | tee "$out/loader-train-4cpu.log" || status=1
+      ;;
+    *) die "loader: expected tests, jpeg or train4, not '$what'" ;;
+  esac
+  return $status
+}
+
 # ------------------------------------------------------------------------------------------ trace-inject
 # `ferry trace` on the GPU: smoke (parity of kernels and copies per step with the in-process recorder on
 # the egress and ingest ladders' L1, torch.profiler inside a recorded program, two examples recorded and
@@ -1034,6 +1077,7 @@ case "$sub" in
   comm) cmd_comm "$@" ;;
   one-gpu-comm) cmd_one_gpu_comm "$@" ;;
   examples) cmd_examples "$@" ;;
+  loader) cmd_loader "$@" ;;
   vit-ddp) cmd_vit_ddp "$@" ;;
   dp) cmd_dp "$@" ;;
   help | -h | --help) usage ;;

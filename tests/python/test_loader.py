@@ -56,6 +56,13 @@ def no_leaks():
     assert len(leaked) <= 1, f"descriptors leaked: {leaked}"  # one: the listing's own, gone already or not
 
 
+@pytest.fixture
+def dev(backend):
+    """Where the batches go: ferry's host backend ("cpu"), or the GPU where FERRY_TEST_BACKENDS names cuda
+    (the memfd registered with cudaHostRegister, written by forked workers, copied by the copy engine)."""
+    return "cuda" if backend == "cuda" else "cpu"
+
+
 class Numbers:
     """Sample i: a 3x4 uint8 image of value i % 251 and the label i."""
 
@@ -127,16 +134,17 @@ def labels_of(loader):
     return [y.tolist() for _, y in loader]
 
 
-def test_batches_come_in_order_with_a_short_last_one_or_none_with_drop_last():
-    with ft.Loader(Numbers(), batch_size=8, workers=3, device="cpu") as loader:
+def test_batches_come_in_order_with_a_short_last_one_or_none_with_drop_last(dev):
+    with ft.Loader(Numbers(), batch_size=8, workers=3, device=dev) as loader:
         assert len(loader) == 5
         got = []
         for x, y in loader:
+            assert x.device.type == y.device.type == dev
             assert x.dtype == torch.uint8 and x.shape == (len(y), 3, 4) and y.dtype == torch.int64
             assert torch.equal(x[:, 0, 0].long(), y % 251)
             got.append(y.tolist())
         assert got == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
-    with ft.Loader(Numbers(), batch_size=8, workers=2, drop_last=True, device="cpu") as loader:
+    with ft.Loader(Numbers(), batch_size=8, workers=2, drop_last=True, device=dev) as loader:
         assert len(loader) == 4
         assert labels_of(loader) == [list(range(i, i + 8)) for i in range(0, 32, 8)]
 
@@ -166,11 +174,11 @@ def test_ranks_split_the_epoch_padded_to_a_multiple_of_the_world_size():
         ft.Loader(Numbers(), batch_size=2, rank=3, world_size=3, device="cpu")
 
 
-def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_method():
+def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_method(dev):
     def run(workers, chunk, method=None):
-        with ft.Loader(Random(), batch_size=7, workers=workers, chunk=chunk, shuffle=True, seed=5, device="cpu",
+        with ft.Loader(Random(), batch_size=7, workers=workers, chunk=chunk, shuffle=True, seed=5, device=dev,
                        start_method=method) as loader:
-            return [[t.clone() for t in batch] for batch in loader]
+            return [[t.cpu().clone() for t in batch] for batch in loader]
     one = run(1, 7)
     for other in (run(3, 1), run(2, 3, "spawn")):
         assert len(other) == len(one)
@@ -179,9 +187,10 @@ def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_met
     assert not torch.equal(one[0][0][0], one[0][0][1])  # samples differ from each other
 
 
-def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors():
-    with ft.Loader(Structured(), batch_size=4, workers=2, device="cpu") as loader:
+def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors(dev):
+    with ft.Loader(Structured(), batch_size=4, workers=2, device=dev) as loader:
         batch = next(iter(loader))
+        batch = {k: (type(v)(*(t.cpu() for t in v)) if isinstance(v, Pair) else v.cpu()) for k, v in batch.items()}
     assert set(batch) == {"pair", "mask", "weight", "id"} and isinstance(batch["pair"], Pair)
     assert batch["pair"].image.shape == (4, 2, 2) and batch["pair"].image.dtype == torch.float32
     assert batch["pair"].label.tolist() == [0, 1, 2, 3]
@@ -190,11 +199,11 @@ def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors():
     assert batch["id"].dtype == torch.int16
 
 
-def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host():
+def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev):
     ds = Views()
-    with ft.Loader(ds, batch_size=8, workers=3, device="cpu") as loader:
+    with ft.Loader(ds, batch_size=8, workers=3, device=dev) as loader:
         for k, x in enumerate(loader):
-            assert torch.equal(x, torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
+            assert torch.equal(x.cpu(), torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
     stats = loader.stats()
     assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
     assert sum(w["samples"] for w in stats["workers"]) == 24
