@@ -31,7 +31,8 @@ struct prefetch_state {
   // A feed: batches pushed as host ranges, copied into ferry's pinned slots.
   prefetch_state(std::shared_ptr<device_state> st, const ingest::feed_options& fo, std::size_t depth)
       : dev(std::move(st)), feed(std::make_unique<ingest::feed>(*dev->dev, fo)) {
-    pf = std::make_unique<ingest::prefetcher>(*dev->dev, feed->source(), ingest::prefetch_options{.depth = depth});
+    pf = std::make_unique<ingest::prefetcher>(*dev->dev, feed->source(),
+                                              ingest::prefetch_options{.depth = depth});
   }
   // Slots: the caller's memory, registered here, written in place by the caller.
   prefetch_state(std::shared_ptr<device_state> st, void* memory, std::size_t slot_bytes, std::size_t slots,
@@ -41,7 +42,8 @@ struct prefetch_state {
                   fmt::format("prefetch slots: {} slots of {} bytes", slots, slot_bytes));
     registration = dev->dev->register_host(memory, slots * slot_bytes);
     slot_feed = std::make_unique<ingest::slot_feed>(
-        *dev->dev, ingest::slot_feed_options{.pool = registration.view(), .slot_bytes = slot_bytes, .slots = slots});
+        *dev->dev,
+        ingest::slot_feed_options{.pool = registration.view(), .slot_bytes = slot_bytes, .slots = slots});
     pf = std::make_unique<ingest::prefetcher>(*dev->dev, slot_feed->source(),
                                               ingest::prefetch_options{.depth = depth});
   }
@@ -156,13 +158,14 @@ int ferry_prefetch_create(ferry_device* dev, size_t batch_bytes, size_t chunk_by
   });
 }
 
-int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots, size_t depth,
-                                ferry_prefetch** out) {
+int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots,
+                                size_t depth, ferry_prefetch** out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_create_slots");
     auto& st = checked(dev, "ferry_prefetch_create_slots").state;
     FERRY_EXPECTS(depth > 0, "prefetch: depth is 0; at least one device slot is needed");
-    *out = new ferry_prefetch{std::make_shared<ferry::c_api::prefetch_state>(st, memory, slot_bytes, slots, depth)};
+    *out = new ferry_prefetch{
+        std::make_shared<ferry::c_api::prefetch_state>(st, memory, slot_bytes, slots, depth)};
   });
 }
 
@@ -175,13 +178,16 @@ int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_
 }
 
 int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch) {
-  return guard([&] { checked(p, "ferry_prefetch_slot_ready").state->slots_of("ferry_prefetch_slot_ready").ready(batch); });
+  return guard([&] {
+    checked(p, "ferry_prefetch_slot_ready").state->slots_of("ferry_prefetch_slot_ready").ready(batch);
+  });
 }
 
 int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd) {
   return guard([&] {
     expect_out(fd, "ferry_prefetch_slot_event_fd");
-    *fd = checked(p, "ferry_prefetch_slot_event_fd").state->slots_of("ferry_prefetch_slot_event_fd").event_fd();
+    *fd =
+        checked(p, "ferry_prefetch_slot_event_fd").state->slots_of("ferry_prefetch_slot_event_fd").event_fd();
   });
 }
 

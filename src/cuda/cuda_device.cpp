@@ -205,10 +205,11 @@ class cuda_device final : public device {
     if (query != cudaSuccess || attr.type != cudaMemoryTypeHost) {
       static_cast<void>(cudaGetLastError());
       static_cast<void>(cudaHostUnregister(p));
-      throw cuda_error(static_cast<int>(cudaErrorInvalidValue),
-                       fmt::format("memory of {} registered with cudaHostRegister is not pinned (pointer "
-                                   "type {}, query {})",
-                                   format_bytes(bytes), static_cast<int>(attr.type), static_cast<int>(query)));
+      throw cuda_error(
+          static_cast<int>(cudaErrorInvalidValue),
+          fmt::format("memory of {} registered with cudaHostRegister is not pinned (pointer "
+                      "type {}, query {})",
+                      format_bytes(bytes), static_cast<int>(attr.type), static_cast<int>(query)));
     }
   }
   void do_unregister_host(void* p, std::size_t /*bytes*/) noexcept override {

@@ -197,8 +197,8 @@ slot_feed::impl::impl(device& dev, const slot_feed_options& opts)
     : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   FERRY_EXPECTS(opts_.slots > 0, "ingest slot_feed: 0 slots; at least one is needed");
   FERRY_EXPECTS(opts_.slot_bytes > 0 && opts_.slot_bytes % chunk_alignment == 0,
-                fmt::format("ingest slot_feed: slot_bytes {} must be a positive multiple of {}", opts_.slot_bytes,
-                            chunk_alignment));
+                fmt::format("ingest slot_feed: slot_bytes {} must be a positive multiple of {}",
+                            opts_.slot_bytes, chunk_alignment));
   FERRY_EXPECTS(opts_.pool.kind == memory_kind::pinned && opts_.pool.data != nullptr,
                 fmt::format("ingest slot_feed: the pool is {} memory; register it with device::register_host",
                             to_string(opts_.pool.kind)));
@@ -259,9 +259,8 @@ bool slot_feed::wait_writable(std::uint64_t k, std::chrono::milliseconds timeout
 }
 
 std::span<std::byte> slot_feed::slot(std::uint64_t k) const {
-  const mem_view v =
-      impl_->opts_.pool.subview(static_cast<std::size_t>(k % impl_->opts_.slots) * impl_->opts_.slot_bytes,
-                                impl_->opts_.slot_bytes);
+  const mem_view v = impl_->opts_.pool.subview(
+      static_cast<std::size_t>(k % impl_->opts_.slots) * impl_->opts_.slot_bytes, impl_->opts_.slot_bytes);
   return {v.begin(), v.bytes};
 }
 
@@ -274,7 +273,8 @@ void slot_feed::ready(std::uint64_t k) {
                               "until wait_writable({}) returns true; each batch is marked ready once)",
                               k, k));
     impl_->ready_.insert(k);
-    while (impl_->readied_below_ <= k && (impl_->readied_below_ == k || impl_->ready_.count(impl_->readied_below_) != 0)) {
+    while (impl_->readied_below_ <= k &&
+           (impl_->readied_below_ == k || impl_->ready_.count(impl_->readied_below_) != 0)) {
       ++impl_->readied_below_;
     }
   }
@@ -296,4 +296,3 @@ void slot_feed::close() noexcept {
 }
 
 }  // namespace ferry::ingest
-

@@ -145,7 +145,8 @@ TEST_P(ingest_feed, slots_written_in_place_reach_the_device_in_order_and_never_r
         dev().copy_async(back.view(0, slot_bytes), b->field(0), consumer);
         gpu.release(*b, consumer);
         consumer.synchronize();
-        const auto bad = find_pattern_mismatch(std::span<const std::byte>(back.host_bytes(), slot_bytes), 500 + k);
+        const auto bad =
+            find_pattern_mismatch(std::span<const std::byte>(back.host_bytes(), slot_bytes), 500 + k);
         EXPECT_FALSE(bad.has_value()) << "batch " << k << " byte " << *bad;
       }
       writer.join();
@@ -161,13 +162,25 @@ TEST_P(ingest_feed, registering_and_slot_feeds_refuse_bad_memory_naming_it) {
   shared_mapping memory(1 << 20);
   ASSERT_NE(memory.data, MAP_FAILED);
   auto* base = static_cast<std::byte*>(memory.data);
-  EXPECT_NE(message_of<logic_error>([&] { (void)dev().register_host(base + 64, 4096); }).find("not page-aligned"), std::string::npos);
-  EXPECT_NE(message_of<logic_error>([&] { (void)dev().register_host(base, 0); }).find("0 bytes"), std::string::npos);
+  EXPECT_NE(
+      message_of<logic_error>([&] { (void)dev().register_host(base + 64, 4096); }).find("not page-aligned"),
+      std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] { (void)dev().register_host(base, 0); }).find("0 bytes"),
+            std::string::npos);
   const mem_view pageable = pageable_view(memory.data, memory.bytes);
-  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pageable, .slot_bytes = 4096, .slots = 2}); }).find("register it"), std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] {
+              slot_feed in(dev(), {.pool = pageable, .slot_bytes = 4096, .slots = 2});
+            }).find("register it"),
+            std::string::npos);
   buffer pinned = dev().register_host(memory.data, 8192);
-  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 4096, .slots = 3}); }).find("fewer than 3"), std::string::npos);
-  EXPECT_NE(message_of<logic_error>([&] { slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 1000, .slots = 2}); }).find("multiple of 256"), std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] {
+              slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 4096, .slots = 3});
+            }).find("fewer than 3"),
+            std::string::npos);
+  EXPECT_NE(message_of<logic_error>([&] {
+              slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = 1000, .slots = 2});
+            }).find("multiple of 256"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, ingest_feed, ::testing::ValuesIn(backends_under_test()),

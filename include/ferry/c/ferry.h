@@ -168,7 +168,8 @@ FERRY_C_API int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out);
 FERRY_C_API int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots,
                                             size_t depth, ferry_prefetch** out);
 /* Waits up to timeout_ms until batch `batch`'s slot may be written: *writable = 1, else 0. */
-FERRY_C_API int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms, int* writable);
+FERRY_C_API int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms,
+                                         int* writable);
 /* Batch `batch` is written: ferry copies it to the device in batch order. */
 FERRY_C_API int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch);
 /* An eventfd readable whenever a slot became writable (read 8 bytes to reset it); -1 if none. */

@@ -122,4 +122,3 @@ class slot_feed {
 };
 
 }  // namespace ferry::ingest
-

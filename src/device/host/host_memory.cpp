@@ -210,15 +210,16 @@ void host_memory::register_host(void* p, std::size_t bytes) {
   if (require_locked_) check_memlock(footprint, already, limit);
   std::string why;
   if (!fits_memlock(footprint, already, limit)) {
-    why = fmt::format("locking {} more than the {} it holds exceeds RLIMIT_MEMLOCK of {}", format_bytes(footprint),
-                      format_bytes(already), limit.describe());
+    why = fmt::format("locking {} more than the {} it holds exceeds RLIMIT_MEMLOCK of {}",
+                      format_bytes(footprint), format_bytes(already), limit.describe());
   } else if (::mlock(p, footprint) != 0) {
     const int err = errno;
     if (require_locked_) {
       throw out_of_memory(fmt::format(
           "registering {} of host memory failed: mlock: {}; this device holds {} locked already and "
           "RLIMIT_MEMLOCK is {} (raise it with ulimit -l, or LimitMEMLOCK= for a service)",
-          format_bytes(bytes), std::generic_category().message(err), format_bytes(already), limit.describe()));
+          format_bytes(bytes), std::generic_category().message(err), format_bytes(already),
+          limit.describe()));
     }
     why = fmt::format("mlock of {} failed: {}; RLIMIT_MEMLOCK is {}", format_bytes(footprint),
                       std::generic_category().message(err), limit.describe());

@@ -55,12 +55,12 @@ class host_memory {
 
   const std::uint64_t device_memory_bytes_;
   const bool require_locked_;
-  std::mutex pin_mu_;                   // serializes pinning: limit check, mlock and count
-  mutable std::mutex memory_mu_;        // guards the counters and the set below
-  std::uint64_t device_used_ = 0;       // bytes of emulated device memory allocated
-  std::uint64_t locked_ = 0;            // bytes this device has mlock()ed
-  std::uint64_t unlocked_bytes_ = 0;    // bytes of pinned buffers that are not locked
-  std::unordered_set<void*> unlocked_;  // those buffers, which free must not munlock
+  std::mutex pin_mu_;                           // serializes pinning: limit check, mlock and count
+  mutable std::mutex memory_mu_;                // guards the counters and the set below
+  std::uint64_t device_used_ = 0;               // bytes of emulated device memory allocated
+  std::uint64_t locked_ = 0;                    // bytes this device has mlock()ed
+  std::uint64_t unlocked_bytes_ = 0;            // bytes of pinned buffers that are not locked
+  std::unordered_set<void*> unlocked_;          // those buffers, which free must not munlock
   std::unordered_map<void*, bool> registered_;  // caller memory registered: whether it was locked
 };
 
