@@ -15,7 +15,7 @@ P = ctypes.POINTER
 C_TYPES = {
     "void": None, "int": ctypes.c_int, "double": ctypes.c_double, "size_t": ctypes.c_size_t,
     "uintptr_t": _c.c_uintptr, "uint64_t": ctypes.c_uint64, "uint32_t": ctypes.c_uint32,
-    "int32_t": ctypes.c_int32, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
+    "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
     "const char*": ctypes.c_char_p, "char*": ctypes.c_void_p, "char**": P(ctypes.c_void_p),
     "void*": ctypes.c_void_p, "const void*": ctypes.c_void_p, "void**": P(ctypes.c_void_p),
     "const void* const*": P(ctypes.c_void_p), "const size_t*": P(ctypes.c_size_t),
