@@ -293,23 +293,20 @@ class _Worker:
 
 
 class _Batch:
-    __slots__ = ("k", "epoch", "number", "items", "pending", "dispatched", "left", "error", "readied")
+    __slots__ = ("k", "epoch", "number", "items", "pending", "left", "error", "readied")
 
     def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int, int]]) -> None:
         self.k, self.epoch, self.number, self.items = k, epoch, number, items
         self.pending: Deque[List[Tuple[int, int, int]]] = collections.deque()
-        self.dispatched = False
         self.left = len(items)
         self.error: Optional[BaseException] = None
         self.readied = False
 
 
 class _Epoch(Iterator[Any]):
-    def __init__(self, owner: "Loader", number: int, batches: List[List[int]]) -> None:
-        self.owner, self.number, self.batches = owner, number, batches
+    def __init__(self, owner: "Loader", number: int, batches: List[List[int]], k0: int) -> None:
+        self.owner, self.number, self.batches, self.k0 = owner, number, batches, k0
         self.position = 0
-        self.k0 = owner._next_k
-        owner._next_k += len(batches)
         self.ended = False
 
     def __iter__(self) -> "_Epoch":
@@ -397,15 +394,20 @@ class Loader:
         self.dataset, self.batch_size, self.workers = dataset, batch_size, workers
         self.shuffle, self.seed, self.drop_last, self.depth = bool(shuffle), seed, bool(drop_last), depth
         self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
-        self.slots = slots if slots is not None else depth + max(1, math.ceil(2 * workers * 8 / batch_size))
+        self.slots = slots if slots is not None else depth + max(2, math.ceil(2 * workers * 8 / batch_size))
         self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * workers))))
         self.device = resolve_device(device)
         self._length = len(self._shard(0))  # indices per epoch for this rank
         self._next_epoch: Optional[int] = None
         self._epochs_started = 0
         self._epoch_ref: Optional["weakref.ref[_Epoch]"] = None  # the current epoch (not kept alive by it)
-        self._next_k = 0
-        self._batches: Dict[int, _Batch] = {}
+        # Batches are numbered across epochs as ferry's slot feed counts them (batch k in slot k % slots).
+        self._batches: Dict[int, _Batch] = {}  # dispatched and not yet taken
+        self._pending: Deque[_Batch] = collections.deque()  # dispatched with chunks not yet sent, in order
+        self._dispatch_next = 0  # the next batch to dispatch
+        self._dispatch_end = 0  # the end of the current epoch's batches
+        self._plan_k0, self._plan_epoch = 0, 0
+        self._plan_batches: List[List[int]] = []  # the current epoch's dataset indices, per batch
         self._handle: Optional[PrefetchHandle] = None
         self._mm: Optional[mmap.mmap] = None
         self._anchor: Optional[Any] = None  # the ctypes view whose address was registered
@@ -573,8 +575,9 @@ class Loader:
         fd = c_int()
         check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
         self._event_fd = fd.value
-        self._next_k = 0
+        self._dispatch_next = 0
         self._batches.clear()
+        self._pending.clear()
 
     def _drain_workers(self) -> None:
         """Waits for every chunk a worker holds (its bytes go to a slot about to be reused)."""
@@ -608,12 +611,11 @@ class Loader:
             self._set_up(batches[0][0], number)
         elif self._batches:
             self._new_pipeline()  # the previous epoch was left part-way
-        ep = _Epoch(self, number, batches)
+        # A batch never dispatched was never written: the epoch starts at the first of them.
+        ep = _Epoch(self, number, batches, self._dispatch_next)
         self._epoch_ref = weakref.ref(ep)
-        for i, indices in enumerate(batches):
-            k = ep.k0 + i
-            self._batches[k] = _Batch(k, number, i, [(p, idx, sample_seed(self.seed, number, idx))
-                                                     for p, idx in enumerate(indices)])
+        self._plan_k0, self._plan_epoch, self._plan_batches = ep.k0, number, batches
+        self._dispatch_end = ep.k0 + len(batches)
         return ep
 
     def _check_usable(self, what: str) -> None:
@@ -634,8 +636,7 @@ class Loader:
             ep.ended = True
             raise StopIteration
         k = ep.k0 + ep.position
-        batch = self._batches[k]
-        self._pump(until=batch)
+        batch = self._pump(k)
         if batch.error is not None:
             ep.ended = True
             error, batch.error = batch.error, None
@@ -653,17 +654,18 @@ class Loader:
 
     def _dispatch(self) -> None:
         """Grants the batches whose slots are free (in order) and hands out chunks to idle workers."""
-        for k in sorted(self._batches):
-            b = self._batches[k]
-            if b.dispatched:
-                continue
-            if not self._writable(k):
-                break
-            b.dispatched = True
-            for i in range(0, len(b.items), self.chunk):
-                b.pending.append(b.items[i:i + self.chunk])
-        order = [self._batches[k] for k in sorted(self._batches) if self._batches[k].pending]
-        for b in order:
+        while self._dispatch_next < self._dispatch_end and self._writable(self._dispatch_next):
+            k = self._dispatch_next
+            self._dispatch_next += 1
+            i, epoch = k - self._plan_k0, self._plan_epoch
+            items = [(p, idx, sample_seed(self.seed, epoch, idx)) for p, idx in enumerate(self._plan_batches[i])]
+            b = _Batch(k, epoch, i, items)
+            for j in range(0, len(items), self.chunk):
+                b.pending.append(items[j:j + self.chunk])
+            self._batches[k] = b
+            self._pending.append(b)
+        while self._pending:
+            b = self._pending[0]
             while b.pending:
                 w = min(self._workers, key=lambda x: len(x.outstanding))
                 if len(w.outstanding) >= _MAX_OUTSTANDING:
@@ -671,6 +673,7 @@ class Loader:
                 items = b.pending.popleft()
                 w.outstanding.append((b.k, items))
                 self._send(w, ("chunk", b.k, (b.k % self.slots) * self._slot_bytes, items, b.epoch))
+            self._pending.popleft()
 
     def _collect(self, w: _Worker, msg: Any) -> None:
         k = msg[1]
@@ -697,24 +700,28 @@ class Loader:
             b.error = _reraise(msg, f"in ferry Loader worker {w.id} (pid {w.pid}) at sample {msg[3]} "
                                     f"(batch {b.number} of epoch {b.epoch}, position {msg[2]})")
 
-    def _pump(self, until: _Batch) -> None:
-        """Dispatches and collects until `until` is complete (or failed)."""
+    def _pump(self, k: int) -> _Batch:
+        """Dispatches and collects until batch k is complete (or failed); returns it."""
         deadline = time.monotonic() + self.timeout
-        while not until.readied and until.error is None:
+        while True:
             self._dispatch()
+            b = self._batches.get(k)
+            if b is not None and (b.readied or b.error is not None):
+                break
             waits: List[Any] = [w.results for w in self._workers] + [w.process.sentinel for w in self._workers]
             if self._event_fd >= 0:
                 waits.append(self._event_fd)
             left = deadline - time.monotonic()
             if left <= 0:
+                what = f"{b.left} samples left" if b is not None else "its slot never came free"
                 raise self._fail(RuntimeError(
-                    f"ferry Loader: batch {until.number} of epoch {until.epoch} was not made within "
-                    f"timeout={self.timeout} s ({until.left} samples left)"))
-            ready = multiprocessing.connection.wait(waits, min(left, 1.0))
-            self._absorb(ready)
+                    f"ferry Loader: batch {k - self._plan_k0} of epoch {self._plan_epoch} was not made within "
+                    f"timeout={self.timeout} s ({what})"))
+            self._absorb(multiprocessing.connection.wait(waits, min(left, 1.0)))
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
         self._dispatch()
+        return b
 
     def _absorb(self, ready: List[Any]) -> None:
         if self._event_fd >= 0 and self._event_fd in ready:
