@@ -96,6 +96,24 @@ class Structured:
                 "weight": float(i) / 2, "id": np.int16(i)}
 
 
+class WhereMade:
+    """Sample i: which worker made it, how many there are, and what worker_init_fn left for the dataset."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        info = ft.worker_info()
+        return info.id, info.workers, info.seed == ft.sample_seed(4, 0, i), _INIT.get("ran", -1), i
+
+
+_INIT = {}
+
+
+def init_worker(wid):
+    _INIT["ran"] = wid
+
+
 class Fails:
     def __init__(self, at, how="raise"):
         self.at, self.how = at, how
@@ -199,11 +217,23 @@ def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors(dev):
     assert batch["id"].dtype == torch.int16
 
 
+def test_workers_run_worker_init_fn_and_tell_the_dataset_where_it_runs():
+    assert ft.worker_info() is None  # not in a worker
+    with ft.Loader(WhereMade(), batch_size=4, workers=3, seed=4, worker_init_fn=init_worker, device="cpu") as loader:
+        kept = [tuple(t.clone() for t in batch) for batch in loader]  # a batch lives depth - 1 more next()s
+        ids, counts, seeded, ran, index = (torch.cat(parts) for parts in zip(*kept))
+    assert index.tolist() == list(range(12))
+    assert set(ids.tolist()) <= {0, 1, 2} and counts.tolist() == [3] * 12 and seeded.all()
+    assert torch.equal(ran, ids)  # each worker ran worker_init_fn(its id) before its samples
+
+
 def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev):
     ds = Views()
     with ft.Loader(ds, batch_size=8, workers=3, device=dev) as loader:
         for k, x in enumerate(loader):
             assert torch.equal(x.cpu(), torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
+        if dev == "cuda":  # the shared slots were registered: the driver sees pinned memory
+            assert torch.frombuffer(loader._mm, dtype=torch.uint8).is_pinned()
     stats = loader.stats()
     assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
     assert sum(w["samples"] for w in stats["workers"]) == 24
