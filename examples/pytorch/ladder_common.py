@@ -291,3 +291,40 @@ def write_json(path, dev, args, rows, extra=None):
 def exit_code(rows):
     """0 when every level ran and every output checked out."""
     return 1 if any(r.error or r.mismatches for r in rows) else 0
+
+
+class ReferencePrefetcher:
+    """The hand-written prefetcher (ingest ladder L4): the next batch (x, y) is copied on a side stream
+    while the current one computes; the consumer's stream waits on the side stream before using it, and
+    record_stream keeps the batch alive for it."""
+
+    def __init__(self, loader, dev):
+        self.it = iter(loader)
+        self.dev = dev
+        self.stream = dev.stream()
+        self.next = None
+        self._preload()
+
+    def _preload(self):
+        try:
+            x, y = next(self.it)
+        except StopIteration:
+            self.next = None
+            return
+        with self.dev.use_stream(self.stream):
+            self.next = (x.to(self.dev.torch_device, non_blocking=True),
+                         y.to(self.dev.torch_device, non_blocking=True))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.dev.current_stream().wait_stream(self.stream)
+        batch = self.next
+        if batch is None:
+            raise StopIteration
+        if self.dev.is_cuda:
+            for t in batch:
+                t.record_stream(torch.cuda.current_stream())
+        self._preload()
+        return batch

@@ -32,27 +32,14 @@ import argparse
 import math
 import os
 import sys
+
+from cpu_limit import limit_cpus_early
 import tempfile
 import time
 
 
-def _limit_cpus_early(argv):
-    """Applies --cpus before torch is imported, so its thread pools size themselves to the limit."""
-    for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--cpus=") else argv[i + 1] if a == "--cpus" and i + 1 < len(argv) else None
-        if value is not None:
-            try:
-                n = int(value)
-            except ValueError:
-                raise SystemExit(f"--cpus {value!r}: expected a number of cores")
-            allowed = sorted(os.sched_getaffinity(0))
-            if not 1 <= n <= len(allowed):
-                raise SystemExit(f"--cpus {n}: this process may use 1 to {len(allowed)} cores")
-            os.sched_setaffinity(0, allowed[:n])
-
-
 if __name__ == "__main__":
-    _limit_cpus_early(sys.argv[1:])
+    limit_cpus_early(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -169,36 +156,6 @@ def expected_sums(ds, steps, batch, workers):
 
 # ---- levels -------------------------------------------------------------------------------------------
 
-class ReferencePrefetcher:
-    """The hand-written prefetcher: the next batch copied on a side stream while the current computes."""
-
-    def __init__(self, loader, dev):
-        self.it, self.dev, self.stream, self.next = iter(loader), dev, dev.stream(), None
-        self._preload()
-
-    def _preload(self):
-        try:
-            x, y = next(self.it)
-        except StopIteration:
-            self.next = None
-            return
-        with self.dev.use_stream(self.stream):
-            self.next = (x.to(self.dev.torch_device, non_blocking=True), y.to(self.dev.torch_device, non_blocking=True))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.dev.current_stream().wait_stream(self.stream)
-        batch = self.next
-        if batch is None:
-            raise StopIteration
-        if self.dev.is_cuda:
-            for t in batch:
-                t.record_stream(torch.cuda.current_stream())
-        self._preload()
-        return batch
-
 
 def batches(name, ds, workers, args, dev):
     if name in ("dataloader", "dl_prefetcher"):
@@ -207,7 +164,7 @@ def batches(name, ds, workers, args, dev):
                                              num_workers=workers, pin_memory=pin, persistent_workers=True,
                                              prefetch_factor=args.prefetch_factor)
         if name == "dataloader":
-            yield from ReferencePrefetcher(loader, dev)
+            yield from lc.ReferencePrefetcher(loader, dev)
         else:
             from ferry.torch import Prefetcher
             with Prefetcher(loader, depth=args.depth, device=dev.torch_device) as p:
@@ -356,7 +313,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.cpus and __name__ != "__main__":
-        _limit_cpus_early([f"--cpus={args.cpus}"])
+        limit_cpus_early([f"--cpus={args.cpus}"])
     dev = lc.Device(args.device)
     if dev.is_cuda:
         torch.backends.cudnn.benchmark = True

@@ -33,24 +33,10 @@ import argparse
 import os
 import sys
 
-
-def _limit_cpus_early(argv):
-    """Applies --cpus before torch is imported, so its thread pools size themselves to the limit."""
-    for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--cpus=") else argv[i + 1] if a == "--cpus" and i + 1 < len(argv) else None
-        if value is not None:
-            try:
-                n = int(value)
-            except ValueError:
-                raise SystemExit(f"--cpus {value!r}: expected a number of cores")
-            allowed = sorted(os.sched_getaffinity(0))
-            if not 1 <= n <= len(allowed):
-                raise SystemExit(f"--cpus {n}: this process may use 1 to {len(allowed)} cores")
-            os.sched_setaffinity(0, allowed[:n])
-
+from cpu_limit import limit_cpus_early
 
 if __name__ == "__main__":
-    _limit_cpus_early(sys.argv[1:])
+    limit_cpus_early(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -110,42 +96,6 @@ def make_model(args, dev):
     return model.train().to(dev.torch_device)
 
 
-class ReferencePrefetcher:
-    """The hand-written prefetcher (ingest ladder L4): the next batch is copied on a side stream while
-    the current one computes; the consumer's stream waits on the side stream before using it."""
-
-    def __init__(self, loader, dev):
-        self.it = iter(loader)
-        self.dev = dev
-        self.stream = dev.stream()
-        self.next = None
-        self._preload()
-
-    def _preload(self):
-        try:
-            x, y = next(self.it)
-        except StopIteration:
-            self.next = None
-            return
-        with self.dev.use_stream(self.stream):
-            self.next = (x.to(self.dev.torch_device, non_blocking=True),
-                         y.to(self.dev.torch_device, non_blocking=True))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.dev.current_stream().wait_stream(self.stream)
-        batch = self.next
-        if batch is None:
-            raise StopIteration
-        if self.dev.is_cuda:
-            for t in batch:
-                t.record_stream(torch.cuda.current_stream())
-        self._preload()
-        return batch
-
-
 def make_loader(args, dev, pin):
     ds = RandomImages(args.total_steps * args.batch, args.size, args.classes)
     return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=False, drop_last=True,
@@ -160,7 +110,7 @@ def batches(name, args, dev):
         for x, y in make_loader(args, dev, pin=True):
             yield x.to(dev.torch_device, non_blocking=True), y.to(dev.torch_device, non_blocking=True)
     elif name == "reference":
-        yield from ReferencePrefetcher(make_loader(args, dev, pin=True), dev)
+        yield from lc.ReferencePrefetcher(make_loader(args, dev, pin=True), dev)
     elif name == "ferry":
         from ferry.torch import Prefetcher
         # device: --device cpu runs ferry on its emulated device, also on a machine whose torch sees a GPU.
@@ -271,7 +221,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.cpus and __name__ != "__main__":
-        _limit_cpus_early([f"--cpus={args.cpus}"])
+        limit_cpus_early([f"--cpus={args.cpus}"])
     dev = lc.Device(args.device)
     torch.manual_seed(0)
     if dev.is_cuda:

@@ -274,18 +274,19 @@ buffer device::alloc_device(std::size_t bytes) {
   return {*this, do_alloc(bytes, memory_kind::device), bytes, memory_kind::device};
 }
 
+void device::count_pinned(std::size_t bytes, std::chrono::duration<double> took) {
+  const std::lock_guard lock(mu_);
+  pinned_.bytes += bytes;
+  pinned_.peak_bytes = std::max(pinned_.peak_bytes, pinned_.bytes);
+  pinned_.seconds += took.count();
+  ++pinned_.allocations;
+}
+
 buffer device::alloc_pinned(std::size_t bytes) {
   FERRY_EXPECTS(bytes > 0, "size 0 is not a pinned allocation: ask for at least 1 byte");
   const auto start = std::chrono::steady_clock::now();
   void* p = do_alloc(bytes, memory_kind::pinned);
-  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  {
-    const std::lock_guard lock(mu_);
-    pinned_.bytes += bytes;
-    pinned_.peak_bytes = std::max(pinned_.peak_bytes, pinned_.bytes);
-    pinned_.seconds += took.count();
-    ++pinned_.allocations;
-  }
+  count_pinned(bytes, std::chrono::steady_clock::now() - start);
   return {*this, p, bytes, memory_kind::pinned};
 }
 
@@ -304,14 +305,7 @@ buffer device::register_host(void* p, std::size_t bytes) {
                             p, page));
   const auto start = std::chrono::steady_clock::now();
   do_register_host(p, bytes);
-  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  {
-    const std::lock_guard lock(mu_);
-    pinned_.bytes += bytes;
-    pinned_.peak_bytes = std::max(pinned_.peak_bytes, pinned_.bytes);
-    pinned_.seconds += took.count();
-    ++pinned_.allocations;
-  }
+  count_pinned(bytes, std::chrono::steady_clock::now() - start);
   return {*this, p, bytes, memory_kind::pinned, true};
 }
 

@@ -466,6 +466,8 @@ class device {
 
   void release_event(void* native, bool timing) noexcept;
   void free_buffer(void* p, std::size_t bytes, memory_kind kind, bool registered) noexcept;
+  // Adds a pinning (an allocation or a registration) of `bytes` that took `took` to pinned_.
+  void count_pinned(std::size_t bytes, std::chrono::duration<double> took);
 
   backend kind_;
   int ordinal_;

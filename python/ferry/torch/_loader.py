@@ -41,7 +41,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optio
 from .. import _runtime
 from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib
 from ._common import DeviceLike, resolve_device, stream_handle
-from ._prefetch import _Slot, _crossing, _fill
+from ._prefetch import _Slot, _crossing, _fill, batch_tensor
 
 _ALIGN = 256
 _PAGE = mmap.PAGESIZE
@@ -550,6 +550,12 @@ class Loader:
         self._mm = mmap.mmap(self._memfd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self._anchor = c_char.from_buffer(self._mm)
+        self._open_pipeline()
+        for w in self._workers:
+            self._send(w, ("layout", size, self._leaves, self._offsets))
+
+    def _open_pipeline(self) -> None:
+        """ferry's prefetcher over the slots (registered as pinned by it) and its slot-writable eventfd."""
         h = PrefetchHandle()
         check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
                                               self._slot_bytes, self.slots, self.depth, byref(h)))
@@ -557,8 +563,6 @@ class Loader:
         fd = c_int()
         check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
         self._event_fd = fd.value
-        for w in self._workers:
-            self._send(w, ("layout", size, self._leaves, self._offsets))
 
     def _new_pipeline(self) -> None:
         """A new prefetcher over the same slots (after an abandoned epoch): the old one holds batches the
@@ -568,13 +572,7 @@ class Loader:
         if old is not None:
             lib.ferry_prefetch_close(old)
             lib.ferry_prefetch_destroy(old)
-        h = PrefetchHandle()
-        check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
-                                              self._slot_bytes, self.slots, self.depth, byref(h)))
-        self._handle = h
-        fd = c_int()
-        check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
-        self._event_fd = fd.value
+        self._open_pipeline()
         self._dispatch_next = 0
         self._batches.clear()
         self._pending.clear()
@@ -738,8 +736,6 @@ class Loader:
     # ---- the batch on the device ---------------------------------------------------------------------
 
     def _take(self, b: _Batch) -> Any:
-        import torch.utils.dlpack
-        from .._dlpack import make_capsule
         held = b.k - self.depth
         if held >= 0 and not self._released(held):
             gc.collect()  # tensors of that batch may only be waiting in a reference cycle
@@ -752,22 +748,10 @@ class Loader:
         handle = BatchHandle()
         check(lib.ferry_prefetch_next(self._handle, consumer, byref(handle)))
         n = len(b.items)
-        values = []
         try:
-            for leaf, base, ((code, bits, lanes), restore) in zip(self._leaves, self._offsets, self._crossing):
-                shape = (n, *leaf.shape)
-                dl_shape = shape if restore is None else (n * leaf.nbytes,)
-                arr = (c_int64 * len(dl_shape))(*dl_shape)
-                managed = c_void_p()
-                check(lib.ferry_batch_dlpack(handle, base, len(dl_shape), arr, code, bits, lanes, byref(managed)))
-                try:
-                    t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
-                except BaseException:
-                    lib.ferry_dlpack_delete(managed)
-                    raise
-                if restore is not None:
-                    t = t.view(restore[0]).reshape(shape)
-                values.append(t)
+            values = [batch_tensor(handle, base, (n, *leaf.shape) if restore is None else (n * leaf.nbytes,), dtype,
+                                   None if restore is None else (restore[0], (n, *leaf.shape)))
+                      for leaf, base, (dtype, restore) in zip(self._leaves, self._offsets, self._crossing)]
         finally:
             lib.ferry_batch_release(handle)
         if self.device.backend == "host":

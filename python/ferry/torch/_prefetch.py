@@ -115,6 +115,24 @@ def _crossing(where: str, t: Any) -> Tuple[Any, TensorInfo, Optional[Tuple[Any, 
                          f"its bytes cannot be viewed ({e}); convert it in the dataset or collate_fn") from None
 
 
+def batch_tensor(b: BatchHandle, offset: int, shape: Tuple[int, ...], dtype: Tuple[int, int, int],
+                 restore: Optional[Tuple[Any, Tuple[int, ...]]]) -> Any:
+    """A torch tensor viewing `offset` of lent batch `b` (DLPack; it holds the batch until freed) of
+    `shape` and DLPack dtype (code, bits, lanes), then viewed as restore's (dtype, shape) when given."""
+    import torch.utils.dlpack
+    dims = (c_int64 * max(len(shape), 1))(*shape)
+    managed = c_void_p()
+    check(lib.ferry_batch_dlpack(b, offset, len(shape), dims, *dtype, byref(managed)))
+    try:
+        t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
+    except BaseException:
+        lib.ferry_dlpack_delete(managed)
+        raise
+    if restore is not None:
+        t = t.view(restore[0]).reshape(restore[1])
+    return t
+
+
 class _Pushed:
     """A batch in ferry's pipeline: its number there, its structure, and the source tensors, kept alive
     until it is copied."""
@@ -428,20 +446,7 @@ class Prefetcher(Generic[T]):
         return bool(out.value)
 
     def _tensor(self, b: BatchHandle, leaf: _Leaf) -> Any:
-        import torch.utils.dlpack
-        shape = (c_int64 * max(len(leaf.shape), 1))(*leaf.shape)
-        managed = c_void_p()
-        check(lib.ferry_batch_dlpack(b, leaf.offset, len(leaf.shape), shape, leaf.code, leaf.bits, leaf.lanes,
-                                     byref(managed)))
-        try:
-            t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
-        except BaseException:
-            lib.ferry_dlpack_delete(managed)
-            raise
-        if leaf.restore is not None:
-            dtype, shape_ = leaf.restore
-            t = t.view(dtype).reshape(shape_)
-        return t
+        return batch_tensor(b, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
 
     # ---- the rest ------------------------------------------------------------------------------------
 
