@@ -300,6 +300,17 @@ def test_break_del_close_and_reuse_after_close():
         iter(loader)
 
 
+def test_a_batch_refused_for_a_kept_slot_leaves_the_loader_in_step():
+    with ft.Loader(Numbers(), batch_size=8, workers=2, device="cpu") as loader:
+        kept = []
+        with pytest.raises(RuntimeError, match="still alive"):
+            for batch in loader:
+                kept.append(batch)  # keeps every batch: the third has no device slot to go to
+        assert [y.tolist() for _, y in kept] == [list(range(8)), list(range(8, 16))]
+        del kept, batch
+        assert labels_of(loader) == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
+
+
 def test_bad_arguments_are_refused_naming_the_value():
     for kwargs, text in (({"batch_size": 0}, "batch_size=0"), ({"batch_size": 2, "workers": 0}, "workers=0"),
                          ({"batch_size": 2, "depth": 1}, "depth=1"),

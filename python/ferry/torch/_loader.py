@@ -31,6 +31,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -158,14 +159,17 @@ def _rebuild_fd(dup: Any) -> "_Fd":
 
 def _die_with_parent(parent: Optional[int]) -> None:
     """SIGKILL this worker when the process that started it dies (Linux), and exit now if it already has
-    (`parent` None: started by a forkserver, which exits with the main process)."""
+    (`parent` None: a forkserver's child, or started from a thread other than the main one, whose exit
+    would fire the signal: the worker then ends at EOF on its task pipe)."""
+    if parent is None:
+        return
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if parent is not None and os.getppid() != parent:
+    if os.getppid() != parent:
         os._exit(0)
 
 
@@ -394,7 +398,7 @@ class Loader:
         self.dataset, self.batch_size, self.workers = dataset, batch_size, workers
         self.shuffle, self.seed, self.drop_last, self.depth = bool(shuffle), seed, bool(drop_last), depth
         self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
-        self.slots = slots if slots is not None else depth + max(2, math.ceil(2 * workers * 8 / batch_size))
+        self.slots = slots if slots is not None else depth + min(16, max(2, math.ceil(2 * workers * 8 / batch_size)))
         self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * workers))))
         self.device = resolve_device(device)
         self._length = len(self._shard(0))  # indices per epoch for this rank
@@ -404,7 +408,9 @@ class Loader:
         # Batches are numbered across epochs as ferry's slot feed counts them (batch k in slot k % slots).
         self._batches: Dict[int, _Batch] = {}  # dispatched and not yet taken
         self._pending: Deque[_Batch] = collections.deque()  # dispatched with chunks not yet sent, in order
+        self._probes = self._probe_replies = 0  # first-sample requests sent to worker 0, replies read
         self._dispatch_next = 0  # the next batch to dispatch
+        self._taken = 0  # batches taken from ferry's prefetcher (in order)
         self._dispatch_end = 0  # the end of the current epoch's batches
         self._plan_k0, self._plan_epoch = 0, 0
         self._plan_batches: List[List[int]] = []  # the current epoch's dataset indices, per batch
@@ -471,18 +477,26 @@ class Loader:
 
     def _start_workers(self, transform: Any, worker_init_fn: Any) -> None:
         ctx = multiprocessing.get_context(self.start_method)
-        parent = None if self.start_method == "forkserver" else os.getpid()
+        # The parent-death signal follows the thread that forked: only the main thread lives as long as
+        # the process. From another thread, or under a forkserver, a worker finds out by EOF instead.
+        on_main = threading.current_thread() is threading.main_thread()
+        parent = os.getpid() if on_main and self.start_method != "forkserver" else None
         for wid in range(self.workers):
             task_r, task_w = ctx.Pipe(duplex=False)
             result_r, result_w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker_main, name=f"ferry-loader-{wid}", daemon=True,
                             args=(wid, self.workers, self.dataset, transform, worker_init_fn, _Fd(self._memfd),
                                   task_r, result_w, parent))
-            with warnings.catch_warnings():
-                # Python 3.12 warns that fork() in a threaded process may deadlock the child; the worker
-                # only runs Python and the dataset (as a DataLoader's forked workers do).
-                warnings.simplefilter("ignore", DeprecationWarning)
-                p.start()
+            try:
+                with warnings.catch_warnings():
+                    # Python 3.12 warns that fork() in a threaded process may deadlock the child; the
+                    # worker only runs Python and the dataset (as a DataLoader's forked workers do).
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    p.start()
+            except BaseException:
+                for end in (task_r, task_w, result_r, result_w):
+                    end.close()
+                raise
             task_r.close()  # the child's ends: EOF on the results pipe then means the worker died
             result_w.close()
             self._workers.append(_Worker(wid, p, task_w, result_r))
@@ -490,8 +504,15 @@ class Loader:
     def _worker_died(self, w: _Worker, holding: str) -> RuntimeError:
         w.process.join(0.05)
         code = w.process.exitcode
-        how = ("is still running but closed its pipe" if code is None else
-               f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
+        if code is None:
+            how = "is still running but closed its pipe"
+        elif code < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-code).name}"
+            except ValueError:  # a real-time signal has no name
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
         held = f" {holding}" if holding else ""
         return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is "
                             "closed (a worker killed by SIGKILL is often the kernel's out-of-memory killer)")
@@ -520,19 +541,25 @@ class Loader:
         import torch
         w = self._workers[0]
         self._send(w, ("probe", first_index, sample_seed(self.seed, epoch, first_index), epoch))
+        self._probes += 1
         deadline = time.monotonic() + self.timeout
-        while True:
+        msg: Any = None
+        while self._probe_replies < self._probes:  # an interrupted set-up's reply comes first: skipped
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._fail(RuntimeError(f"ferry Loader: worker 0 made no sample {first_index} within "
                                               f"timeout={self.timeout} s"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
-                break
-        msg = self._receive(w)
+                msg = self._receive(w)
+                if msg[0] == "spec" or msg[1] == -1:
+                    self._probe_replies += 1
         if msg[0] == "error":
-            raise self._fail(_reraise(msg, "while the Loader read its first sample to size its slots"))
+            # The loader stays usable: the next iter() asks for the first sample again.
+            raise _reraise(msg, f"in ferry Loader worker 0 (pid {w.pid}) at sample {first_index}, the first, which "
+                                "sizes the slots (raised by iter())")
         _, template, spec = msg
         self._template = template
+        self._leaves, self._offsets, self._crossing = [], [], []
         offset = 0
         for path, dtype, shape in spec:
             itemsize = torch.empty((), dtype=dtype).element_size()
@@ -557,9 +584,12 @@ class Loader:
     def _open_pipeline(self) -> None:
         """ferry's prefetcher over the slots (registered as pinned by it) and its slot-writable eventfd."""
         h = PrefetchHandle()
-        check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
-                                              self._slot_bytes, self.slots, self.depth, byref(h)))
-        self._handle = h
+        try:
+            check(lib.ferry_prefetch_create_slots(self.device.handle, c_void_p(addressof(self._anchor)),
+                                                  self._slot_bytes, self.slots, self.depth, byref(h)))
+        finally:
+            if h:  # owned at once, even when Ctrl-C lands as the call returns
+                self._handle = h
         fd = c_int()
         check(lib.ferry_prefetch_slot_event_fd(h, byref(fd)))
         self._event_fd = fd.value
@@ -568,12 +598,13 @@ class Loader:
         """A new prefetcher over the same slots (after an abandoned epoch): the old one holds batches the
         consumer may still use and batches never written."""
         self._drain_workers()
-        old, self._handle = self._handle, None
+        old = self._handle
         if old is not None:
             lib.ferry_prefetch_close(old)
+            self._handle = None
             lib.ferry_prefetch_destroy(old)
         self._open_pipeline()
-        self._dispatch_next = 0
+        self._dispatch_next = self._taken = 0
         self._batches.clear()
         self._pending.clear()
 
@@ -607,7 +638,7 @@ class Loader:
                 self._epoch_ref = None
                 return iter(())
             self._set_up(batches[0][0], number)
-        elif self._batches:
+        elif self._batches or self._taken != self._dispatch_next:
             self._new_pipeline()  # the previous epoch was left part-way
         # A batch never dispatched was never written: the epoch starts at the first of them.
         ep = _Epoch(self, number, batches, self._dispatch_next)
@@ -634,14 +665,16 @@ class Loader:
             ep.ended = True
             raise StopIteration
         k = ep.k0 + ep.position
+        self._check_released(k)  # before anything changes: a refused next() leaves the loader as it was
         batch = self._pump(k)
         if batch.error is not None:
             ep.ended = True
             error, batch.error = batch.error, None
             raise error
+        out = self._take(batch)
         ep.position += 1
         del self._batches[k]
-        return self._take(batch)
+        return out
 
     # ---- dispatch and completion ----------------------------------------------------------------------
 
@@ -654,7 +687,6 @@ class Loader:
         """Grants the batches whose slots are free (in order) and hands out chunks to idle workers."""
         while self._dispatch_next < self._dispatch_end and self._writable(self._dispatch_next):
             k = self._dispatch_next
-            self._dispatch_next += 1
             i, epoch = k - self._plan_k0, self._plan_epoch
             items = [(p, idx, sample_seed(self.seed, epoch, idx)) for p, idx in enumerate(self._plan_batches[i])]
             b = _Batch(k, epoch, i, items)
@@ -662,6 +694,7 @@ class Loader:
                 b.pending.append(items[j:j + self.chunk])
             self._batches[k] = b
             self._pending.append(b)
+            self._dispatch_next = k + 1
         while self._pending:
             b = self._pending[0]
             while b.pending:
@@ -674,6 +707,8 @@ class Loader:
             self._pending.popleft()
 
     def _collect(self, w: _Worker, msg: Any) -> None:
+        if msg[0] == "spec" or msg[1] == -1:
+            return  # a first-sample reply left by an interrupted set-up
         k = msg[1]
         for i, (held, _) in enumerate(w.outstanding):
             if held == k:
@@ -692,8 +727,10 @@ class Loader:
             if b is not None:
                 b.left -= samples
                 if b.left == 0 and b.error is None and not b.readied:
-                    b.readied = True
-                    check(lib.ferry_prefetch_slot_ready(self._handle, c_uint64(k)))
+                    try:
+                        check(lib.ferry_prefetch_slot_ready(self._handle, c_uint64(k)))
+                    finally:
+                        b.readied = True  # also when Ctrl-C lands as the call returns: it was marked
         elif msg[0] == "error" and b is not None and b.error is None:
             b.error = _reraise(msg, f"in ferry Loader worker {w.id} (pid {w.pid}) at sample {msg[3]} "
                                     f"(batch {b.number} of epoch {b.epoch}, position {msg[2]})")
@@ -735,20 +772,24 @@ class Loader:
 
     # ---- the batch on the device ---------------------------------------------------------------------
 
-    def _take(self, b: _Batch) -> Any:
-        held = b.k - self.depth
+    def _check_released(self, k: int) -> None:
+        held = k - self.depth
         if held >= 0 and not self._released(held):
             gc.collect()  # tensors of that batch may only be waiting in a reference cycle
             if not self._released(held):
                 raise RuntimeError(
-                    f"Loader: batch {b.number} goes into the device slot of the batch {self.depth} before it, whose "
+                    f"Loader: the next batch goes into the device slot of the batch {self.depth} before it, whose "
                     f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
                     "what you keep (list(loader) keeps every batch) or raise depth")
+
+    def _take(self, b: _Batch) -> Any:
+        """Batch b on the device: taken from ferry's prefetcher (which hands batches out in order)."""
         consumer = stream_handle(self.device, None)
         handle = BatchHandle()
-        check(lib.ferry_prefetch_next(self._handle, consumer, byref(handle)))
         n = len(b.items)
         try:
+            check(lib.ferry_prefetch_next(self._handle, consumer, byref(handle)))
+            self._taken += 1
             values = [batch_tensor(handle, base, (n, *leaf.shape) if restore is None else (n * leaf.nbytes,), dtype,
                                    None if restore is None else (restore[0], (n, *leaf.shape)))
                       for leaf, base, (dtype, restore) in zip(self._leaves, self._offsets, self._crossing)]
@@ -794,6 +835,12 @@ class Loader:
         if getattr(self, "_closed", True) or self._pid != _runtime.current_pid():
             return
         self._closed = True
+        try:
+            self._stop_workers()
+        finally:  # Ctrl-C during the joins still frees the memory, registration first
+            self._free_memory()
+
+    def _stop_workers(self) -> None:
         for w in self._workers:
             try:
                 w.tasks.send(None)
@@ -812,23 +859,30 @@ class Loader:
                 w.process.close()  # its sentinel descriptor
             except ValueError:
                 pass  # still running after SIGKILL and a second: the kernel reaps it; its pid stays in stats()
-        h, self._handle = self._handle, None
-        if h is not None:
-            lib.ferry_prefetch_close(h)  # unregisters the slots: before they are unmapped
-            self._final_prefetch = self._prefetch_stats(h)  # every copy counted, now that all are done
-            lib.ferry_prefetch_destroy(h)
-        self._event_fd = -1
-        self._anchor = None
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        if self._memfd >= 0:
-            os.close(self._memfd)
-            self._memfd = -1
-        self._batches.clear()
-        ep = self._epoch
-        if ep is not None:
-            ep.ended = True
+
+    def _free_memory(self) -> None:
+        h = self._handle
+        try:
+            if h is not None:
+                lib.ferry_prefetch_close(h)  # unregisters the slots: before they are unmapped
+                self._final_prefetch = self._prefetch_stats(h)  # every copy counted, now that all are done
+        finally:
+            if h is not None:
+                self._handle = None
+                lib.ferry_prefetch_destroy(h)
+            self._event_fd = -1
+            self._anchor = None
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
+            if self._memfd >= 0:
+                os.close(self._memfd)
+                self._memfd = -1
+            self._batches.clear()
+            self._pending.clear()
+            ep = self._epoch
+            if ep is not None:
+                ep.ended = True
 
     def __enter__(self) -> "Loader":
         return self
@@ -874,7 +928,8 @@ def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
             cls = getattr(cls, part)
     except Exception:  # noqa: BLE001
         cls = None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, StopIteration):
+        # (a StopIteration raised from next() would end the epoch silently)
         try:
             # KeyError's str() is the repr of its argument: keep the lines readable.
             return cls(_Verbatim(full) if issubclass(cls, KeyError) else full)
