@@ -919,7 +919,7 @@ def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
     """The worker's exception, rebuilt in this process: its own type when that can be made from one
     message, else RuntimeError, with the worker's traceback in the message."""
     _, _, _, _, module, name, text, tb = msg
-    full = f"{name}: {text}\n{where}; the worker's traceback:\n{tb}"
+    full = f"{text}\n{where}; the worker's traceback:\n{tb}"
     cls: Any = None
     try:
         mod = sys.modules.get(module) or __import__(module)
@@ -935,4 +935,4 @@ def _reraise(msg: Tuple[Any, ...], where: str) -> BaseException:
             return cls(_Verbatim(full) if issubclass(cls, KeyError) else full)
         except Exception:  # noqa: BLE001 - not constructible from one string
             pass
-    return RuntimeError(full)
+    return RuntimeError(f"{name}: {full}")
