@@ -172,7 +172,7 @@ def batches(name, ds, workers, args, dev):
     elif name == "ferry_loader":
         from ferry.torch import Loader
         with Loader(ds, batch_size=args.batch, workers=workers, drop_last=True, depth=args.depth,
-                    device=dev.torch_device) as loader:
+                    device=dev.torch_device, start_method=args.loader_start_method) as loader:
             yield from loader
     else:
         raise ValueError(name)
@@ -287,6 +287,9 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=["resnet50", "tiny"], default="resnet50")
     p.add_argument("--prefetch-factor", type=int, default=2, help="DataLoader prefetch_factor (default 2)")
     p.add_argument("--depth", type=int, default=2, help="ferry: device slots (default 2)")
+    p.add_argument("--loader-start-method", choices=["fork", "forkserver", "spawn"],
+                   help="ferry.torch.Loader's start_method (default: its own choice, fork only from a process of one "
+                        "thread)")
     p.add_argument("--cpus", type=int, help="limit this process and its workers to the first N allowed cores")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH ('-' for stdout)")

@@ -120,7 +120,7 @@ def batches(name, args, dev):
         from ferry.torch import Loader
         ds = RandomImages(args.total_steps * args.batch, args.size, args.classes)
         with Loader(ds, batch_size=args.batch, workers=max(1, args.workers), drop_last=True, depth=args.depth,
-                    device=dev.torch_device) as loader:
+                    device=dev.torch_device, start_method=args.loader_start_method) as loader:
             yield from loader
     else:
         raise ValueError(name)
@@ -197,6 +197,9 @@ def parse_args(argv=None):
     p.add_argument("--depth", type=int, default=2, help="ferry: device slots, batches copied ahead (default 2)")
     p.add_argument("--slots", type=int, default=2, help="ferry: pinned host slots (default 2)")
     p.add_argument("--ferry-workers", type=int, default=4, help="ferry: staging threads (default 4)")
+    p.add_argument("--loader-start-method", choices=["fork", "forkserver", "spawn"],
+                   help="ferry.torch.Loader's start_method (default: its own choice, fork only from a process of one "
+                        "thread)")
     p.add_argument("--cpus", type=int, help="limit this process and its workers to the first N allowed cores")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH ('-' for stdout)")

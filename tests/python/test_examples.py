@@ -108,7 +108,8 @@ def test_train_a_wrong_sample_fails_the_run(tmp_path, monkeypatch):
         return img, label
 
     monkeypatch.setattr(train.RandomImages, "__getitem__", wrong_at_3)
-    code, rows = run("train_prefetch", tmp_path, "--levels", "pinned,reference,ferry,ferry_loader")
+    code, rows = run("train_prefetch", tmp_path, "--levels", "pinned,reference,ferry,ferry_loader",
+                     "--loader-start-method", "fork")  # forked workers see the patched dataset
     assert code == 1
     for level in ("pinned", "reference", "ferry", "ferry_loader"):
         assert rows[level]["checked_outputs"] == 3

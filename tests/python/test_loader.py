@@ -19,6 +19,13 @@ np = pytest.importorskip("numpy")
 import ferry.torch as ft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def Loader(*args, **kwargs):
+    """ferry.torch.Loader with forked workers unless a test says otherwise: pytest's process has threads,
+    so the default would start a forkserver (slower, and the test datasets need none)."""
+    kwargs.setdefault("start_method", "fork")
+    return ft.Loader(*args, **kwargs)
 Pair = namedtuple("Pair", "image label")
 
 
@@ -45,6 +52,12 @@ def children() -> set:
 
 @pytest.fixture(autouse=True)
 def no_leaks():
+    # multiprocessing's helpers (spawn's resource tracker, the forkserver) keep a descriptor here for the
+    # life of the process: started first, so they are not counted as the test's.
+    import multiprocessing.forkserver
+    import multiprocessing.resource_tracker
+    multiprocessing.resource_tracker.ensure_running()
+    multiprocessing.forkserver.ensure_running()
     shm, fds, kids = set(os.listdir("/dev/shm")), set(os.listdir("/proc/self/fd")), children()
     yield
     deadline = time.monotonic() + 5
@@ -153,7 +166,7 @@ def labels_of(loader):
 
 
 def test_batches_come_in_order_with_a_short_last_one_or_none_with_drop_last(dev):
-    with ft.Loader(Numbers(), batch_size=8, workers=3, device=dev) as loader:
+    with Loader(Numbers(), batch_size=8, workers=3, device=dev) as loader:
         assert len(loader) == 5
         got = []
         for x, y in loader:
@@ -162,14 +175,14 @@ def test_batches_come_in_order_with_a_short_last_one_or_none_with_drop_last(dev)
             assert torch.equal(x[:, 0, 0].long(), y % 251)
             got.append(y.tolist())
         assert got == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
-    with ft.Loader(Numbers(), batch_size=8, workers=2, drop_last=True, device=dev) as loader:
+    with Loader(Numbers(), batch_size=8, workers=2, drop_last=True, device=dev) as loader:
         assert len(loader) == 4
         assert labels_of(loader) == [list(range(i, i + 8)) for i in range(0, 32, 8)]
 
 
 def test_shuffled_epochs_are_permutations_reproducible_by_seed_and_set_epoch():
-    with ft.Loader(Numbers(), batch_size=6, workers=2, shuffle=True, seed=7, device="cpu") as a, \
-            ft.Loader(Numbers(), batch_size=5, workers=3, shuffle=True, seed=7, device="cpu") as b:
+    with Loader(Numbers(), batch_size=6, workers=2, shuffle=True, seed=7, device="cpu") as a, \
+            Loader(Numbers(), batch_size=5, workers=3, shuffle=True, seed=7, device="cpu") as b:
         e0, e1 = sum(labels_of(a), []), sum(labels_of(a), [])
         assert sorted(e0) == sorted(e1) == list(range(37)) and e0 != e1
         assert sum(labels_of(b), []) == e0  # the same seed and epoch: the same order, whatever the batching
@@ -181,7 +194,7 @@ def test_shuffled_epochs_are_permutations_reproducible_by_seed_and_set_epoch():
 def test_ranks_split_the_epoch_padded_to_a_multiple_of_the_world_size():
     shards = []
     for rank in range(3):
-        with ft.Loader(Numbers(10), batch_size=2, workers=1, shuffle=True, seed=1, rank=rank, world_size=3,
+        with Loader(Numbers(10), batch_size=2, workers=1, shuffle=True, seed=1, rank=rank, world_size=3,
                        device="cpu") as loader:
             assert len(loader) == 2
             shards.append(sum(labels_of(loader), []))
@@ -189,12 +202,12 @@ def test_ranks_split_the_epoch_padded_to_a_multiple_of_the_world_size():
     everything = sum(shards, [])
     assert set(everything) == set(range(10)) and len(everything) == 12  # 2 samples repeated as padding
     with pytest.raises(ValueError, match="rank=3"):
-        ft.Loader(Numbers(), batch_size=2, rank=3, world_size=3, device="cpu")
+        Loader(Numbers(), batch_size=2, rank=3, world_size=3, device="cpu")
 
 
 def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_method(dev):
     def run(workers, chunk, method=None):
-        with ft.Loader(Random(), batch_size=7, workers=workers, chunk=chunk, shuffle=True, seed=5, device=dev,
+        with Loader(Random(), batch_size=7, workers=workers, chunk=chunk, shuffle=True, seed=5, device=dev,
                        start_method=method) as loader:
             return [[t.cpu().clone() for t in batch] for batch in loader]
     one = run(1, 7)
@@ -206,7 +219,7 @@ def test_sample_seeds_make_the_bytes_independent_of_workers_chunks_and_start_met
 
 
 def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors(dev):
-    with ft.Loader(Structured(), batch_size=4, workers=2, device=dev) as loader:
+    with Loader(Structured(), batch_size=4, workers=2, device=dev) as loader:
         batch = next(iter(loader))
         batch = {k: (type(v)(*(t.cpu() for t in v)) if isinstance(v, Pair) else v.cpu()) for k, v in batch.items()}
     assert set(batch) == {"pair", "mask", "weight", "id"} and isinstance(batch["pair"], Pair)
@@ -219,7 +232,7 @@ def test_structures_batch_leaf_by_leaf_with_numbers_as_tensors(dev):
 
 def test_workers_run_worker_init_fn_and_tell_the_dataset_where_it_runs():
     assert ft.worker_info() is None  # not in a worker
-    with ft.Loader(WhereMade(), batch_size=4, workers=3, seed=4, worker_init_fn=init_worker, device="cpu") as loader:
+    with Loader(WhereMade(), batch_size=4, workers=3, seed=4, worker_init_fn=init_worker, device="cpu") as loader:
         kept = [tuple(t.clone() for t in batch) for batch in loader]  # a batch lives depth - 1 more next()s
         ids, counts, seeded, ran, index = (torch.cat(parts) for parts in zip(*kept))
     assert index.tolist() == list(range(12))
@@ -229,7 +242,7 @@ def test_workers_run_worker_init_fn_and_tell_the_dataset_where_it_runs():
 
 def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev):
     ds = Views()
-    with ft.Loader(ds, batch_size=8, workers=3, device=dev) as loader:
+    with Loader(ds, batch_size=8, workers=3, device=dev) as loader:
         for k, x in enumerate(loader):
             assert torch.equal(x.cpu(), torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
         if dev == "cuda":  # the shared slots were registered: the driver sees pinned memory
@@ -244,7 +257,7 @@ def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev
 def test_a_sample_of_another_shape_or_dtype_is_refused_with_its_index():
     for how, text in (("shape", "uint8[3, 5]; the first sample's was uint8[3, 4]"),
                       ("dtype", "int32[3, 4]; the first sample's was uint8[3, 4]")):
-        with ft.Loader(Fails(at=13, how=how), batch_size=4, workers=2, device="cpu") as loader:
+        with Loader(Fails(at=13, how=how), batch_size=4, workers=2, device="cpu") as loader:
             it = iter(loader)
             assert [next(it)[1].tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
             with pytest.raises(ValueError, match="sample 13") as e:
@@ -253,7 +266,7 @@ def test_a_sample_of_another_shape_or_dtype_is_refused_with_its_index():
 
 
 def test_a_dataset_exception_is_raised_at_its_batch_with_the_index_and_the_workers_traceback():
-    with ft.Loader(Fails(at=9), batch_size=4, workers=2, device="cpu") as loader:
+    with Loader(Fails(at=9), batch_size=4, workers=2, device="cpu") as loader:
         it = iter(loader)
         assert next(it)[1].tolist() == [0, 1, 2, 3]
         assert next(it)[1].tolist() == [4, 5, 6, 7]
@@ -271,7 +284,7 @@ def test_a_dataset_exception_is_raised_at_its_batch_with_the_index_and_the_worke
 
 
 def test_a_worker_killed_fails_the_loader_at_once_naming_it():
-    with ft.Loader(Fails(at=17, how="kill"), batch_size=4, workers=3, device="cpu", timeout=30) as loader:
+    with Loader(Fails(at=17, how="kill"), batch_size=4, workers=3, device="cpu", timeout=30) as loader:
         it = iter(loader)
         start = time.monotonic()
         with pytest.raises(RuntimeError, match=r"worker \d \(pid \d+\) was killed by signal SIGKILL") as e:
@@ -284,7 +297,7 @@ def test_a_worker_killed_fails_the_loader_at_once_naming_it():
 
 
 def test_break_del_close_and_reuse_after_close():
-    loader = ft.Loader(Numbers(), batch_size=4, workers=2, device="cpu")
+    loader = Loader(Numbers(), batch_size=4, workers=2, device="cpu")
     for i, (x, y) in enumerate(loader):
         if i == 2:
             break
@@ -293,7 +306,7 @@ def test_break_del_close_and_reuse_after_close():
     del loader
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-    loader = ft.Loader(Numbers(), batch_size=4, workers=2, device="cpu")
+    loader = Loader(Numbers(), batch_size=4, workers=2, device="cpu")
     loader.close()
     loader.close()
     with pytest.raises(ft.ClosedError if hasattr(ft, "ClosedError") else RuntimeError, match="closed"):
@@ -301,7 +314,7 @@ def test_break_del_close_and_reuse_after_close():
 
 
 def test_a_batch_refused_for_a_kept_slot_leaves_the_loader_in_step():
-    with ft.Loader(Numbers(), batch_size=8, workers=2, device="cpu") as loader:
+    with Loader(Numbers(), batch_size=8, workers=2, device="cpu") as loader:
         kept = []
         with pytest.raises(RuntimeError, match="still alive"):
             for batch in loader:
@@ -311,14 +324,39 @@ def test_a_batch_refused_for_a_kept_slot_leaves_the_loader_in_step():
         assert labels_of(loader) == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
 
 
+DEFAULT_METHOD = textwrap.dedent('''
+    import sys, threading, torch
+    sys.path.insert(0, sys.argv[1])
+    import ferry.torch as ft
+    class Two:
+        def __len__(self): return 2
+        def __getitem__(self, i): return torch.tensor(i)
+    if __name__ == "__main__":  # a forkserver's workers import this file as a module
+        with ft.Loader(Two(), batch_size=2, workers=1, device="cpu") as a:
+            one = a.start_method
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        with ft.Loader(Two(), batch_size=2, workers=1, device="cpu") as b:
+            print(one, b.start_method, next(iter(b)).tolist())
+''')
+
+
+def test_workers_are_forked_only_from_a_process_of_one_thread(tmp_path):
+    script = tmp_path / "default_method.py"
+    script.write_text(DEFAULT_METHOD)
+    r = subprocess.run([sys.executable, str(script), str(ROOT / "python")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["fork", "forkserver", "[0,", "1]"]
+
+
 def test_bad_arguments_are_refused_naming_the_value():
     for kwargs, text in (({"batch_size": 0}, "batch_size=0"), ({"batch_size": 2, "workers": 0}, "workers=0"),
                          ({"batch_size": 2, "depth": 1}, "depth=1"),
                          ({"batch_size": 2, "start_method": "nope"}, "start_method='nope'")):
         with pytest.raises(ValueError, match=text):
-            ft.Loader(Numbers(), device="cpu", **kwargs)
+            Loader(Numbers(), device="cpu", **kwargs)
     with pytest.raises(TypeError, match="no __len__ and __getitem__"):
-        ft.Loader(iter(range(3)), batch_size=2, device="cpu")
+        Loader(iter(range(3)), batch_size=2, device="cpu")
 
 
 SCRIPT = textwrap.dedent('''

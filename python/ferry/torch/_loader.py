@@ -350,10 +350,12 @@ class Loader:
     set_epoch(e) picks the next epoch's number (else they count up from 0). drop_last drops a short
     final batch.
 
-    Workers are started here (`start_method`: "fork" by default on Linux, "spawn" or "forkserver" for
-    programs that hold threads or CUDA state fork would copy) and live until close() (persistent across
-    epochs); each runs worker_init_fn(id) first; ferry.torch.worker_info() tells the dataset where it
-    runs. They never touch CUDA.
+    Workers are started here and live until close() (persistent across epochs). `start_method` None
+    forks them where that is safe, a process of one thread (no lock another thread holds can be copied
+    into a worker), and else uses a forkserver (workers forked from a clean process; the dataset and
+    transform are pickled to each); "fork", "spawn" or "forkserver" choose. Each worker runs
+    worker_init_fn(id) first; ferry.torch.worker_info() tells the dataset where it runs. Workers never
+    touch CUDA.
 
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
     worker's traceback (the epoch then ends); a worker that dies makes next() raise RuntimeError naming
@@ -391,7 +393,13 @@ class Loader:
             raise ValueError("Loader: the dataset is empty")
         rank, world_size = _rank_and_world(rank, world_size)
         methods = multiprocessing.get_all_start_methods()
-        method = start_method or ("fork" if "fork" in methods else "spawn")
+        if start_method is None:
+            # fork only where it is safe: a process of one thread (a lock another thread held at the fork
+            # would stay held in the worker); else forkserver (workers from a clean process).
+            method = "fork" if "fork" in methods and _threads() == 1 else (
+                "forkserver" if "forkserver" in methods else "spawn")
+        else:
+            method = start_method
         if method not in methods:
             raise ValueError(f"Loader(start_method={start_method!r}): this platform has {', '.join(methods)}")
         self._pid = _runtime.current_pid()
@@ -400,7 +408,7 @@ class Loader:
         self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
         self.slots = slots if slots is not None else depth + min(16, max(2, math.ceil(2 * workers * 8 / batch_size)))
         self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * workers))))
-        self.device = resolve_device(device)
+        self.device: Any = None  # resolved after the workers start: ferry's device starts threads
         self._length = len(self._shard(0))  # indices per epoch for this rank
         self._next_epoch: Optional[int] = None
         self._epochs_started = 0
@@ -433,6 +441,7 @@ class Loader:
         _runtime.register(self)
         try:
             self._start_workers(transform, worker_init_fn)
+            self.device = resolve_device(device)
         except BaseException:
             self.close()
             raise
@@ -512,7 +521,7 @@ class Loader:
             except ValueError:  # a real-time signal has no name
                 how = f"was killed by signal {-code}"
         else:
-            how = f"exited with status {code}"
+            how = f"exited with status {code} (its error, if any, is on stderr)"
         held = f" {holding}" if holding else ""
         return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is "
                             "closed (a worker killed by SIGKILL is often the kernel's out-of-memory killer)")
@@ -895,6 +904,14 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - nothing to report to at collection time
             pass
+
+
+def _threads() -> int:
+    """This process's threads (all of them, not only Python's)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
