@@ -32,11 +32,10 @@ import argparse
 import math
 import os
 import sys
-
-from cpu_limit import limit_cpus_early
 import tempfile
 import time
 
+from cpu_limit import limit_cpus_early
 
 if __name__ == "__main__":
     limit_cpus_early(sys.argv[1:])
