@@ -435,7 +435,6 @@ class Loader:
         self._failure: Optional[BaseException] = None
         self._final_prefetch: Optional[Dict[str, Any]] = None
         self._workers: List[_Worker] = []
-        self._rr = 0
         self._memfd = os.memfd_create("ferry-loader", os.MFD_CLOEXEC)
         self._closed = False
         _runtime.register(self)
@@ -720,12 +719,9 @@ class Loader:
             return  # a first-sample reply left by an interrupted set-up
         k = msg[1]
         for i, (held, _) in enumerate(w.outstanding):
-            if held == k:
-                _, items = w.outstanding[i]
+            if held == k:  # a worker answers its chunks in the order it got them: this is the oldest of k
                 del w.outstanding[i]
                 break
-        else:
-            items = []
         b = self._batches.get(k)
         if msg[0] == "done":
             _, _, samples, nbytes, seconds, cpu = msg
