@@ -246,6 +246,8 @@ void recording_cost(const timeline& t, session_analysis& s) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+  s.steps_before = before.size();
+  s.steps_during = during.size();
   if (before.size() < 3 || during.size() < 3) return;
   // The first steps of a run (warm-up) and the first captured ones (CUPTI instruments kernels at their
   // next launch) are not steady: the medians keep them from deciding.
@@ -428,6 +430,8 @@ std::string to_json(const session_analysis& s) {
   j["straggler"] = s.straggler;
   j["straggler_excess"] = s.straggler_excess;
   j["launcher_cpu_cores"] = s.launcher_cpu_cores;
+  j["steps_before"] = s.steps_before;
+  j["steps_during"] = s.steps_during;
   j["steps_before_ms"] = s.steps_before_ms;
   j["steps_during_ms"] = s.steps_during_ms;
   j["recording_cost"] = s.recording_cost;

@@ -308,8 +308,9 @@ def test_steps_window_of_a_torch_loop_and_its_own_cost(tmp_path):
     assert min(forwards) >= step_start["step 5"] and max(forwards) < step_start["step 11"], (forwards, steps)
     analysis = json.loads(subprocess.run([CLI, "analyze", str(tmp_path / "t"), "--json"], capture_output=True,
                                          text=True, timeout=TIMEOUT, check=True).stdout)
-    # Both medians were measured (-1 when they cannot be): the steps before the window and inside it.
-    assert analysis["steps_before_ms"] != -1 and analysis["steps_during_ms"] != -1
+    # The cost compares whole steps before the window (0 to 4) with whole steps inside it (5 to 8, 9 if the
+    # poll that closes it comes late): at least 3 of each, or it is not computed.
+    assert analysis["steps_before"] >= 3 and analysis["steps_during"] >= 3, analysis
     assert "recording cost" in r.stderr
 
 

@@ -200,6 +200,8 @@ struct session_analysis {
   double launcher_cpu_cores = -1;  // the launcher's own CPU use; -1 when unknown
   /// Step time before the capture opened and while it ran (`ferry trace --delay/--steps`), and the cost
   /// (during / before - 1); -1 when not measured.
+  std::size_t steps_before = 0;  // whole steps recorded before the capture opened (uncaptured)
+  std::size_t steps_during = 0;  // whole steps inside the capture
   double steps_before_ms = -1;
   double steps_during_ms = -1;
   double recording_cost = -1;
