@@ -15,14 +15,13 @@ writes a chunk and answers with one short message. All of it runs in next() on t
 main process never touches a batch's bytes.
 
 Messages (multiprocessing pipes, pickled tuples). To a worker: ("probe", index, seed, epoch),
-("layout", fd_size, leaves), ("chunk", k, slot_offset, [(position, index, seed), ...], epoch), or None
+("layout", fd_size, leaves), ("chunk", k, slot_offset, [(position, index), ...], epoch), or None
 (exit). From a worker: ("spec", template, leaves) | ("done", k, samples, bytes, seconds, cpu_seconds) |
 ("error", k, position, index, type module, type name, message, traceback text).
 """
 from __future__ import annotations
 
 import collections
-import gc
 import math
 import mmap
 import multiprocessing
@@ -42,7 +41,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optio
 from .. import _runtime
 from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib
 from ._common import DeviceLike, resolve_device, stream_handle
-from ._prefetch import _Slot, _crossing, _fill, batch_tensor
+from ._prefetch import _Slot, _crossing, _fill, batch_tensor, slot_still_held
 
 _ALIGN = 256
 _PAGE = mmap.PAGESIZE
@@ -173,7 +172,8 @@ def _die_with_parent(parent: Optional[int]) -> None:
         os._exit(0)
 
 
-def _worker_main(wid: int, workers: int, dataset: Any, transform: Optional[Callable[[Any], Any]],
+def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
+                 transform: Optional[Callable[[Any], Any]],
                  worker_init_fn: Optional[Callable[[int], None]], memfd: _Fd, tasks: Any, results: Any,
                  parent: Optional[int]) -> None:
     global _worker
@@ -229,10 +229,10 @@ def _worker_main(wid: int, workers: int, dataset: Any, transform: Optional[Calla
                 t0, c0 = time.perf_counter(), time.process_time()
                 written = 0
                 failed = False
-                for position, index, seed in items:
+                for position, index in items:
                     try:
-                        written += _write_sample(make(index, seed), index, position, view, slot_offset, leaves,
-                                                 offsets)
+                        sample = make(index, sample_seed(seed_root, epoch, index))
+                        written += _write_sample(sample, index, position, view, slot_offset, leaves, offsets)
                     except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                         results.send(_error_message(k, position, index, e))
                         failed = True
@@ -291,7 +291,7 @@ class _Worker:
     def __init__(self, wid: int, process: Any, tasks: Any, results: Any) -> None:
         self.id, self.process, self.tasks, self.results = wid, process, tasks, results
         self.pid: int = process.pid
-        self.outstanding: Deque[Tuple[int, List[Tuple[int, int, int]]]] = collections.deque()
+        self.outstanding: Deque[Tuple[int, List[Tuple[int, int]]]] = collections.deque()
         self.samples = self.bytes = 0
         self.seconds = self.cpu_seconds = 0.0
 
@@ -299,9 +299,9 @@ class _Worker:
 class _Batch:
     __slots__ = ("k", "epoch", "number", "items", "pending", "left", "error", "readied")
 
-    def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int, int]]) -> None:
+    def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int]]) -> None:
         self.k, self.epoch, self.number, self.items = k, epoch, number, items
-        self.pending: Deque[List[Tuple[int, int, int]]] = collections.deque()
+        self.pending: Deque[List[Tuple[int, int]]] = collections.deque()
         self.left = len(items)
         self.error: Optional[BaseException] = None
         self.readied = False
@@ -493,7 +493,7 @@ class Loader:
             task_r, task_w = ctx.Pipe(duplex=False)
             result_r, result_w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker_main, name=f"ferry-loader-{wid}", daemon=True,
-                            args=(wid, self.workers, self.dataset, transform, worker_init_fn, _Fd(self._memfd),
+                            args=(wid, self.workers, self.seed, self.dataset, transform, worker_init_fn, _Fd(self._memfd),
                                   task_r, result_w, parent))
             try:
                 with warnings.catch_warnings():
@@ -673,7 +673,11 @@ class Loader:
             ep.ended = True
             raise StopIteration
         k = ep.k0 + ep.position
-        self._check_released(k)  # before anything changes: a refused next() leaves the loader as it was
+        if slot_still_held(self._handle, k, self.depth):  # before anything changes: a refused next() changes nothing
+            raise RuntimeError(
+                f"Loader: the next batch goes into the device slot of the batch {self.depth} before it, whose "
+                f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
+                "what you keep (list(loader) keeps every batch) or raise depth")
         batch = self._pump(k)
         if batch.error is not None:
             ep.ended = True
@@ -696,7 +700,7 @@ class Loader:
         while self._dispatch_next < self._dispatch_end and self._writable(self._dispatch_next):
             k = self._dispatch_next
             i, epoch = k - self._plan_k0, self._plan_epoch
-            items = [(p, idx, sample_seed(self.seed, epoch, idx)) for p, idx in enumerate(self._plan_batches[i])]
+            items = list(enumerate(self._plan_batches[i]))  # (position, index); the worker derives the seed
             b = _Batch(k, epoch, i, items)
             for j in range(0, len(items), self.chunk):
                 b.pending.append(items[j:j + self.chunk])
@@ -777,16 +781,6 @@ class Loader:
 
     # ---- the batch on the device ---------------------------------------------------------------------
 
-    def _check_released(self, k: int) -> None:
-        held = k - self.depth
-        if held >= 0 and not self._released(held):
-            gc.collect()  # tensors of that batch may only be waiting in a reference cycle
-            if not self._released(held):
-                raise RuntimeError(
-                    f"Loader: the next batch goes into the device slot of the batch {self.depth} before it, whose "
-                    f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
-                    "what you keep (list(loader) keeps every batch) or raise depth")
-
     def _take(self, b: _Batch) -> Any:
         """Batch b on the device: taken from ferry's prefetcher (which hands batches out in order)."""
         consumer = stream_handle(self.device, None)
@@ -803,11 +797,6 @@ class Loader:
         if self.device.backend == "host":
             check(lib.ferry_stream_synchronize(self.device.handle, consumer))
         return _fill(self._template, values)
-
-    def _released(self, number: int) -> bool:
-        out = c_int()
-        check(lib.ferry_prefetch_released(self._handle, c_uint64(number), byref(out)))
-        return bool(out.value)
 
     # ---- the rest ------------------------------------------------------------------------------------
 

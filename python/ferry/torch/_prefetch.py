@@ -115,6 +115,22 @@ def _crossing(where: str, t: Any) -> Tuple[Any, TensorInfo, Optional[Tuple[Any, 
                          f"its bytes cannot be viewed ({e}); convert it in the dataset or collate_fn") from None
 
 
+def slot_still_held(handle: PrefetchHandle, number: int, depth: int) -> bool:
+    """Whether batch `number` would go into the device slot of batch number - depth while tensors of that
+    batch are still alive (after a garbage collection, which frees those only held by a cycle)."""
+    held = number - depth
+    if held < 0:
+        return False
+    for attempt in range(2):
+        out = c_int()
+        check(lib.ferry_prefetch_released(handle, c_uint64(held), byref(out)))
+        if out.value:
+            return False
+        if attempt == 0:
+            gc.collect()  # tensors of that batch may only be waiting in a reference cycle
+    return True
+
+
 def batch_tensor(b: BatchHandle, offset: int, shape: Tuple[int, ...], dtype: Tuple[int, int, int],
                  restore: Optional[Tuple[Any, Tuple[int, ...]]]) -> Any:
     """A torch tensor viewing `offset` of lent batch `b` (DLPack; it holds the batch until freed) of
@@ -413,14 +429,11 @@ class Prefetcher(Generic[T]):
             ep.yielded += 1
             return _fill(entry.template, [self._plain_copy(t) for t in entry.values])
         assert self._handle is not None
-        held = entry.number - self.depth
-        if held >= 0 and not self._released(held):
-            gc.collect()  # tensors of that batch may only be waiting in a reference cycle
-            if not self._released(held):
-                raise RuntimeError(
-                    f"Prefetcher: batch {entry.index} goes into the device slot of batch {entry.index - self.depth}, "
-                    f"whose tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: "
-                    ".clone() what you keep or raise depth")
+        if slot_still_held(self._handle, entry.number, self.depth):
+            raise RuntimeError(
+                f"Prefetcher: batch {entry.index} goes into the device slot of batch {entry.index - self.depth}, "
+                f"whose tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: "
+                ".clone() what you keep or raise depth")
         consumer = stream_handle(self.device, None)
         b = BatchHandle()
         check(lib.ferry_prefetch_next(self._handle, consumer, byref(b)))
@@ -439,11 +452,6 @@ class Prefetcher(Generic[T]):
         if self.device.backend == "host":
             return t.clone()  # a copy, as on a GPU: the source's memory is the loader's
         return t.to(f"cuda:{self.device.ordinal}")
-
-    def _released(self, number: int) -> bool:
-        out = c_int()
-        check(lib.ferry_prefetch_released(self._handle, number, byref(out)))
-        return bool(out.value)
 
     def _tensor(self, b: BatchHandle, leaf: _Leaf) -> Any:
         return batch_tensor(b, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
