@@ -110,14 +110,15 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _live_children_cpu_seconds():
-    """User + system CPU seconds of this process's live child processes (DataLoader workers, egress
-    workers), read from /proc: getrusage(RUSAGE_CHILDREN) counts only children that have exited."""
+    """User + system CPU seconds of this process's live descendants (DataLoader workers, egress workers,
+    and a forkserver's workers, which are its children and not ours), read from /proc, with what each
+    has reaped of its own children: getrusage(RUSAGE_CHILDREN) counts only our children that have exited."""
     me = os.getpid()
-    total = 0.0
     try:
         names = os.listdir("/proc")
     except OSError:
         return 0.0
+    kids, seconds = {}, {}
     for name in names:
         if not name.isdigit():
             continue
@@ -127,8 +128,15 @@ def _live_children_cpu_seconds():
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == me:  # ppid
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (no children's)
+        pid = int(name)
+        kids.setdefault(int(fields[1]), []).append(pid)  # by ppid
+        # utime, stime, and cutime, cstime (its exited children's)
+        seconds[pid] = sum(int(x) for x in fields[11:15]) / _CLK_TCK
+    total, todo = 0.0, list(kids.get(me, ()))
+    while todo:
+        pid = todo.pop()
+        total += seconds[pid]
+        todo.extend(kids.get(pid, ()))
     return total
 
 

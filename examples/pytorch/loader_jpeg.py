@@ -73,6 +73,12 @@ def _make_jpeg(job):
     os.replace(tmp, path)  # complete files only under their names
 
 
+def _one_thread():
+    """A pool process computes with one thread, as a DataLoader's workers do (torch.set_num_threads(1)):
+    one intra-op pool per process, each as wide as the machine, would oversubscribe the cores."""
+    torch.set_num_threads(1)
+
+
 def make_files(directory, images, workers):
     """The JPEG paths, made where missing (sizes 500x375 to 640x480, drawn per image)."""
     import multiprocessing
@@ -86,7 +92,7 @@ def make_files(directory, images, workers):
         if not os.path.exists(p):
             jobs.append((p, i, w, h))
     if jobs:
-        with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
+        with multiprocessing.get_context("fork").Pool(max(1, workers), initializer=_one_thread) as pool:
             pool.map(_make_jpeg, jobs, chunksize=16)
     return paths
 
@@ -148,7 +154,7 @@ def expected_sums(ds, steps, batch, workers):
     """Per step: (sum of the batch's bytes, sum of its labels), from the samples themselves."""
     import multiprocessing
     per = [list(range(s * batch, (s + 1) * batch)) for s in range(steps)]
-    with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
+    with multiprocessing.get_context("fork").Pool(max(1, workers), initializer=_one_thread) as pool:
         done = pool.map(_sample_sums, [(ds, idx) for idx in per])
     return [(sum(a for a, _ in d), sum(b for _, b in d)) for d in done]
 
@@ -156,7 +162,7 @@ def expected_sums(ds, steps, batch, workers):
 # ---- levels -------------------------------------------------------------------------------------------
 
 
-def batches(name, ds, workers, args, dev):
+def batches(name, ds, workers, args, dev, info):
     if name in ("dataloader", "dl_prefetcher"):
         pin = name == "dataloader" and dev.is_cuda
         loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=False, drop_last=True,
@@ -172,7 +178,10 @@ def batches(name, ds, workers, args, dev):
         from ferry.torch import Loader
         with Loader(ds, batch_size=args.batch, workers=workers, drop_last=True, depth=args.depth,
                     device=dev.torch_device, start_method=args.loader_start_method) as loader:
-            yield from loader
+            try:
+                yield from loader
+            finally:
+                info.update(loader.stats(), start_method=loader.start_method)
     else:
         raise ValueError(name)
 
@@ -187,6 +196,13 @@ def make_model(args, dev):
     return model.train().to(dev.torch_device, memory_format=torch.channels_last)
 
 
+def warmup_steps(args, workers):
+    """Untimed steps at N workers: --warmup plus what the loaders can hold made ahead (a DataLoader's
+    prefetch_factor x N batches, ferry's device slots), so that a loader slower than the GPU has spent its
+    head start before the window opens and the window times the batches made in it."""
+    return args.warmup + (args.prefetch_factor * workers + args.depth if workers else 0)
+
+
 def run_level(name, workers, args, dev, ds, expected):
     label = name if name == "ideal" else f"{name}/{workers}"
     row = lc.Row(label, LEVELS[name])
@@ -196,7 +212,8 @@ def run_level(name, workers, args, dev, ds, expected):
     crit = torch.nn.CrossEntropyLoss()
     mean = torch.tensor(MEAN, device=dev.torch_device).view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device=dev.torch_device).view(1, 3, 1, 1) * 255
-    total = args.warmup + args.steps
+    warmup = warmup_steps(args, workers)
+    total = warmup + args.steps
     sums = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
     labels = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
     amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.is_cuda else torch.autocast(
@@ -217,7 +234,7 @@ def run_level(name, workers, args, dev, ds, expected):
         x = torch.stack([ds[i][0] for i in range(args.batch)]).to(dev.torch_device)
         y = torch.tensor([ds[i][1] for i in range(args.batch)], device=dev.torch_device)
         for i in range(total):
-            if i == args.warmup:
+            if i == warmup:
                 dev.synchronize()
                 win.begin()
             step(i, x, y)
@@ -225,20 +242,27 @@ def run_level(name, workers, args, dev, ds, expected):
         win.end()
     else:
         n = 0
-        it = batches(name, ds, workers, args, dev)
+        info = {}
+        it = batches(name, ds, workers, args, dev, info)
         start = time.perf_counter()
         for i, (x, y) in enumerate(it):
             if i == 0:
                 dev.synchronize()
                 row.extra["first_batch_seconds"] = time.perf_counter() - start
-            if i == args.warmup:
+            if i == warmup:
                 dev.synchronize()
                 win.begin()
             step(i, x, y)
             n += 1
+            if n == total:
+                break
         dev.synchronize()
         win.end()
         it.close()
+        if info:
+            busy = sum(w["seconds"] for w in info["workers"])
+            row.extra["loader_stats"] = info
+            row.extra["worker_busy"] = busy / (workers * (time.perf_counter() - start))
         if n != total:
             raise RuntimeError(f"the loader gave {n} batches, expected {total}")
         got_sums, got_labels = sums.cpu().tolist(), labels.cpu().tolist()
@@ -277,7 +301,7 @@ def parse_args(argv=None):
     p.add_argument("--levels", default=",".join(LEVELS), help="comma-separated, from: " + ",".join(LEVELS))
     p.add_argument("--workers", default="4,8,14", help="worker process counts, comma-separated (default 4,8,14)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per level (default 30)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps before them (default 5)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps before them (default 5), plus prefetch_factor x N + depth at N workers")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224, help="crop size (default 224)")
     p.add_argument("--images", type=int, default=4000, help="JPEG files to make and read (default 4000)")
@@ -325,7 +349,7 @@ def main(argv=None):
         os.makedirs(directory, exist_ok=True)
         t0 = time.perf_counter()
         paths = make_files(directory, args.images, cores)
-        total = args.warmup + args.steps
+        total = warmup_steps(args, max(args.worker_counts)) + args.steps
         ds = JpegFolder(paths, total * args.batch, args.size, args.classes)
         expected = expected_sums(ds, total, args.batch, cores)
         print(f"[{time.strftime('%H:%M:%S')}] {len(paths)} JPEGs in {directory}, reference sums of {total} "
@@ -346,6 +370,8 @@ def main(argv=None):
         ("threads", 7, lambda r, i: f"{r.cpu_parts[1] / r.steps:.3f}"),
         ("workers", 7, lambda r, i: f"{r.cpu_parts[2] / r.steps:.3f}"),
         ("1st batch s", 11, lambda r, i: f"{r.extra.get('first_batch_seconds', 0):.2f}" if r.name != "ideal" else "-"),
+        ("start", 10, lambda r, i: r.extra.get("loader_stats", {}).get("start_method", "-")),
+        ("busy", 5, lambda r, i: f"{r.extra['worker_busy']:.2f}" if "worker_busy" in r.extra else "-"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "

@@ -50,6 +50,20 @@ def children() -> set:
     return out
 
 
+_cuda_opened = False
+
+
+def _open_cuda_once():
+    """Where the tests use the GPU: CUDA's first use in a process (torch's and ferry's) opens descriptors
+    (the driver's device files) that live as long as the process, so it happens before any test counts."""
+    global _cuda_opened
+    if _cuda_opened or "cuda" not in os.environ.get("FERRY_TEST_BACKENDS", "").split(","):
+        return
+    _cuda_opened = True
+    with Loader(Numbers(4), batch_size=2, workers=1, device="cuda") as warm:
+        assert [int(y.sum()) for _, y in warm] == [1, 5]
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     # multiprocessing's helpers (spawn's resource tracker, the forkserver) keep a descriptor here for the
@@ -58,6 +72,7 @@ def no_leaks():
     import multiprocessing.resource_tracker
     multiprocessing.resource_tracker.ensure_running()
     multiprocessing.forkserver.ensure_running()
+    _open_cuda_once()
     shm, fds, kids = set(os.listdir("/dev/shm")), set(os.listdir("/proc/self/fd")), children()
     yield
     deadline = time.monotonic() + 5
@@ -340,7 +355,7 @@ DEFAULT_METHOD = textwrap.dedent('''
 ''')
 
 
-def test_workers_are_forked_only_from_a_process_of_one_thread(tmp_path):
+def test_workers_are_forked_only_where_no_other_python_thread_runs(tmp_path):
     script = tmp_path / "default_method.py"
     script.write_text(DEFAULT_METHOD)
     r = subprocess.run([sys.executable, str(script), str(ROOT / "python")], capture_output=True, text=True,
@@ -368,22 +383,28 @@ SCRIPT = textwrap.dedent('''
         def __getitem__(self, i):
             time.sleep(0.01)
             return torch.zeros(4), i
-    loader = ft.Loader(Slow(), batch_size=4, workers=2, device="cpu")
-    print(" ".join(str(w["pid"]) for w in loader.stats()["workers"]), flush=True)
-    for batch in loader:
-        print("batch", flush=True)
+    if __name__ == "__main__":  # as a forkserver's workers would import this file
+        loader = ft.Loader(Slow(), batch_size=4, workers=2, device="cpu")
+        print(" ".join(str(w["pid"]) for w in loader.stats()["workers"]), flush=True)
+        for batch in loader:
+            print("batch", flush=True)
 ''')
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_ctrl_c_or_a_killed_parent_leaves_no_worker_behind(sig):
+def test_ctrl_c_or_a_killed_parent_leaves_no_worker_behind(sig, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "python"), os.environ.get("PYTHONPATH")) if p))
-    p = subprocess.Popen([sys.executable, "-c", SCRIPT, str(ROOT / "python")], stdout=subprocess.PIPE,
+    script = tmp_path / "slow.py"
+    script.write_text(SCRIPT)
+    p = subprocess.Popen([sys.executable, str(script), str(ROOT / "python")], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(x) for x in p.stdout.readline().split()]
         assert len(pids) == 2
-        assert p.stdout.readline().strip() == "batch"
+        line = p.stdout.readline().strip()
+        if line != "batch":
+            p.kill()
+            pytest.fail(f"no batch: {line!r}; stderr: {p.communicate(timeout=20)[1][-2000:]}")
         p.send_signal(sig)
         _, err = p.communicate(timeout=20)
         if sig == signal.SIGINT:
@@ -398,4 +419,4 @@ def test_ctrl_c_or_a_killed_parent_leaves_no_worker_behind(sig):
     finally:
         if p.poll() is None:
             p.kill()
-            p.wait()
+        p.communicate()  # reaps it and closes its pipes

@@ -351,9 +351,11 @@ class Loader:
     final batch.
 
     Workers are started here and live until close() (persistent across epochs). `start_method` None
-    forks them where that is safe, a process of one thread (no lock another thread holds can be copied
-    into a worker), and else uses a forkserver (workers forked from a clean process; the dataset and
-    transform are pickled to each); "fork", "spawn" or "forkserver" choose. Each worker runs
+    forks them where that is safe, when no other Python thread runs (no lock such a thread holds can be
+    copied into a worker; native library threads, OpenBLAS's and CUDA's, are fork-safe or never used by
+    a worker), and else uses a forkserver (workers forked from a clean process that has imported torch;
+    the dataset and transform are pickled to each, and the main module is imported again in each, as
+    under spawn); "fork", "spawn" or "forkserver" choose. Each worker runs
     worker_init_fn(id) first; ferry.torch.worker_info() tells the dataset where it runs. Workers never
     touch CUDA.
 
@@ -394,9 +396,8 @@ class Loader:
         rank, world_size = _rank_and_world(rank, world_size)
         methods = multiprocessing.get_all_start_methods()
         if start_method is None:
-            # fork only where it is safe: a process of one thread (a lock another thread held at the fork
-            # would stay held in the worker); else forkserver (workers from a clean process).
-            method = "fork" if "fork" in methods and _threads() == 1 else (
+            # fork only where it is safe (_fork_is_safe); else forkserver (workers from a clean process).
+            method = "fork" if "fork" in methods and _fork_is_safe() else (
                 "forkserver" if "forkserver" in methods else "spawn")
         else:
             method = start_method
@@ -485,6 +486,8 @@ class Loader:
 
     def _start_workers(self, transform: Any, worker_init_fn: Any) -> None:
         ctx = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            _preload_forkserver()
         # The parent-death signal follows the thread that forked: only the main thread lives as long as
         # the process. From another thread, or under a forkserver, a worker finds out by EOF instead.
         on_main = threading.current_thread() is threading.main_thread()
@@ -891,12 +894,26 @@ class Loader:
             pass
 
 
-def _threads() -> int:
-    """This process's threads (all of them, not only Python's)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
+def _fork_is_safe() -> bool:
+    """Whether forking the workers from here is safe: no Python thread runs but this one. A lock another
+    thread holds at the fork stays held in the child forever; Python threads (the program's, a
+    DataLoader's pin thread, a logger's) can hold the locks a worker's Python code takes. The native
+    threads that every torch program has are not counted: numpy's OpenBLAS pool (started by `import
+    torch`, one per core; it shuts down around fork), OpenMP's (torch re-creates it in a child) and the
+    CUDA driver's (a worker never calls CUDA), as a DataLoader's forked workers rely on."""
+    return threading.active_count() == 1
+
+
+def _preload_forkserver() -> None:
+    """A forkserver that the Loader starts imports torch and the workers' module once, so that each worker
+    is forked with them in place: without, every worker imports torch again (3.5-5 s each with torch 2.11
+    and CUDA's libraries, docs/PERFORMANCE.md). A forkserver already running is left as it is."""
+    from multiprocessing import forkserver
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is not None:
+        return
+    modules = list(getattr(server, "_preload_modules", ["__main__"]))
+    forkserver.set_forkserver_preload(modules + [m for m in ("torch", __name__) if m not in modules])
 
 
 def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
