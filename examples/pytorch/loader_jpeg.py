@@ -196,11 +196,22 @@ def make_model(args, dev):
     return model.train().to(dev.torch_device, memory_format=torch.channels_last)
 
 
+def _whole_rounds(steps, workers):
+    return -(-steps // workers) * workers if workers else steps
+
+
 def warmup_steps(args, workers):
     """Untimed steps at N workers: --warmup plus what the loaders can hold made ahead (a DataLoader's
     prefetch_factor x N batches, ferry's device slots), so that a loader slower than the GPU has spent its
-    head start before the window opens and the window times the batches made in it."""
-    return args.warmup + (args.prefetch_factor * workers + args.depth if workers else 0)
+    head start before the window opens and the window times the batches made in it; a multiple of N."""
+    return _whole_rounds(args.warmup + (args.prefetch_factor * workers + args.depth if workers else 0), workers)
+
+
+def timed_steps(args, workers):
+    """Timed steps at N workers: --steps rounded up to a multiple of N. A DataLoader's N workers each make
+    whole batches, so its batches come in rounds of N; a window of whole rounds, from one round's first
+    batch to a later round's first batch, times them without the round's quantum as error."""
+    return _whole_rounds(args.steps, workers)
 
 
 def run_level(name, workers, args, dev, ds, expected):
@@ -212,8 +223,8 @@ def run_level(name, workers, args, dev, ds, expected):
     crit = torch.nn.CrossEntropyLoss()
     mean = torch.tensor(MEAN, device=dev.torch_device).view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device=dev.torch_device).view(1, 3, 1, 1) * 255
-    warmup = warmup_steps(args, workers)
-    total = warmup + args.steps
+    warmup, steps = warmup_steps(args, workers), timed_steps(args, workers)
+    total = warmup + steps
     sums = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
     labels = torch.zeros(total, dtype=torch.int64, device=dev.torch_device)
     amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.is_cuda else torch.autocast(
@@ -252,10 +263,10 @@ def run_level(name, workers, args, dev, ds, expected):
             if i == warmup:
                 dev.synchronize()
                 win.begin()
+            if i == total:  # the window ends as batch `total` arrives (and the GPU is done): unused
+                break
             step(i, x, y)
             n += 1
-            if n == total:
-                break
         dev.synchronize()
         win.end()
         it.close()
@@ -268,9 +279,9 @@ def run_level(name, workers, args, dev, ds, expected):
         got_sums, got_labels = sums.cpu().tolist(), labels.cpu().tolist()
         row.checked = total
         row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
-    row.set_window(args.steps, win)
+    row.set_window(steps, win)
     row.extra["workers"] = workers if name != "ideal" else 0
-    row.bytes_moved = 0 if name == "ideal" else args.steps * args.batch * 3 * args.size * args.size
+    row.bytes_moved = 0 if name == "ideal" else steps * args.batch * 3 * args.size * args.size
     return row
 
 
@@ -349,8 +360,8 @@ def main(argv=None):
         os.makedirs(directory, exist_ok=True)
         t0 = time.perf_counter()
         paths = make_files(directory, args.images, cores)
-        total = warmup_steps(args, max(args.worker_counts)) + args.steps
-        ds = JpegFolder(paths, total * args.batch, args.size, args.classes)
+        total = max(warmup_steps(args, w) + timed_steps(args, w) for w in args.worker_counts)
+        ds = JpegFolder(paths, (total + 1) * args.batch, args.size, args.classes)  # + the window's end
         expected = expected_sums(ds, total, args.batch, cores)
         print(f"[{time.strftime('%H:%M:%S')}] {len(paths)} JPEGs in {directory}, reference sums of {total} "
               f"batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -375,7 +386,7 @@ def main(argv=None):
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "
-       f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps} timed steps, {dev.description()}")
+       f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps}+ timed steps (whole rounds of N), {dev.description()}")
     pin = f"{copies['pin_seconds'] * 1e3:.1f} ms" if copies["pin_seconds"] is not None else "- (no GPU)"
     print(f"copies: one batch of {copies['batch_bytes'] / 1e6:.1f} MB: collate into fresh shared memory "
           f"{copies['collate_seconds'] * 1e3:.1f} ms, pin_memory() {pin} (what ferry.torch.Loader does not do)")
