@@ -255,6 +255,20 @@ def test_workers_run_worker_init_fn_and_tell_the_dataset_where_it_runs():
     assert torch.equal(ran, ids)  # each worker ran worker_init_fn(its id) before its samples
 
 
+def refuse_worker_2(wid):
+    if wid == 2:
+        raise OSError(f"no scratch directory for worker {wid}")
+
+
+def test_a_worker_init_fn_that_raises_is_raised_by_next_with_its_traceback_and_the_loader_closes():
+    loader = Loader(Numbers(), batch_size=4, workers=3, worker_init_fn=refuse_worker_2, device="cpu")
+    with pytest.raises(OSError, match=r"(?s)no scratch directory for worker 2.*worker_init_fn\(2\).*"
+                                      r"traceback.*refuse_worker_2"):
+        list(loader)
+    with pytest.raises(RuntimeError, match="closed"):
+        iter(loader)
+
+
 def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev):
     ds = Views()
     with Loader(ds, batch_size=8, workers=3, device=dev) as loader:

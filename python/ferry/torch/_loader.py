@@ -47,6 +47,7 @@ _ALIGN = 256
 _PAGE = mmap.PAGESIZE
 _MASK = (1 << 64) - 1
 _MAX_OUTSTANDING = 2  # chunks a worker holds at once
+_INIT = -2  # the batch number of an error message from worker_init_fn
 
 
 def _mix64(z: int) -> int:
@@ -200,7 +201,11 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
 
     try:
         if worker_init_fn is not None:
-            worker_init_fn(wid)
+            try:
+                worker_init_fn(wid)
+            except Exception as e:  # noqa: BLE001 - the main process raises it, then the worker exits
+                results.send(_error_message(_INIT, 0, -1, e))
+                return
         while True:
             try:
                 msg = tasks.recv()
@@ -565,6 +570,8 @@ class Loader:
                                               f"timeout={self.timeout} s"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
                 msg = self._receive(w)
+                if msg[0] == "error" and msg[1] == _INIT:
+                    raise self._init_failed(w, msg)
                 if msg[0] == "spec" or msg[1] == -1:
                     self._probe_replies += 1
         if msg[0] == "error":
@@ -724,7 +731,13 @@ class Loader:
                 self._send(w, ("chunk", b.k, (b.k % self.slots) * self._slot_bytes, items, b.epoch))
             self._pending.popleft()
 
+    def _init_failed(self, w: _Worker, msg: Any) -> BaseException:
+        return self._fail(_reraise(msg, f"in ferry Loader worker {w.id} (pid {w.pid}), in worker_init_fn({w.id}); "
+                                        "the loader is closed"))
+
     def _collect(self, w: _Worker, msg: Any) -> None:
+        if msg[0] == "error" and msg[1] == _INIT:
+            raise self._init_failed(w, msg)
         if msg[0] == "spec" or msg[1] == -1:
             return  # a first-sample reply left by an interrupted set-up
         k = msg[1]
