@@ -368,7 +368,8 @@ class Loader:
     touch CUDA.
 
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
-    worker's traceback (the epoch then ends); a worker that dies makes next() raise RuntimeError naming
+    worker's traceback (the epoch then ends); one in worker_init_fn is raised by next() with the worker's
+    id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
     it at once; the loader is closed then. close() (also on `with`, `del` and interpreter exit) stops the
     workers (killing those that do not exit within a second) and frees the memory: the shared memory has
     no name, so nothing is left in /dev/shm whatever happens.
