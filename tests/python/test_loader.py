@@ -255,6 +255,22 @@ def test_workers_run_worker_init_fn_and_tell_the_dataset_where_it_runs():
     assert torch.equal(ran, ids)  # each worker ran worker_init_fn(its id) before its samples
 
 
+def test_a_later_loaders_workers_hold_nothing_of_an_earlier_ones_memory():
+    a = Loader(Numbers(), batch_size=4, workers=1, device="cpu")
+    try:
+        next(iter(a))  # a's slots are made and mapped here
+        with Loader(Numbers(), batch_size=4, workers=1, device="cpu") as b:  # forked after
+            next(iter(b))
+            pid = b.stats()["workers"][0]["pid"]
+            held = {os.stat(f"/proc/{pid}/fd/{x}").st_ino for x in os.listdir(f"/proc/{pid}/fd")
+                    if "ferry-loader" in os.readlink(f"/proc/{pid}/fd/{x}")}
+            with open(f"/proc/{pid}/maps") as f:
+                mapped = {int(line.split()[4]) for line in f if "ferry-loader" in line}
+            assert len(held) == 1 and held == mapped, (held, mapped)  # b's slots only
+    finally:
+        a.close()
+
+
 def refuse_worker_2(wid):
     if wid == 2:
         raise OSError(f"no scratch directory for worker {wid}")

@@ -433,7 +433,7 @@ class Loader:
         self._plan_k0, self._plan_epoch = 0, 0
         self._plan_batches: List[List[int]] = []  # the current epoch's dataset indices, per batch
         self._handle: Optional[PrefetchHandle] = None
-        self._mm: Optional[mmap.mmap] = None
+        self._mm: Optional[_SharedMapping] = None
         self._anchor: Optional[Any] = None  # the ctypes view whose address was registered
         self._memfd = -1
         self._event_fd = -1
@@ -596,12 +596,15 @@ class Loader:
         self._slot_bytes = max(_PAGE, (offset + _PAGE - 1) // _PAGE * _PAGE)
         size = self._slot_bytes * self.slots
         os.ftruncate(self._memfd, size)
-        self._mm = mmap.mmap(self._memfd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self._anchor = c_char.from_buffer(self._mm)
+        self._mm = _SharedMapping(self._memfd, size)
+        self._anchor = (c_char * size).from_address(self._mm.address)
         self._open_pipeline()
         for w in self._workers:
             self._send(w, ("layout", size, self._leaves, self._offsets))
+        # The workers hold their own descriptors: this one would only be inherited by processes forked
+        # later, keeping the memory alive after close() for as long as they run.
+        os.close(self._memfd)
+        self._memfd = -1
 
     def _open_pipeline(self) -> None:
         """ferry's prefetcher over the slots (registered as pinned by it) and its slot-writable eventfd."""
@@ -887,7 +890,7 @@ class Loader:
             self._event_fd = -1
             self._anchor = None
             if self._mm is not None:
-                self._mm.close()
+                self._mm.close()  # after the anchor: nothing refers to the memory any more
                 self._mm = None
             if self._memfd >= 0:
                 os.close(self._memfd)
@@ -909,6 +912,37 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - nothing to report to at collection time
             pass
+
+
+class _SharedMapping:
+    """The main process's mapping of the slots: populated, and not inherited by processes forked later
+    (MADV_DONTFORK: another loader's workers, a DataLoader's). mmap.mmap would keep a duplicate of the
+    descriptor open, which those processes would inherit, keeping the memory alive after close() for as
+    long as they run; this mapping keeps none."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = c_void_p
+        libc.mmap.argtypes = [c_void_p, ctypes.c_size_t, c_int, c_int, c_int, ctypes.c_long]
+        libc.munmap.argtypes = [c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, c_int]
+        self._libc, self.size = libc, size
+        addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                         mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), fd, 0)
+        if addr is None or addr == c_void_p(-1).value:
+            err = ctypes.get_errno()
+            raise OSError(err, f"ferry Loader: mapping {size} bytes of shared slots failed: {os.strerror(err)}")
+        self.address: int = addr
+        if hasattr(mmap, "MADV_DONTFORK") and libc.madvise(addr, size, mmap.MADV_DONTFORK) != 0:
+            err = ctypes.get_errno()
+            self.close()
+            raise OSError(err, f"ferry Loader: madvise(MADV_DONTFORK) on the slots failed: {os.strerror(err)}")
+
+    def close(self) -> None:
+        if self.address:
+            self._libc.munmap(self.address, self.size)
+            self.address = 0
 
 
 def _fork_is_safe() -> bool:
