@@ -950,8 +950,9 @@ def _fork_is_safe() -> bool:
     thread holds at the fork stays held in the child forever; Python threads (the program's, a
     DataLoader's pin thread, a logger's) can hold the locks a worker's Python code takes. The native
     threads that every torch program has are not counted: numpy's OpenBLAS pool (started by `import
-    torch`, one per core; it shuts down around fork), OpenMP's (torch re-creates it in a child) and the
-    CUDA driver's (a worker never calls CUDA), as a DataLoader's forked workers rely on."""
+    torch`, one per core; it shuts down around fork), OpenMP's (a worker computes with one thread,
+    torch.set_num_threads(1), so it never enters a parallel region) and the CUDA driver's (a worker never
+    calls CUDA), as a DataLoader's forked workers rely on."""
     return threading.active_count() == 1
 
 
