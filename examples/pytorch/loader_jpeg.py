@@ -274,6 +274,9 @@ def run_level(name, workers, args, dev, ds, expected):
             busy = sum(w["seconds"] for w in info["workers"])
             row.extra["loader_stats"] = info
             row.extra["worker_busy"] = busy / (workers * (time.perf_counter() - start))
+            made = sum(w["samples"] for w in info["workers"]) / args.batch
+            # the workers' time in writing samples into the slots, per batch (the rest: the dataset)
+            row.extra["write_seconds_per_batch"] = sum(w["write_seconds"] for w in info["workers"]) / made
         if n != total:
             raise RuntimeError(f"the loader gave {n} batches, expected {total}")
         got_sums, got_labels = sums.cpu().tolist(), labels.cpu().tolist()
@@ -382,6 +385,8 @@ def main(argv=None):
         ("workers", 7, lambda r, i: f"{r.cpu_parts[2] / r.steps:.3f}"),
         ("1st batch s", 11, lambda r, i: f"{r.extra.get('first_batch_seconds', 0):.2f}" if r.name != "ideal" else "-"),
         ("start", 10, lambda r, i: r.extra.get("loader_stats", {}).get("start_method", "-")),
+        ("write ms", 8, lambda r, i: f"{r.extra['write_seconds_per_batch'] * 1e3:.1f}"
+         if "write_seconds_per_batch" in r.extra else "-"),
         ("busy", 5, lambda r, i: f"{r.extra['worker_busy']:.2f}" if "worker_busy" in r.extra else "-"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),

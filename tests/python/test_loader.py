@@ -291,10 +291,11 @@ def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev
         for k, x in enumerate(loader):
             assert torch.equal(x.cpu(), torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
         if dev == "cuda":  # the shared slots were registered: the driver sees pinned memory
-            assert torch.frombuffer(loader._mm, dtype=torch.uint8).is_pinned()
+            assert torch.frombuffer(loader._anchor, dtype=torch.uint8).is_pinned()
     stats = loader.stats()
     assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
     assert sum(w["samples"] for w in stats["workers"]) == 24
+    assert all(0 < w["write_seconds"] <= w["seconds"] for w in stats["workers"] if w["samples"])
     # The one copy after the workers' write: each slot, as it is, to the device.
     assert stats["prefetch"]["batches"] == 3 and stats["prefetch"]["bytes"] == 3 * stats["slot_bytes"]
 

@@ -16,8 +16,8 @@ main process never touches a batch's bytes.
 
 Messages (multiprocessing pipes, pickled tuples). To a worker: ("probe", index, seed, epoch),
 ("layout", fd_size, leaves), ("chunk", k, slot_offset, [(position, index), ...], epoch), or None
-(exit). From a worker: ("spec", template, leaves) | ("done", k, samples, bytes, seconds, cpu_seconds) |
-("error", k, position, index, type module, type name, message, traceback text).
+(exit). From a worker: ("spec", template, leaves) | ("done", k, samples, bytes, seconds, write_seconds,
+cpu_seconds) | ("error", k, position, index, type module, type name, message, traceback text).
 """
 from __future__ import annotations
 
@@ -235,18 +235,20 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                 _, k, slot_offset, items, epoch = msg
                 assert view is not None
                 t0, c0 = time.perf_counter(), time.process_time()
-                written = 0
+                written, writing = 0, 0.0
                 failed = False
                 for position, index in items:
                     try:
                         sample = make(index, sample_seed(seed_root, epoch, index))
+                        w0 = time.perf_counter()
                         written += _write_sample(sample, index, position, view, slot_offset, leaves, offsets)
+                        writing += time.perf_counter() - w0
                     except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                         results.send(_error_message(k, position, index, e))
                         failed = True
                         break
                 if not failed:
-                    results.send(("done", k, len(items), written, time.perf_counter() - t0,
+                    results.send(("done", k, len(items), written, time.perf_counter() - t0, writing,
                                   time.process_time() - c0))
     finally:
         if view is not None:
@@ -294,14 +296,14 @@ def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot
 
 class _Worker:
     __slots__ = ("id", "pid", "process", "tasks", "results", "outstanding", "samples", "bytes", "seconds",
-                 "cpu_seconds")
+                 "cpu_seconds", "write_seconds")
 
     def __init__(self, wid: int, process: Any, tasks: Any, results: Any) -> None:
         self.id, self.process, self.tasks, self.results = wid, process, tasks, results
         self.pid: int = process.pid
         self.outstanding: Deque[Tuple[int, List[Tuple[int, int]]]] = collections.deque()
         self.samples = self.bytes = 0
-        self.seconds = self.cpu_seconds = 0.0
+        self.seconds = self.cpu_seconds = self.write_seconds = 0.0
 
 
 class _Batch:
@@ -751,7 +753,8 @@ class Loader:
                 break
         b = self._batches.get(k)
         if msg[0] == "done":
-            _, _, samples, nbytes, seconds, cpu = msg
+            _, _, samples, nbytes, seconds, writing, cpu = msg
+            w.write_seconds += writing
             w.samples += samples
             w.bytes += nbytes
             w.seconds += seconds
@@ -825,13 +828,13 @@ class Loader:
 
     def stats(self) -> Dict[str, Any]:
         """The workers' counters (samples, bytes written into slots, seconds and CPU seconds in the
-        dataset and the write) and the prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are
+        dataset and the write, and write_seconds: the part spent writing samples into the slots) and the prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are
         counted once complete, all of them after close(); since the last new pipeline, which an epoch
         left part-way starts)."""
         out: Dict[str, Any] = {
             "slots": self.slots, "slot_bytes": self._slot_bytes, "workers": [
                 {"id": w.id, "pid": w.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
-                 "cpu_seconds": w.cpu_seconds} for w in self._workers]}
+                 "cpu_seconds": w.cpu_seconds, "write_seconds": w.write_seconds} for w in self._workers]}
         if self._handle is not None:
             out["prefetch"] = self._prefetch_stats(self._handle)
         elif self._final_prefetch is not None:
