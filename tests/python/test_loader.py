@@ -276,8 +276,19 @@ def refuse_worker_2(wid):
         raise OSError(f"no scratch directory for worker {wid}")
 
 
-def test_a_worker_init_fn_that_raises_is_raised_by_next_with_its_traceback_and_the_loader_closes():
-    loader = Loader(Numbers(), batch_size=4, workers=3, worker_init_fn=refuse_worker_2, device="cpu")
+class SlowFirst(Numbers):
+    """Numbers whose first sample takes 0.5 s: a worker that fails at start has exited before the main
+    process sends it anything."""
+
+    def __getitem__(self, i):
+        if i == 0:
+            time.sleep(0.5)
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("dataset", [Numbers, SlowFirst])
+def test_a_worker_init_fn_that_raises_is_raised_by_next_with_its_traceback_and_the_loader_closes(dataset):
+    loader = Loader(dataset(), batch_size=4, workers=3, worker_init_fn=refuse_worker_2, device="cpu")
     with pytest.raises(OSError, match=r"(?s)no scratch directory for worker 2.*worker_init_fn\(2\).*"
                                       r"traceback.*refuse_worker_2"):
         list(loader)

@@ -543,7 +543,23 @@ class Loader:
         try:
             w.tasks.send(msg)
         except (BrokenPipeError, OSError) as e:
+            init_error = self._init_error_left(w)
+            if init_error is not None:
+                raise self._init_failed(w, init_error) from None
             raise self._fail(self._worker_died(w, f"while it was sent work ({e})")) from None
+
+    @staticmethod
+    def _init_error_left(w: _Worker) -> Any:
+        """The error message a worker whose worker_init_fn raised left before exiting, if any: what to
+        raise, rather than its exit, when sending to it fails first."""
+        try:
+            while w.results.poll():
+                msg = w.results.recv()
+                if msg[0] == "error" and msg[1] == _INIT:
+                    return msg
+        except (EOFError, OSError):
+            pass
+        return None
 
     def _fail(self, error: BaseException) -> BaseException:
         self._failure = error
