@@ -391,7 +391,8 @@ def main(argv=None):
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "
-       f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps}+ timed steps (whole rounds of N), {dev.description()}")
+       f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps}+ timed steps (whole rounds of N), "
+       f"{dev.description()}")
     pin = f"{copies['pin_seconds'] * 1e3:.1f} ms" if copies["pin_seconds"] is not None else "- (no GPU)"
     print(f"copies: one batch of {copies['batch_bytes'] / 1e6:.1f} MB: collate into fresh shared memory "
           f"{copies['collate_seconds'] * 1e3:.1f} ms, pin_memory() {pin} (what ferry.torch.Loader does not do)")

@@ -614,6 +614,10 @@ class Loader:
         self._slot_bytes = max(_PAGE, (offset + _PAGE - 1) // _PAGE * _PAGE)
         size = self._slot_bytes * self.slots
         os.ftruncate(self._memfd, size)
+        if self._mm is not None:  # a set-up whose prefetcher failed to open: mapped again at this size
+            self._anchor = None
+            self._mm.close()
+            self._mm = None
         self._mm = _SharedMapping(self._memfd, size)
         self._anchor = (c_char * size).from_address(self._mm.address)
         self._open_pipeline()
@@ -844,9 +848,9 @@ class Loader:
 
     def stats(self) -> Dict[str, Any]:
         """The workers' counters (samples, bytes written into slots, seconds and CPU seconds in the
-        dataset and the write, and write_seconds: the part spent writing samples into the slots) and the prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are
-        counted once complete, all of them after close(); since the last new pipeline, which an epoch
-        left part-way starts)."""
+        dataset and the write, write_seconds: the part of seconds spent writing into the slots) and the
+        prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are counted once complete, all of
+        them after close(); since the last new pipeline, which an epoch left part-way starts)."""
         out: Dict[str, Any] = {
             "slots": self.slots, "slot_bytes": self._slot_bytes, "workers": [
                 {"id": w.id, "pid": w.pid, "samples": w.samples, "bytes": w.bytes, "seconds": w.seconds,
@@ -941,6 +945,7 @@ class _SharedMapping:
 
     def __init__(self, fd: int, size: int) -> None:
         import ctypes
+        self.address = 0
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = c_void_p
         libc.mmap.argtypes = [c_void_p, ctypes.c_size_t, c_int, c_int, c_int, ctypes.c_long]
@@ -952,7 +957,7 @@ class _SharedMapping:
         if addr is None or addr == c_void_p(-1).value:
             err = ctypes.get_errno()
             raise OSError(err, f"ferry Loader: mapping {size} bytes of shared slots failed: {os.strerror(err)}")
-        self.address: int = addr
+        self.address = addr
         if hasattr(mmap, "MADV_DONTFORK") and libc.madvise(addr, size, mmap.MADV_DONTFORK) != 0:
             err = ctypes.get_errno()
             self.close()
@@ -962,6 +967,9 @@ class _SharedMapping:
         if self.address:
             self._libc.munmap(self.address, self.size)
             self.address = 0
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _fork_is_safe() -> bool:
