@@ -12,15 +12,16 @@ import sys
 import tempfile
 import time
 
+
 def census(code):
     r = subprocess.run([sys.executable, "-c", code + "\nimport os\nt=os.listdir('/proc/self/task')\n"
                         "print(len(t), sorted(open(f'/proc/self/task/{x}/comm').read().strip() for x in t))"],
                        capture_output=True, text=True)
-    return (r.stdout.strip() or r.stderr.strip()[-300:])
+    return r.stdout.strip() or r.stderr.strip()[-300:]
+
 
 BODY = r'''
 import sys, time, os
-t_import = time.perf_counter()
 import torch
 sys.path.insert(0, os.path.join(os.getcwd(), "python"))
 import ferry.torch as ft
@@ -49,6 +50,7 @@ if __name__ == "__main__":
     print(out)
 '''
 
+
 def main():
     print("census import numpy:", census("import numpy"))
     print("census import torch:", census("import torch"))
@@ -57,13 +59,14 @@ def main():
     body = os.path.join(tempfile.mkdtemp(prefix="ferry-loader-start-"), "body.py")
     with open(body, "w") as f:
         f.write(BODY)
-    for dev in ("cuda",):
-        for method in ("fork", "forkserver", "preload", "spawn", "default"):
-            for n in (1, 8):
-                t0 = time.perf_counter()
-                r = subprocess.run([sys.executable, body, method, str(n), dev], capture_output=True, text=True, timeout=100)
-                print(f"{dev} {method:10s} N={n:2d} total {time.perf_counter()-t0:6.1f}s  [(method, 1st batch s, ms/batch) x2]:",
-                      r.stdout.strip() or r.stderr.strip()[-400:], flush=True)
+    for method in ("fork", "forkserver", "preload", "spawn", "default"):
+        for n in (1, 8):
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, body, method, str(n), "cuda"], capture_output=True, text=True,
+                               timeout=100)
+            print(f"cuda {method:10s} N={n:2d} total {time.perf_counter() - t0:6.1f}s  "
+                  "[(method, 1st batch s, ms/batch) x2]:", r.stdout.strip() or r.stderr.strip()[-400:], flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -132,11 +132,11 @@ def _live_children_cpu_seconds():
         kids.setdefault(int(fields[1]), []).append(pid)  # by ppid
         # utime, stime, and cutime, cstime (its exited children's)
         seconds[pid] = sum(int(x) for x in fields[11:15]) / _CLK_TCK
-    total, todo = 0.0, list(kids.get(me, ()))
-    while todo:
-        pid = todo.pop()
+    total, descendants = 0.0, list(kids.get(me, ()))
+    while descendants:  # depth first over the process tree below this process
+        pid = descendants.pop()
         total += seconds[pid]
-        todo.extend(kids.get(pid, ()))
+        descendants.extend(kids.get(pid, ()))
     return total
 
 

@@ -315,7 +315,8 @@ def parse_args(argv=None):
     p.add_argument("--levels", default=",".join(LEVELS), help="comma-separated, from: " + ",".join(LEVELS))
     p.add_argument("--workers", default="4,8,14", help="worker process counts, comma-separated (default 4,8,14)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per level (default 30)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps before them (default 5), plus prefetch_factor x N + depth at N workers")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="untimed steps before them (default 5), plus prefetch_factor x N + depth at N workers")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224, help="crop size (default 224)")
     p.add_argument("--images", type=int, default=4000, help="JPEG files to make and read (default 4000)")

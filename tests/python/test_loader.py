@@ -306,7 +306,8 @@ def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev
     stats = loader.stats()
     assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
     assert sum(w["samples"] for w in stats["workers"]) == 24
-    assert all(0 < w["write_seconds"] <= w["seconds"] for w in stats["workers"] if w["samples"])
+    # The write is a part of each chunk's time (a structural bound, not a speed).
+    assert all(0 <= w["write_seconds"] <= w["seconds"] for w in stats["workers"])
     # The one copy after the workers' write: each slot, as it is, to the device.
     assert stats["prefetch"]["batches"] == 3 and stats["prefetch"]["bytes"] == 3 * stats["slot_bytes"]
 

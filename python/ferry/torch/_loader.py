@@ -543,23 +543,11 @@ class Loader:
         try:
             w.tasks.send(msg)
         except (BrokenPipeError, OSError) as e:
-            init_error = self._init_error_left(w)
-            if init_error is not None:
-                raise self._init_failed(w, init_error) from None
-            raise self._fail(self._worker_died(w, f"while it was sent work ({e})")) from None
-
-    @staticmethod
-    def _init_error_left(w: _Worker) -> Any:
-        """The error message a worker whose worker_init_fn raised left before exiting, if any: what to
-        raise, rather than its exit, when sending to it fails first."""
-        try:
+            # A worker whose worker_init_fn raised left that before exiting: _receive raises it, rather
+            # than the exit, when sending to the worker fails first.
             while w.results.poll():
-                msg = w.results.recv()
-                if msg[0] == "error" and msg[1] == _INIT:
-                    return msg
-        except (EOFError, OSError):
-            pass
-        return None
+                self._receive(w)
+            raise self._fail(self._worker_died(w, f"while it was sent work ({e})")) from None
 
     def _fail(self, error: BaseException) -> BaseException:
         self._failure = error
@@ -567,11 +555,15 @@ class Loader:
         return error
 
     def _receive(self, w: _Worker) -> Any:
+        """The worker's next message; a worker_init_fn's failure is raised here, wherever it is read."""
         try:
-            return w.results.recv()
+            msg = w.results.recv()
         except (EOFError, OSError):
             held = ", ".join(f"batch {k} positions {items[0][0]}-{items[-1][0]}" for k, items in w.outstanding)
             raise self._fail(self._worker_died(w, f"while it held {held}" if held else "")) from None
+        if msg[0] == "error" and msg[1] == _INIT:
+            raise self._init_failed(w, msg)
+        return msg
 
     # ---- the layout, from worker 0's first sample -----------------------------------------------------
 
@@ -589,8 +581,6 @@ class Loader:
                                               f"timeout={self.timeout} s"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
                 msg = self._receive(w)
-                if msg[0] == "error" and msg[1] == _INIT:
-                    raise self._init_failed(w, msg)
                 if msg[0] == "spec" or msg[1] == -1:
                     self._probe_replies += 1
         if msg[0] == "error":
@@ -762,8 +752,6 @@ class Loader:
                                         "the loader is closed"))
 
     def _collect(self, w: _Worker, msg: Any) -> None:
-        if msg[0] == "error" and msg[1] == _INIT:
-            raise self._init_failed(w, msg)
         if msg[0] == "spec" or msg[1] == -1:
             return  # a first-sample reply left by an interrupted set-up
         k = msg[1]
