@@ -30,7 +30,9 @@ main process computed from the same samples (no host sync in the loop).
 """
 import argparse
 import math
+import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -122,18 +124,50 @@ def crop_params(width, height, g, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
     return (height - h) // 2, (width - w) // 2, h, w
 
 
+_METER_SLOTS = 64  # worker ids metered; a worker with a larger id is not metered
+
+
+def _worker_id():
+    """The id of the loader worker this runs in (a DataLoader's or a ferry Loader's), or None."""
+    info = torch.utils.data.get_worker_info()
+    if info is not None:
+        return info.id
+    from ferry.torch import worker_info
+    info = worker_info()
+    return info.id if info is not None else None
+
+
 class JpegFolder(torch.utils.data.Dataset):
     """Sample i: file i % len(paths) decoded (PIL, as torchvision's default_loader), resized crop and
     flip drawn from a generator seeded with i, as uint8 CHW (a permuted view of a copy of the pixels, as
-    torchvision's PILToTensor returns), and its label."""
+    torchvision's PILToTensor returns), and its label.
+
+    `meter`, shared memory made before the workers start, adds up per worker id the CPU seconds, wall
+    seconds and count of the samples made in loader workers: the dataset's own cost, whichever loader
+    runs it, apart from what the loader adds around it (collate, the write into a slot, messages)."""
 
     def __init__(self, paths, length, size, classes):
         self.paths, self.length, self.size, self.classes = paths, length, size, classes
+        self.meter = None
 
     def __len__(self):
         return self.length
 
     def __getitem__(self, i):
+        if self.meter is None:
+            return self._make(i)
+        wid = _worker_id()
+        if wid is None or wid >= _METER_SLOTS:
+            return self._make(i)
+        c0, t0 = time.process_time(), time.perf_counter()
+        sample = self._make(i)
+        m = self.meter
+        m[3 * wid] += time.process_time() - c0
+        m[3 * wid + 1] += time.perf_counter() - t0
+        m[3 * wid + 2] += 1
+        return sample
+
+    def _make(self, i):
         f = i % len(self.paths)
         with open(self.paths[f], "rb") as fh:
             img = Image.open(fh).convert("RGB")
@@ -214,8 +248,13 @@ def timed_steps(args, workers):
     return _whole_rounds(args.steps, workers)
 
 
-def run_level(name, workers, args, dev, ds, expected):
-    label = name if name == "ideal" else f"{name}/{workers}"
+def _meter_sums(meter):
+    """(CPU seconds, wall seconds, samples) that the workers spent in the dataset so far."""
+    m = list(meter)
+    return sum(m[0::3]), sum(m[1::3]), sum(m[2::3])
+
+
+def run_level(label, name, workers, args, dev, ds, expected):
     row = lc.Row(label, LEVELS[name])
     torch.manual_seed(0)
     model = make_model(args, dev)
@@ -254,6 +293,8 @@ def run_level(name, workers, args, dev, ds, expected):
     else:
         n = 0
         info = {}
+        ds.meter = multiprocessing.RawArray("d", 3 * _METER_SLOTS)  # before the workers start
+        meter0 = None
         it = batches(name, ds, workers, args, dev, info)
         start = time.perf_counter()
         for i, (x, y) in enumerate(it):
@@ -262,6 +303,7 @@ def run_level(name, workers, args, dev, ds, expected):
                 row.extra["first_batch_seconds"] = time.perf_counter() - start
             if i == warmup:
                 dev.synchronize()
+                meter0 = _meter_sums(ds.meter)
                 win.begin()
             if i == total:  # the window ends as batch `total` arrives (and the GPU is done): unused
                 break
@@ -269,7 +311,17 @@ def run_level(name, workers, args, dev, ds, expected):
             n += 1
         dev.synchronize()
         win.end()
+        meter1 = _meter_sums(ds.meter)
         it.close()
+        ds.meter = None
+        made = meter1[2] - meter0[2] if meter0 is not None else 0
+        if made > 0 and workers <= _METER_SLOTS:
+            # Per sample made in the window: the dataset's CPU and wall time, and the workers' CPU outside
+            # it (the loader's part: collate or the write into a slot, messages, page faults).
+            row.extra["dataset_cpu_ms"] = (meter1[0] - meter0[0]) / made * 1e3
+            row.extra["dataset_wall_ms"] = (meter1[1] - meter0[1]) / made * 1e3
+            row.extra["outside_cpu_ms"] = (win.parts[2] - (meter1[0] - meter0[0])) / made * 1e3
+            row.extra["samples_in_window"] = made
         if info:
             busy = sum(w["seconds"] for w in info["workers"])
             row.extra["loader_stats"] = info
@@ -309,6 +361,40 @@ def time_copies(ds, args, dev):
             "batch_bytes": args.batch * 3 * args.size * args.size}
 
 
+def _median_of(rows, key):
+    v = [r.extra[key] for r in rows if key in r.extra]
+    return statistics.median(v) if v else None
+
+
+def _text(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
+def repeat_summary(rows, args):
+    """With --repeat: per level and N, the median steps/s and its range over the repeats, with the median
+    per-sample dataset and outside CPU; printed as a table, returned for the JSON."""
+    ideal = next((r for r in rows if r.name == "ideal" and r.error is None), None)
+    groups = {}
+    for r in rows:
+        if r.name != "ideal" and r.error is None:
+            groups.setdefault(r.name.split("#")[0], []).append(r)
+    out = []
+    print(f"over {args.repeat} repeats (the order of the levels rotated): median [min-max]")
+    print(f"{'level':16}  {'steps/s':>20}  {'x ideal':>7}  {'ds ms':>6}  {'out ms':>6}  {'write ms':>8}")
+    for label, rs in groups.items():
+        sps = [r.steps_per_s for r in rs]
+        write = _median_of(rs, "write_seconds_per_batch")
+        item = {"level": label, "runs": len(rs), "steps_per_s": sps, "median_steps_per_s": statistics.median(sps),
+                "of_ideal": statistics.median(sps) / ideal.steps_per_s if ideal else None,
+                "dataset_cpu_ms": _median_of(rs, "dataset_cpu_ms"), "outside_cpu_ms": _median_of(rs, "outside_cpu_ms"),
+                "write_ms_per_batch": None if write is None else write * 1e3}
+        out.append(item)
+        spread = f"{item['median_steps_per_s']:.2f} [{min(sps):.2f}-{max(sps):.2f}]"
+        print(f"{label:16}  {spread:>20}  {_text(item['of_ideal'], '.2f'):>7}  {_text(item['dataset_cpu_ms'], '.2f'):>6}  "
+              f"{_text(item['outside_cpu_ms'], '.2f'):>6}  {_text(item['write_ms_per_batch'], '.1f'):>8}")
+    return out
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -323,6 +409,9 @@ def parse_args(argv=None):
     p.add_argument("--data", help="directory of the JPEGs (made where missing; default: a temporary one)")
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--model", choices=["resnet50", "tiny"], default="resnet50")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run each level at each N this many times, the order of the levels rotated each time, "
+                        "and print the median and range of each (default 1)")
     p.add_argument("--prefetch-factor", type=int, default=2, help="DataLoader prefetch_factor (default 2)")
     p.add_argument("--depth", type=int, default=2, help="ferry: device slots (default 2)")
     p.add_argument("--loader-start-method", choices=["fork", "forkserver", "spawn"],
@@ -338,7 +427,7 @@ def parse_args(argv=None):
         p.set_defaults(device="cpu", model="tiny", batch=4, size=32, steps=2, warmup=1, workers="2", images=6,
                        classes=10)
     a = p.parse_args(argv)
-    for name in ("steps", "warmup", "batch", "size", "images", "classes", "prefetch_factor", "depth"):
+    for name in ("steps", "warmup", "batch", "size", "images", "classes", "prefetch_factor", "depth", "repeat"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")
     try:
@@ -370,11 +459,15 @@ def main(argv=None):
         print(f"[{time.strftime('%H:%M:%S')}] {len(paths)} JPEGs in {directory}, reference sums of {total} "
               f"batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         copies = time_copies(ds, args, dev)
-        runs = [(name, 0) for name in args.level_list if name == "ideal"]
-        runs += [(name, w) for w in args.worker_counts for name in args.level_list if name != "ideal"]
-        names = {(n if n == "ideal" else f"{n}/{w}"): LEVELS[n] for n, w in runs}
-        by_label = dict(zip(names, runs))
-        rows = lc.run_levels(names, list(names), lambda label: run_level(*by_label[label], args, dev, ds, expected))
+        runs = {name: (name, 0) for name in args.level_list if name == "ideal"}
+        others = [name for name in args.level_list if name != "ideal"]
+        for w in args.worker_counts:
+            for r in range(args.repeat):
+                # Rotated each time, so that no level always runs first (or right after another)
+                for name in others[r % len(others):] + others[:r % len(others)] if others else []:
+                    runs[f"{name}/{w}" + (f"#{r + 1}" if args.repeat > 1 else "")] = (name, w)
+        names = {label: LEVELS[n] for label, (n, w) in runs.items()}
+        rows = lc.run_levels(names, list(names), lambda label: run_level(label, *runs[label], args, dev, ds, expected))
     lc.print_table(rows, [
         ("level", 16, lambda r, i: r.name),
         ("steps/s", 8, lambda r, i: f"{r.steps_per_s:.2f}"),
@@ -388,17 +481,20 @@ def main(argv=None):
         ("start", 10, lambda r, i: r.extra.get("loader_stats", {}).get("start_method", "-")),
         ("write ms", 8, lambda r, i: f"{r.extra['write_seconds_per_batch'] * 1e3:.1f}"
          if "write_seconds_per_batch" in r.extra else "-"),
+        ("ds ms", 6, lambda r, i: f"{r.extra['dataset_cpu_ms']:.2f}" if "dataset_cpu_ms" in r.extra else "-"),
+        ("out ms", 6, lambda r, i: f"{r.extra['outside_cpu_ms']:.2f}" if "outside_cpu_ms" in r.extra else "-"),
         ("busy", 5, lambda r, i: f"{r.extra['worker_busy']:.2f}" if "worker_busy" in r.extra else "-"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "
        f"uint8, {args.images} JPEGs, {cores} cores allowed, {args.steps}+ timed steps (whole rounds of N), "
        f"{dev.description()}")
+    summary = repeat_summary(rows, args) if args.repeat > 1 else []
     pin = f"{copies['pin_seconds'] * 1e3:.1f} ms" if copies["pin_seconds"] is not None else "- (no GPU)"
     print(f"copies: one batch of {copies['batch_bytes'] / 1e6:.1f} MB: collate into fresh shared memory "
           f"{copies['collate_seconds'] * 1e3:.1f} ms, pin_memory() {pin} (what ferry.torch.Loader does not do)")
     if args.json:
-        lc.write_json(args.json, dev, args, rows, extra={"copies": copies})
+        lc.write_json(args.json, dev, args, rows, extra={"copies": copies, "repeat_summary": summary})
     return lc.exit_code(rows)
 
 
