@@ -21,6 +21,7 @@
 #include "api.hpp"
 #include "dlpack.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/strided_copy.hpp"
 #include "ferry/ingest/feed.hpp"
 #include "ferry/ingest/ingest.hpp"
 #include "interop.hpp"
@@ -166,6 +167,20 @@ int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_byt
     FERRY_EXPECTS(depth > 0, "prefetch: depth is 0; at least one device slot is needed");
     *out = new ferry_prefetch{
         std::make_shared<ferry::c_api::prefetch_state>(st, memory, slot_bytes, slots, depth)};
+  });
+}
+
+int ferry_copy_strided(void* dst, const void* src, size_t ndim, const int64_t* shape, const int64_t* strides,
+                       size_t item_bytes) {
+  return guard([&] {
+    FERRY_EXPECTS(ndim == 0 || (shape != nullptr && strides != nullptr),
+                  "ferry_copy_strided: shape or strides is NULL");
+    FERRY_EXPECTS(ndim <= ferry::kMaxStridedDims,
+                  fmt::format("ferry_copy_strided: {} dimensions; at most {}", ndim, ferry::kMaxStridedDims));
+    FERRY_EXPECTS(dst != nullptr && src != nullptr, "ferry_copy_strided: dst or src is NULL");
+    ferry::copy_strided(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src),
+                        std::span<const int64_t>(shape, ndim), std::span<const int64_t>(strides, ndim),
+                        item_bytes);
   });
 }
 

@@ -176,6 +176,37 @@ class Views:
         return self.data[i]
 
 
+class Strided:
+    """Sample i: leaves that are views with every kind of stride: an image's channels-first view of its
+    channels-last bytes (PILToTensor's permute), 4-channel and cropped too, a transposed float matrix, a
+    flipped numpy array, a broadcast row and a lazily conjugated complex vector."""
+
+    def __len__(self):
+        return 11
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        hwc = torch.randint(0, 256, (9, 7, 3), dtype=torch.uint8, generator=g)
+        rgba = torch.randint(0, 256, (6, 10, 4), dtype=torch.uint8, generator=g)
+        m = torch.randn(5, 3, generator=g)
+        c = torch.randn(4, dtype=torch.complex64, generator=g)
+        return (hwc.permute(2, 0, 1), rgba[1:5, 2:9].permute(2, 0, 1), m.t(), np.arange(12.0)[::-1] * i,
+                torch.arange(3, dtype=torch.int32).expand(4, 3) + i, c.conj())
+
+
+def test_strided_samples_are_gathered_into_the_slot_as_torch_stack_would(dev):
+    ds = Strided()
+    with Loader(ds, batch_size=4, workers=2, device=dev) as loader:
+        got = [[t.cpu().clone() for t in batch] for batch in loader]
+    assert len(got) == 3
+    for k, batch in enumerate(got):
+        samples = [ds[i] for i in range(4 * k, min(4 * k + 4, len(ds)))]
+        for leaf, x in enumerate(batch):
+            want = torch.stack([torch.as_tensor(np.ascontiguousarray(s[leaf])) if isinstance(s[leaf], np.ndarray)
+                                else s[leaf].resolve_conj() for s in samples])
+            assert x.dtype == want.dtype and torch.equal(x, want), (k, leaf)
+
+
 def labels_of(loader):
     return [y.tolist() for _, y in loader]
 

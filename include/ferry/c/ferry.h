@@ -167,6 +167,12 @@ FERRY_C_API int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out);
  * ferry_prefetch_slot_wait said so, then mark it with ferry_prefetch_slot_ready. */
 FERRY_C_API int ferry_prefetch_create_slots(ferry_device* dev, void* memory, size_t slot_bytes, size_t slots,
                                             size_t depth, ferry_prefetch** out);
+/* Copies the array at `src` of `ndim` sizes `shape`, element (i0, i1, ...) at byte offset
+ * sum(ik * strides[k]) and `item_bytes` long, into `dst` densely in C order: how a process writes a sample
+ * into its place in a slot. Strides may be zero or negative; at most 32 dimensions. A channels-first view
+ * of channels-last bytes (an image's permute(2, 0, 1)) is deinterleaved with vector shuffles. */
+FERRY_C_API int ferry_copy_strided(void* dst, const void* src, size_t ndim, const int64_t* shape,
+                                   const int64_t* strides, size_t item_bytes);
 /* Waits up to timeout_ms until batch `batch`'s slot may be written: *writable = 1, else 0. */
 FERRY_C_API int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms,
                                          int* writable);
