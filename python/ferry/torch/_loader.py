@@ -180,6 +180,10 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
+    # SIGUSR1 prints this worker's Python stack to stderr: the main process sends it to the workers that
+    # hold a batch past the timeout, so that a stuck dataset (or worker) shows where it is.
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -803,12 +807,33 @@ class Loader:
                 what = f"{b.left} samples left" if b is not None else "its slot never came free"
                 raise self._fail(RuntimeError(
                     f"ferry Loader: batch {k - self._plan_k0} of epoch {self._plan_epoch} was not made within "
-                    f"timeout={self.timeout} s ({what})"))
+                    f"timeout={self.timeout} s ({what}{self._show_holders(k)})"))
             self._absorb(multiprocessing.connection.wait(waits, min(left, 1.0)))
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
         self._dispatch()
         return b
+
+    def _show_holders(self, k: int) -> str:
+        """'; worker 1 (pid 12, state S) holds positions 6-7: its Python stack is on stderr' for each worker
+        that holds part of batch k, after asking it for its stack (SIGUSR1)."""
+        out = []
+        for w in self._workers:
+            held = [items for held_k, items in w.outstanding if held_k == k]
+            if not held:
+                continue
+            try:
+                with open(f"/proc/{w.pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                os.kill(w.pid, signal.SIGUSR1)
+            except OSError:
+                state = "gone"
+            positions = ", ".join(f"{items[0][0]}-{items[-1][0]}" for items in held)
+            out.append(f"worker {w.id} (pid {w.pid}, state {state}) holds positions {positions}")
+        if not out:
+            return ""
+        return "; " + "; ".join(out) + (": its Python stack is on stderr" if len(out) == 1 else
+                                        ": their Python stacks are on stderr")
 
     def _absorb(self, ready: List[Any]) -> None:
         if self._event_fd >= 0 and self._event_fd in ready:
