@@ -385,7 +385,9 @@ class Loader:
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
     worker's traceback (the epoch then ends); one in worker_init_fn is raised by next() with the worker's
     id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
-    it at once; the loader is closed then. close() (also on `with`, `del` and interpreter exit) stops the
+    it at once; the loader is closed then. A batch not made within `timeout` seconds raises RuntimeError
+    naming the workers that hold its samples (pid, state, positions), which print their Python stacks to
+    stderr, and closes the loader. close() (also on `with`, `del` and interpreter exit) stops the
     workers (killing those that do not exit within a second) and frees the memory: the shared memory has
     no name, so nothing is left in /dev/shm whatever happens.
 
@@ -663,8 +665,12 @@ class Loader:
         for w in self._workers:
             while w.outstanding:
                 if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
-                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} did not finish its chunk within "
-                                                  f"timeout={self.timeout} s"))
+                    try:
+                        os.kill(w.pid, signal.SIGUSR1)  # its Python stack, on stderr
+                    except OSError:
+                        pass
+                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) did not finish its chunk "
+                                                  f"within timeout={self.timeout} s: its Python stack is on stderr"))
                 self._collect(w, self._receive(w))
 
     # ---- epochs -----------------------------------------------------------------------------------
