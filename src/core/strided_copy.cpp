@@ -34,10 +34,12 @@ dims simplified(std::span<const std::int64_t> shape, std::span<const std::int64_
 }
 
 // The deinterleave of `channels` interleaved byte planes: out[c][j] = in[j * channels + c]. Built also
-// for SSSE3 on x86-64 and chosen at load time where the CPU has it: the compiler vectorizes these loops
-// with byte shuffles (pshufb), which the x86-64 baseline lacks.
+// for SSSE3 on x86-64 and chosen at load time where the CPU has it: GCC vectorizes these loops with byte
+// shuffles (pshufb), which the x86-64 baseline lacks, under its dynamic cost model (-O2's cheap model
+// leaves them scalar, about 4 times slower).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FERRY_SHUFFLE_CLONES __attribute__((target_clones("default", "ssse3")))
+#define FERRY_SHUFFLE_CLONES \
+  __attribute__((target_clones("default", "ssse3"), optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else
 #define FERRY_SHUFFLE_CLONES
 #endif
