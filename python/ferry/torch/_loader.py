@@ -180,15 +180,11 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
-    # SIGUSR1 prints this worker's Python stack to stderr: the main process sends it to the workers that
-    # hold a batch past the timeout, so that a stuck dataset (or worker) shows where it is.
-    import faulthandler
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import numpy as np
     import torch
     torch.set_num_threads(1)
     _worker = {"id": wid, "workers": workers, "seed": 0, "dataset": dataset}
-    base = 0  # the address of the slots in this worker
+    view: Optional[memoryview] = None
     mm: Optional[mmap.mmap] = None
     leaves: List[_Leaf] = []
     offsets: List[int] = []
@@ -232,16 +228,12 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                 leaves, offsets = leaves_, offsets_
                 # Populated now: the first write to each page would otherwise fault in every worker, in
                 # the first batches (about 1 us a page, 10 ms a 38 MB batch).
-                if mm is not None:
-                    mm.close()
                 mm = mmap.mmap(memfd.fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                                prot=mmap.PROT_READ | mmap.PROT_WRITE)
-                anchor = c_char.from_buffer(mm)  # an export of the buffer, dropped at once: mm can close
-                base = addressof(anchor)
-                del anchor
+                view = memoryview(mm)
             elif kind == "chunk":
                 _, k, slot_offset, items, epoch = msg
-                assert mm is not None
+                assert view is not None
                 t0, c0 = time.perf_counter(), time.process_time()
                 written, writing = 0, 0.0
                 failed = False
@@ -249,7 +241,7 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                     try:
                         sample = make(index, sample_seed(seed_root, epoch, index))
                         w0 = time.perf_counter()
-                        written += _write_sample(sample, index, position, base + slot_offset, leaves, offsets)
+                        written += _write_sample(sample, index, position, view, slot_offset, leaves, offsets)
                         writing += time.perf_counter() - w0
                     except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                         results.send(_error_message(k, position, index, e))
@@ -259,6 +251,8 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                     results.send(("done", k, len(items), written, time.perf_counter() - t0, writing,
                                   time.process_time() - c0))
     finally:
+        if view is not None:
+            view.release()
         if mm is not None:
             mm.close()
 
@@ -268,10 +262,9 @@ def _error_message(k: int, position: int, index: int, e: BaseException) -> Tuple
             "".join(traceback.format_exception(type(e), e, e.__traceback__)))
 
 
-def _write_sample(sample: Any, index: int, position: int, slot: int, leaves: List[_Leaf], offsets: List[int]) -> int:
-    """Writes one sample's leaves into their places in the slot at address `slot`: the one copy of its
-    bytes, gathered from any strides (a channels-first view of an image's channels-last bytes is a
-    vectorized deinterleave: ferry_copy_strided)."""
+def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot_offset: int,
+                  leaves: List[_Leaf], offsets: List[int]) -> int:
+    """Writes one sample's leaves into their places in the slot: the one copy of its bytes."""
     import torch
     flat: List[Tuple[str, Any]] = []
     _leaves_of(sample, "sample", flat)
@@ -289,18 +282,12 @@ def _write_sample(sample: Any, index: int, position: int, slot: int, leaves: Lis
                 "DataLoader with a collate_fn that pads, and ferry.torch.Prefetcher(batch_bytes=the largest))")
         if leaf.nbytes == 0:
             continue
+        start = slot_offset + base + position * leaf.nbytes
+        dst = torch.frombuffer(view[start:start + leaf.nbytes], dtype=torch.uint8)
         src = t.detach()
-        if src.device.type != "cpu" or src.layout != torch.strided or src.is_quantized:
-            raise ValueError(f"sample {index}: {path} is a {src.device.type} tensor of layout {src.layout}"
-                             f"{' (quantized)' if src.is_quantized else ''}; a Loader worker writes dense CPU "
-                             "tensors: return CPU tensors or arrays from the dataset")
-        if src.is_conj() or src.is_neg():  # lazy conjugate or negation: the stored bytes are not the values
-            src = src.resolve_conj().resolve_neg()
-        item = src.element_size()
-        ndim = src.dim()
-        check(lib.ferry_copy_strided(slot + base + position * leaf.nbytes, src.data_ptr(), ndim,
-                                     (c_int64 * ndim)(*src.shape), (c_int64 * ndim)(*(s * item for s in src.stride())),
-                                     item))
+        if src.dtype == torch.bool:
+            src = src.view(torch.uint8)
+        dst.view(src.dtype).view(src.shape).copy_(src)
         written += leaf.nbytes
     return written
 
@@ -385,9 +372,7 @@ class Loader:
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
     worker's traceback (the epoch then ends); one in worker_init_fn is raised by next() with the worker's
     id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
-    it at once; the loader is closed then. A batch not made within `timeout` seconds raises RuntimeError
-    naming the workers that hold its samples (pid, state, positions), which print their Python stacks to
-    stderr, and closes the loader. close() (also on `with`, `del` and interpreter exit) stops the
+    it at once; the loader is closed then. close() (also on `with`, `del` and interpreter exit) stops the
     workers (killing those that do not exit within a second) and frees the memory: the shared memory has
     no name, so nothing is left in /dev/shm whatever happens.
 
@@ -665,12 +650,8 @@ class Loader:
         for w in self._workers:
             while w.outstanding:
                 if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
-                    try:
-                        os.kill(w.pid, signal.SIGUSR1)  # its Python stack, on stderr
-                    except OSError:
-                        pass
-                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) did not finish its chunk "
-                                                  f"within timeout={self.timeout} s: its Python stack is on stderr"))
+                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} did not finish its chunk within "
+                                                  f"timeout={self.timeout} s"))
                 self._collect(w, self._receive(w))
 
     # ---- epochs -----------------------------------------------------------------------------------
@@ -813,33 +794,12 @@ class Loader:
                 what = f"{b.left} samples left" if b is not None else "its slot never came free"
                 raise self._fail(RuntimeError(
                     f"ferry Loader: batch {k - self._plan_k0} of epoch {self._plan_epoch} was not made within "
-                    f"timeout={self.timeout} s ({what}{self._show_holders(k)})"))
+                    f"timeout={self.timeout} s ({what})"))
             self._absorb(multiprocessing.connection.wait(waits, min(left, 1.0)))
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
         self._dispatch()
         return b
-
-    def _show_holders(self, k: int) -> str:
-        """'; worker 1 (pid 12, state S) holds positions 6-7: its Python stack is on stderr' for each worker
-        that holds part of batch k, after asking it for its stack (SIGUSR1)."""
-        out = []
-        for w in self._workers:
-            held = [items for held_k, items in w.outstanding if held_k == k]
-            if not held:
-                continue
-            try:
-                with open(f"/proc/{w.pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-                os.kill(w.pid, signal.SIGUSR1)
-            except OSError:
-                state = "gone"
-            positions = ", ".join(f"{items[0][0]}-{items[-1][0]}" for items in held)
-            out.append(f"worker {w.id} (pid {w.pid}, state {state}) holds positions {positions}")
-        if not out:
-            return ""
-        return "; " + "; ".join(out) + (": its Python stack is on stderr" if len(out) == 1 else
-                                        ": their Python stacks are on stderr")
 
     def _absorb(self, ready: List[Any]) -> None:
         if self._event_fd >= 0 and self._event_fd in ready:
