@@ -37,7 +37,10 @@ dims simplified(std::span<const std::int64_t> shape, std::span<const std::int64_
 // for SSSE3 on x86-64 and chosen at load time where the CPU has it: GCC vectorizes these loops with byte
 // shuffles (pshufb), which the x86-64 baseline lacks, under its dynamic cost model (-O2's cheap model
 // leaves them scalar, about 4 times slower).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under a sanitizer: an ifunc's resolver runs while relocating, before the sanitizer's runtime is up,
+// and the TSan build crashed at load.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define FERRY_SHUFFLE_CLONES \
   __attribute__((target_clones("default", "ssse3"), optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else
