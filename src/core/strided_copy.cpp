@@ -135,8 +135,8 @@ void copy_strided(std::byte* dst, const std::byte* src, std::span<const std::int
     });
     return;
   }
-  // Interleaved channels read as planes: a channels-first view of channels-last bytes (image.permute(2, 0,
-  // 1)).
+  // Interleaved channels read as planes: a channels-first view of channels-last bytes (an image's
+  // permute(2, 0, 1)).
   if (item == 1 && d.n >= 2 && d.stride[d.n - 2] == 1 && (d.size[d.n - 2] == 3 || d.size[d.n - 2] == 4) &&
       d.stride[d.n - 1] == d.size[d.n - 2]) {
     const std::int64_t channels = d.size[d.n - 2];
