@@ -5,7 +5,8 @@
 // it (until its deleter runs, on any thread, perhaps without any interpreter lock). When the last hold
 // goes, the batch is released to the prefetcher on the consumer stream given at next(): an event recorded
 // there, after which the device slot may be refilled. Each hold also keeps the prefetcher alive, so a
-// tensor may outlive the handle.
+// tensor may outlive the handle. A fork child inherits such tensors but none of ferry's threads: there,
+// dropping a hold does nothing (drop_hold).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "api.hpp"
 #include "dlpack.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/fork.hpp"
 #include "ferry/core/strided_copy.hpp"
 #include "ferry/ingest/feed.hpp"
 #include "ferry/ingest/ingest.hpp"
@@ -75,6 +77,8 @@ struct prefetch_state {
   std::mutex mu;
   std::set<std::uint64_t> lent;  // batch numbers lent and not yet released
   std::atomic<bool> closed{false};
+  // The process it was made in: a fork child holds a copy of this state without its threads.
+  const std::uint64_t fork_generation = ferry::fork_generation();
 };
 
 }  // namespace ferry::c_api
@@ -99,6 +103,11 @@ namespace {
 // Drops one hold; the last one releases the batch on its consumer stream. Never throws: it runs in DLPack
 // deleters. A failure to release is reported (the slot then stays lent; the prefetcher still closes).
 void drop_hold(ferry_batch* b) noexcept {
+  // In a fork child (a DataLoader's or a Loader's worker, any multiprocessing child) that frees a tensor
+  // it inherited, perhaps in a garbage collection: the batch is the parent's, and releasing it here would
+  // take the prefetcher's locks, which a thread of the parent may have held at the fork (held forever
+  // in the child: it would hang). The child's copy is left as it is; the parent's is untouched.
+  if (b->state->fork_generation != ferry::fork_generation()) return;
   if (b->holds.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   auto& st = *b->state;
   try {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/fork.hpp"
 
 namespace ferry::trace {
 
@@ -117,17 +118,11 @@ void timeline::sort() {
   }
 }
 
-namespace {
-// Bumped in every fork child, whose one thread has a new id but the forking thread's thread_locals.
-std::atomic<std::uint64_t> g_fork_generation{0};
-[[maybe_unused]] const int g_fork_handler =
-    ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
-}  // namespace
-
 std::uint64_t this_thread_id() noexcept {
+  // A fork child's one thread has a new id but the forking thread's thread_locals.
   thread_local std::uint64_t id = 0;
   thread_local std::uint64_t generation = 0;
-  const std::uint64_t now = g_fork_generation.load(std::memory_order_relaxed);
+  const std::uint64_t now = fork_generation();
   if (id == 0 || generation != now) {
     id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
     generation = now;

@@ -3,6 +3,7 @@ that ferry registers and prefetches. Order, shuffling, epochs, sharding by rank,
 independent of the worker count, sample structures, refusals, a worker's exception and death, shutdown
 (close, del, break, Ctrl-C, the parent killed), and after every test: no worker left, no file added to
 /dev/shm, no descriptor leaked."""
+import gc
 import os
 import signal
 import subprocess
@@ -411,6 +412,40 @@ def test_a_batch_refused_for_a_kept_slot_leaves_the_loader_in_step():
         assert [y.tolist() for _, y in kept] == [list(range(8)), list(range(8, 16))]
         del kept, batch
         assert labels_of(loader) == [list(range(i, min(i + 8, 37))) for i in range(0, 37, 8)]
+
+
+class _Finalized:
+    """Garbage (a cycle) whose finalizer records the process that ran it."""
+
+    def __init__(self, path):
+        self.path, self.me = path, self
+
+    def __del__(self):
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+class _Collecting(Numbers):
+    def __getitem__(self, i):
+        gc.collect()  # as the interpreter may, at any allocation
+        return super().__getitem__(i)
+
+
+def test_a_worker_runs_no_finalizer_of_what_it_inherited(tmp_path):
+    """A forked worker holds a copy of the parent's garbage: its finalizers (a ferry batch's, a CUDA
+    object's) must not run there, where a lock held by one of the parent's threads at the fork would
+    stay held forever."""
+    record = tmp_path / "finalized"
+    gc.disable()  # the garbage is still there when the workers are forked
+    try:
+        _Finalized(str(record))
+        loader = Loader(_Collecting(8), batch_size=4, workers=2, device="cpu")
+    finally:
+        gc.enable()
+    with loader:
+        assert labels_of(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    gc.collect()
+    assert record.read_text().split() == [str(os.getpid())]  # collected here only
 
 
 DEFAULT_METHOD = textwrap.dedent('''

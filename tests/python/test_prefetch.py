@@ -1,6 +1,7 @@
 """ferry.torch.Prefetcher: structures and values, a DataLoader, the lifetime rule, errors, fork."""
 import collections
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -257,4 +258,40 @@ def test_use_in_a_forked_child_raises_a_clear_error(device):
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+    it.close()
+
+
+def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(device):
+    """A fork child (a DataLoader's worker, any multiprocessing child) may free batch tensors it inherited,
+    perhaps in a garbage collection. That must not release the batch: the release takes the prefetcher's
+    locks, which one of the parent's threads may have held at the fork, and the child would wait forever."""
+    from ctypes import byref, c_int, c_uint64
+
+    from ferry._c import lib
+    it = Prefetcher(batches(4), device=device)
+    batch = next(it)  # batch 0, lent until its tensors go
+    handle = it._handle
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read)
+            signal.alarm(30)  # a child that hangs in the free is killed, and the test fails
+            del batch  # the last reference in this child to batch 0's tensors (they hold no cycle)
+            out = c_int(-1)
+            code = 0 if lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 else 2
+            os.write(write, bytes([out.value & 0xFF]))
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read, 1)
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert answer == b"\x00", "the child's free released the parent's batch 0"
+    out = c_int(-1)
+    assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 and out.value == 0  # lent here
+    del batch
+    assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 and out.value == 1
     it.close()

@@ -22,6 +22,7 @@ cpu_seconds) | ("error", k, position, index, type module, type name, message, tr
 from __future__ import annotations
 
 import collections
+import gc
 import math
 import mmap
 import multiprocessing
@@ -178,6 +179,11 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                  worker_init_fn: Optional[Callable[[int], None]], memfd: _Fd, tasks: Any, results: Any,
                  parent: Optional[int]) -> None:
     global _worker
+    # What the worker inherited is the parent's: a garbage collection here must not run its finalizers
+    # (a parent's ferry or CUDA object freed in a fork child can wait forever on a lock that one of the
+    # parent's threads held at the fork). Frozen objects are never collected, nor written by the collector
+    # (their pages stay shared with the parent).
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
     import numpy as np
