@@ -318,6 +318,27 @@ class SlowFirst(Numbers):
         return super().__getitem__(i)
 
 
+class StuckAt(Numbers):
+    """Numbers whose sample 13 never comes (a dataset stuck on a lock or a dead mount)."""
+
+    def __getitem__(self, i):
+        if i == 13:
+            time.sleep(3600)
+        return super().__getitem__(i)
+
+
+def test_a_stuck_sample_times_out_naming_the_worker_that_holds_it_with_its_stack(capfd):
+    with Loader(StuckAt(), batch_size=8, workers=2, device="cpu", timeout=2) as loader:
+        it = iter(loader)
+        assert next(it)[1].tolist() == list(range(8))
+        # Sample 13 is position 5 of batch 1, in the chunk 4-5; the chunk 6-7 may be waiting behind it.
+        with pytest.raises(RuntimeError, match=r"batch 1 of epoch 0 was not made within timeout=2.0 s \([24] samples left; "
+                                               r"worker \d \(pid \d+, state S\) holds positions 4-5.*: (its|their) Python "
+                                               r"stacks? (is|are) on stderr\)"):
+            next(it)
+    assert "in __getitem__" in capfd.readouterr().err  # the stuck worker's stack, from its own stderr
+
+
 @pytest.mark.parametrize("dataset", [Numbers, SlowFirst])
 def test_a_worker_init_fn_that_raises_is_raised_by_next_with_its_traceback_and_the_loader_closes(dataset):
     loader = Loader(dataset(), batch_size=4, workers=3, worker_init_fn=refuse_worker_2, device="cpu")

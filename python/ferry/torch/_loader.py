@@ -186,6 +186,10 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
+    # SIGUSR1 prints this worker's Python stack to stderr: the main process sends it to the workers that
+    # hold a batch past the timeout, so that a stuck dataset (or worker) shows where it is.
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -378,7 +382,9 @@ class Loader:
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
     worker's traceback (the epoch then ends); one in worker_init_fn is raised by next() with the worker's
     id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
-    it at once; the loader is closed then. close() (also on `with`, `del` and interpreter exit) stops the
+    it at once; the loader is closed then. A batch not made within `timeout` seconds raises RuntimeError
+    naming the workers that hold its samples (pid, state, positions), which print their Python stacks to
+    stderr, and closes the loader. close() (also on `with`, `del` and interpreter exit) stops the
     workers (killing those that do not exit within a second) and frees the memory: the shared memory has
     no name, so nothing is left in /dev/shm whatever happens.
 
@@ -583,8 +589,9 @@ class Loader:
         while self._probe_replies < self._probes:  # an interrupted set-up's reply comes first: skipped
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self._fail(RuntimeError(f"ferry Loader: worker 0 made no sample {first_index} within "
-                                              f"timeout={self.timeout} s"))
+                raise self._fail(RuntimeError(
+                    f"ferry Loader: worker 0 (pid {w.pid}, state {_ask_for_stack(w.pid)}) made no sample {first_index} "
+                    f"within timeout={self.timeout} s: its Python stack is on stderr"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
                 msg = self._receive(w)
                 if msg[0] == "spec" or msg[1] == -1:
@@ -656,8 +663,9 @@ class Loader:
         for w in self._workers:
             while w.outstanding:
                 if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
-                    raise self._fail(RuntimeError(f"ferry Loader worker {w.id} did not finish its chunk within "
-                                                  f"timeout={self.timeout} s"))
+                    raise self._fail(RuntimeError(
+                        f"ferry Loader worker {w.id} (pid {w.pid}, state {_ask_for_stack(w.pid)}) did not finish its "
+                        f"chunk within timeout={self.timeout} s: its Python stack is on stderr"))
                 self._collect(w, self._receive(w))
 
     # ---- epochs -----------------------------------------------------------------------------------
@@ -800,12 +808,30 @@ class Loader:
                 what = f"{b.left} samples left" if b is not None else "its slot never came free"
                 raise self._fail(RuntimeError(
                     f"ferry Loader: batch {k - self._plan_k0} of epoch {self._plan_epoch} was not made within "
-                    f"timeout={self.timeout} s ({what})"))
+                    f"timeout={self.timeout} s ({what}{self._show_holders(k)})"))
             self._absorb(multiprocessing.connection.wait(waits, min(left, 1.0)))
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
         self._dispatch()
         return b
+
+    def _show_holders(self, k: int) -> str:
+        """'; worker 1 (pid 12, state S) holds positions 6-7: its Python stack is on stderr' for each worker
+        that holds part of batch k, after asking it for its stack (SIGUSR1)."""
+        out = []
+        for w in self._workers:
+            held = [items for held_k, items in w.outstanding if held_k == k]
+            if held:
+                positions = ", ".join(f"{items[0][0]}-{items[-1][0]}" for items in held)
+                out.append(f"worker {w.id} (pid {w.pid}, state {_ask_for_stack(w.pid)}) holds positions {positions}")
+        b = self._batches.get(k)
+        if b is not None and b.pending:
+            out.append(f"{sum(map(len, b.pending))} samples not yet handed to a worker")
+        if not out:
+            return ""
+        stacks = sum(1 for line in out if line.startswith("worker "))
+        return "; " + "; ".join(out) + ("" if stacks == 0 else ": its Python stack is on stderr" if stacks == 1
+                                        else ": their Python stacks are on stderr")
 
     def _absorb(self, ready: List[Any]) -> None:
         if self._event_fd >= 0 and self._event_fd in ready:
@@ -964,6 +990,18 @@ class _SharedMapping:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _ask_for_stack(pid: int) -> str:
+    """Asks a worker for its Python stack (SIGUSR1: faulthandler prints it to the worker's stderr) and
+    returns its scheduler state from /proc ("R" running, "S" sleeping, "D" in the kernel...; "gone")."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        os.kill(pid, signal.SIGUSR1)
+        return state
+    except (OSError, IndexError):
+        return "gone"
 
 
 def _fork_is_safe() -> bool:
