@@ -469,6 +469,40 @@ def test_a_worker_runs_no_finalizer_of_what_it_inherited(tmp_path):
     assert record.read_text().split() == [str(os.getpid())]  # collected here only
 
 
+def test_a_fork_childs_copy_of_the_mapping_unmaps_nothing_of_the_childs():
+    """The slots are not mapped in a fork child (MADV_DONTFORK): a copy of the mapping object collected
+    there (a DataLoader's worker forked while a Loader was garbage) must leave that address range alone,
+    which may hold the child's own memory."""
+    import ctypes
+    import mmap
+    with Loader(Numbers(8), batch_size=4, workers=1, device="cpu") as loader:
+        assert labels_of(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        mapping = loader._mm
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                signal.alarm(30)
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.mmap.restype = ctypes.c_void_p
+                libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_long]
+                # The child's own memory where the parent's slots are (free here: not inherited).
+                mine = libc.mmap(mapping.address, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_WRITE,
+                                 mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x100000, -1, 0)  # MAP_FIXED_NOREPLACE
+                code = 4 if mine != mapping.address else 5
+                if code == 5:
+                    mapping.close()  # as its finalizer would, in a garbage collection here
+                    with open("/proc/self/maps") as f:
+                        mapped = any(int(line.split("-")[0], 16) == mine for line in f)
+                    code = 0 if mapped else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert loader._mm is mapping and mapping.address  # the parent's mapping is untouched
+
+
 DEFAULT_METHOD = textwrap.dedent('''
     import sys, threading, torch
     sys.path.insert(0, sys.argv[1])

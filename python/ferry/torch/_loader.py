@@ -971,7 +971,7 @@ class _SharedMapping:
         libc.mmap.argtypes = [c_void_p, ctypes.c_size_t, c_int, c_int, c_int, ctypes.c_long]
         libc.munmap.argtypes = [c_void_p, ctypes.c_size_t]
         libc.madvise.argtypes = [c_void_p, ctypes.c_size_t, c_int]
-        self._libc, self.size = libc, size
+        self._libc, self.size, self._pid = libc, size, _runtime.current_pid()
         addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
                          mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), fd, 0)
         if addr is None or addr == c_void_p(-1).value:
@@ -984,9 +984,11 @@ class _SharedMapping:
             raise OSError(err, f"ferry Loader: madvise(MADV_DONTFORK) on the slots failed: {os.strerror(err)}")
 
     def close(self) -> None:
-        if self.address:
+        # In a fork child (a copy of this object, collected there) the mapping is not inherited
+        # (MADV_DONTFORK): the address range may hold something else of the child's.
+        if self.address and self._pid == _runtime.current_pid():
             self._libc.munmap(self.address, self.size)
-            self.address = 0
+        self.address = 0
 
     def __del__(self) -> None:
         self.close()
