@@ -194,7 +194,7 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
     import torch
     torch.set_num_threads(1)
     _worker = {"id": wid, "workers": workers, "seed": 0, "dataset": dataset}
-    view: Optional[memoryview] = None
+    base = 0  # the address of the slots in this worker
     mm: Optional[mmap.mmap] = None
     leaves: List[_Leaf] = []
     offsets: List[int] = []
@@ -238,12 +238,16 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                 leaves, offsets = leaves_, offsets_
                 # Populated now: the first write to each page would otherwise fault in every worker, in
                 # the first batches (about 1 us a page, 10 ms a 38 MB batch).
+                if mm is not None:
+                    mm.close()
                 mm = mmap.mmap(memfd.fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                                prot=mmap.PROT_READ | mmap.PROT_WRITE)
-                view = memoryview(mm)
+                anchor = c_char.from_buffer(mm)  # an export of the buffer, dropped at once: mm can close
+                base = addressof(anchor)
+                del anchor
             elif kind == "chunk":
                 _, k, slot_offset, items, epoch = msg
-                assert view is not None
+                assert mm is not None
                 t0, c0 = time.perf_counter(), time.process_time()
                 written, writing = 0, 0.0
                 failed = False
@@ -251,7 +255,7 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                     try:
                         sample = make(index, sample_seed(seed_root, epoch, index))
                         w0 = time.perf_counter()
-                        written += _write_sample(sample, index, position, view, slot_offset, leaves, offsets)
+                        written += _write_sample(sample, index, position, base + slot_offset, leaves, offsets)
                         writing += time.perf_counter() - w0
                     except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                         results.send(_error_message(k, position, index, e))
@@ -261,8 +265,6 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                     results.send(("done", k, len(items), written, time.perf_counter() - t0, writing,
                                   time.process_time() - c0))
     finally:
-        if view is not None:
-            view.release()
         if mm is not None:
             mm.close()
 
@@ -272,9 +274,10 @@ def _error_message(k: int, position: int, index: int, e: BaseException) -> Tuple
             "".join(traceback.format_exception(type(e), e, e.__traceback__)))
 
 
-def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot_offset: int,
-                  leaves: List[_Leaf], offsets: List[int]) -> int:
-    """Writes one sample's leaves into their places in the slot: the one copy of its bytes."""
+def _write_sample(sample: Any, index: int, position: int, slot: int, leaves: List[_Leaf], offsets: List[int]) -> int:
+    """Writes one sample's leaves into their places in the slot at address `slot`: the one copy of its
+    bytes, gathered from any strides (a channels-first view of an image's channels-last bytes is a
+    vectorized deinterleave: ferry_copy_strided)."""
     import torch
     flat: List[Tuple[str, Any]] = []
     _leaves_of(sample, "sample", flat)
@@ -292,12 +295,18 @@ def _write_sample(sample: Any, index: int, position: int, view: memoryview, slot
                 "DataLoader with a collate_fn that pads, and ferry.torch.Prefetcher(batch_bytes=the largest))")
         if leaf.nbytes == 0:
             continue
-        start = slot_offset + base + position * leaf.nbytes
-        dst = torch.frombuffer(view[start:start + leaf.nbytes], dtype=torch.uint8)
         src = t.detach()
-        if src.dtype == torch.bool:
-            src = src.view(torch.uint8)
-        dst.view(src.dtype).view(src.shape).copy_(src)
+        if src.device.type != "cpu" or src.layout != torch.strided or src.is_quantized:
+            raise ValueError(f"sample {index}: {path} is a {src.device.type} tensor of layout {src.layout}"
+                             f"{' (quantized)' if src.is_quantized else ''}; a Loader worker writes dense CPU "
+                             "tensors: return CPU tensors or arrays from the dataset")
+        if src.is_conj() or src.is_neg():  # lazy conjugate or negation: the stored bytes are not the values
+            src = src.resolve_conj().resolve_neg()
+        item = src.element_size()
+        ndim = src.dim()
+        check(lib.ferry_copy_strided(slot + base + position * leaf.nbytes, src.data_ptr(), ndim,
+                                     (c_int64 * ndim)(*src.shape), (c_int64 * ndim)(*(s * item for s in src.stride())),
+                                     item))
         written += leaf.nbytes
     return written
 
