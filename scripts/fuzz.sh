@@ -42,6 +42,7 @@ sources=(
   "$root/src/trace/timeline.cpp"
   "$root/src/core/atomic_file.cpp"
   "$root/src/core/error.cpp"
+  "$root/src/core/fork.cpp"
   "$root/src/core/units.cpp"
   "$root/src/core/text.cpp"
 )
