@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "work_class.hpp"
+
 namespace ferry::trace::detail {
 
 namespace {
@@ -57,6 +59,22 @@ bool explained_elsewhere(const finding& f, const std::vector<finding>& fs, doubl
 bool costs_nothing(const finding& f) { return f.rule != "drain_tail" && f.cost_ms_per_step < 0.005; }
 
 }  // namespace
+
+const idle_attribution* delegated_work(const analysis& s) {
+  const idle_attribution* top = nullptr;
+  for (const idle_attribution& a : s.idle)
+    if (a.main_thread) {
+      top = &a;
+      break;
+    }
+  if (top == nullptr || classify_work(top->activity, top->blocking) != work_class::host_wait) return nullptr;
+  for (const idle_attribution& a : s.idle) {
+    if (a.main_thread || a.fraction_of_idle < cause_share) continue;
+    const work_class c = classify_work(a.activity, a.blocking);
+    if (c == work_class::launch || c == work_class::framework) return &a;
+  }
+  return nullptr;
+}
 
 std::vector<finding> find_all(const model& m) {
   std::vector<finding> fs;

@@ -301,6 +301,52 @@ TEST(analyze_rules, gpu_idle_names_the_main_threads_activity_and_its_fix) {
   EXPECT_NE(out.findings.front().fix.find("ferry::egress::pipeline's sinks"), std::string::npos);
 }
 
+// A launch-bound PyTorch step: forward launches 5 us kernels from the main thread, then backward launches
+// them from the autograd engine's thread while the main thread waits on a condition variable. With
+// `autograd_launches` false that thread recorded nothing.
+builder backward_on_another_thread(bool autograd_launches) {
+  constexpr std::uint64_t autograd_tid = 300;
+  builder b;
+  b.t.thread_names[autograd_tid] = "pt_autograd_0";
+  b.steps(4, 1000);
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = i * 1000.0;
+    for (double l = t0; l + 30 <= t0 + 300; l += 30) {
+      b.api("cudaLaunchKernel", l, l + 20);
+      b.kernel(l + 20, l + 25);
+    }
+    b.range("pthread_cond_wait (libstdc++.so.6)", t0 + 300, t0 + 990);
+    for (double l = t0 + 300; l + 30 <= t0 + 990; l += 30) {
+      if (autograd_launches) b.api("cudaLaunchKernel", l, l + 20, sync_kind::none, autograd_tid);
+      b.kernel(l + 20, l + 25);
+    }
+  }
+  return b;
+}
+
+TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
+  analyze_options o;
+  o.wording = fix_wording::pytorch;
+  const analysis a = backward_on_another_thread(true).run(o);
+  ASSERT_EQ(a.bottleneck(), "gpu_idle");
+  const finding& f = a.findings.front();
+  EXPECT_EQ(f.title,
+            "GPU idle 84% of each step while thread pt_autograd_0 is in 'cudaLaunchKernel' (the main thread "
+            "waits for it in 'pthread_cond_wait (libstdc++.so.6)')");
+  EXPECT_EQ(f.cause, "launch");
+  EXPECT_TRUE(f.fix.find("CUDA graphs") != std::string::npos &&
+              f.fix.find("autograd engine") != std::string::npos)
+      << f.fix;
+  // The wait is not host work of its own: host_bound does not count it.
+  EXPECT_EQ(find_rule(a, "host_bound"), nullptr);
+
+  // Without the other thread's launches the wait is all the trace shows, and is named.
+  const analysis alone = backward_on_another_thread(false).run(o);
+  EXPECT_EQ(alone.findings.front().title,
+            "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'");
+  EXPECT_NE(find_rule(alone, "host_bound"), nullptr);
+}
+
 TEST(analyze_rules, gpu_idle_stays_quiet_at_the_threshold) {
   builder b = busy_steps();  // 50 of 1000 us idle: 5%
   EXPECT_EQ(find_rule(b.run(), "gpu_idle"), nullptr);

@@ -80,7 +80,30 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
                            ms_text(mean.wall_ms), m.whole_trace() ? "(the whole trace)" : "per step",
                            pct(fraction), s.steps.size(), s.steps.size() == 1 ? "" : "s");
-  if (named) {
+  const idle_attribution* worker = named ? delegated_work(s) : nullptr;
+  if (worker != nullptr) {
+    // The main thread waits for another thread of its process, which launches the GPU's work: that
+    // thread's activity is the cause, and its fix the advice.
+    f.title = fmt::format("GPU idle {} {} while thread {} is in '{}' (the main thread waits for it in '{}')",
+                          pct(fraction), step_word, worker->thread, worker->activity, top->activity);
+    f.evidence += fmt::format(
+        "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle) while thread {} was "
+        "in '{}' for {} per step ({} of the idle): the main thread waits for that thread's work",
+        top->thread, top->activity, ms_text(m.per_step(top->idle_ms)), pct(top->fraction_of_idle),
+        worker->thread, worker->activity, ms_text(m.per_step(worker->idle_ms)),
+        pct(worker->fraction_of_idle));
+    if (uncovered) f.evidence += uncovered_text(m);
+    f.numbers["attributed_ms_per_step"] = m.per_step(worker->idle_ms);
+    f.numbers["attributed_fraction"] = worker->fraction_of_idle;
+    const work_class cause = classify_work(worker->activity, worker->blocking);
+    f.cause = std::string(to_string(cause));
+    f.fix = idle_advice(cause, worker->activity, m.pytorch());
+    if (m.pytorch() && worker->thread.starts_with("pt_autograd"))
+      f.fix += fmt::format(
+          "; {} is PyTorch's autograd engine, which runs a CUDA backward while the thread "
+          "that called backward() waits",
+          worker->thread);
+  } else if (named) {
     f.title = fmt::format("GPU idle {} {} while the main thread is in '{}'", pct(fraction), step_word,
                           top->activity);
     f.evidence += fmt::format(

@@ -22,11 +22,22 @@ namespace ferry::trace::detail {
 void find_host_bound(const model& m, std::vector<finding>& out) {
   const analysis& s = m.summary();
   const double wall = s.mean.wall_ms;
-  // Inside the steps: main-thread waits on host work.
+  // Inside the steps: main-thread waits on host work, but a wait for another thread of the process that
+  // launches the GPU's work (delegated_work: gpu_idle names that thread).
+  const bool delegated = delegated_work(s) != nullptr;
+  const idle_attribution* delegated_wait = nullptr;
+  if (delegated)
+    for (const idle_attribution& a : s.idle)
+      if (a.main_thread) {
+        delegated_wait = &a;
+        break;
+      }
   double wait_ms = 0;  // over all steps
   const idle_attribution* top_wait = nullptr;
   for (const idle_attribution& a : s.idle) {
-    if (!a.main_thread || classify_work(a.activity, a.blocking) != work_class::host_wait) continue;
+    if (!a.main_thread || &a == delegated_wait ||
+        classify_work(a.activity, a.blocking) != work_class::host_wait)
+      continue;
     wait_ms += a.idle_ms;
     if (top_wait == nullptr) top_wait = &a;
   }
