@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -60,16 +61,29 @@ bool costs_nothing(const finding& f) { return f.rule != "drain_tail" && f.cost_m
 
 }  // namespace
 
-const idle_attribution* delegated_work(const analysis& s) {
-  const idle_attribution* top = nullptr;
+const idle_attribution* delegated_work(const model& m) {
+  const analysis& s = m.summary();
+  const idle_attribution* wait = nullptr;
   for (const idle_attribution& a : s.idle)
     if (a.main_thread) {
-      top = &a;
+      wait = &a;
       break;
     }
-  if (top == nullptr || classify_work(top->activity, top->blocking) != work_class::host_wait) return nullptr;
+  // A wait for another thread of the process: a condition variable or a futex. Waits for other processes
+  // (poll, read, select, a semaphore: a DataLoader's queues) are host_bound's.
+  if (wait == nullptr || wait->fraction_of_idle < cause_share ||
+      classify_work(wait->activity, wait->blocking) != work_class::host_wait ||
+      !(wait->activity.find("cond") != std::string::npos ||
+        wait->activity.find("futex") != std::string::npos))
+    return nullptr;
+  const auto& owners = m.trace().thread_processes;
+  const auto owner = [&](std::uint64_t thread) {
+    const auto it = owners.find(thread);
+    return it != owners.end() ? it->second : 0;
+  };
   for (const idle_attribution& a : s.idle) {
-    if (a.main_thread || a.fraction_of_idle < cause_share) continue;
+    if (a.main_thread || a.fraction_of_idle < cause_share || owner(a.thread_id) != owner(wait->thread_id))
+      continue;
     const work_class c = classify_work(a.activity, a.blocking);
     if (c == work_class::launch || c == work_class::framework) return &a;
   }

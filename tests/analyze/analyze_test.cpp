@@ -304,9 +304,12 @@ TEST(analyze_rules, gpu_idle_names_the_main_threads_activity_and_its_fix) {
 // A launch-bound PyTorch step: forward launches 5 us kernels from the main thread, then backward launches
 // them from the autograd engine's thread while the main thread waits on a condition variable. With
 // `autograd_launches` false that thread recorded nothing.
-builder backward_on_another_thread(bool autograd_launches) {
+builder backward_on_another_thread(bool autograd_launches,
+                                   std::string_view wait = "pthread_cond_wait (libstdc++.so.6)") {
   constexpr std::uint64_t autograd_tid = 300;
   builder b;
+  b.t.thread_processes[main_tid] = main_tid;
+  b.t.thread_processes[autograd_tid] = main_tid;
   b.t.thread_names[autograd_tid] = "pt_autograd_0";
   b.steps(4, 1000);
   for (int i = 0; i < 4; ++i) {
@@ -315,7 +318,7 @@ builder backward_on_another_thread(bool autograd_launches) {
       b.api("cudaLaunchKernel", l, l + 20);
       b.kernel(l + 20, l + 25);
     }
-    b.range("pthread_cond_wait (libstdc++.so.6)", t0 + 300, t0 + 990);
+    b.range(wait, t0 + 300, t0 + 990);
     for (double l = t0 + 300; l + 30 <= t0 + 990; l += 30) {
       if (autograd_launches) b.api("cudaLaunchKernel", l, l + 20, sync_kind::none, autograd_tid);
       b.kernel(l + 20, l + 25);
@@ -345,6 +348,17 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   EXPECT_EQ(alone.findings.front().title,
             "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'");
   EXPECT_NE(find_rule(alone, "host_bound"), nullptr);
+
+  // A wait for other processes (a DataLoader's queue) is the main thread's own, whatever else launches.
+  const analysis polled = backward_on_another_thread(true, "poll (python3)").run(o);
+  EXPECT_EQ(polled.findings.front().title,
+            "GPU idle 84% of each step while the main thread is in 'poll (python3)'");
+  EXPECT_NE(find_rule(polled, "host_bound"), nullptr);
+  // Nor is the main thread waiting for a thread of another process.
+  builder other = backward_on_another_thread(true);
+  other.t.thread_processes[300] = 999;
+  EXPECT_EQ(other.run(o).findings.front().title,
+            "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'");
 }
 
 TEST(analyze_rules, gpu_idle_stays_quiet_at_the_threshold) {

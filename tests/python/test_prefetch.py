@@ -277,6 +277,7 @@ def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(de
         code = 3
         try:
             os.close(read)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(30)  # a child that hangs in the free is killed, and the test fails
             del batch  # the last reference in this child to batch 0's tensors (they hold no cycle)
             out = c_int(-1)

@@ -177,13 +177,17 @@ def _die_with_parent(parent: Optional[int]) -> None:
 def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
                  transform: Optional[Callable[[Any], Any]],
                  worker_init_fn: Optional[Callable[[int], None]], memfd: _Fd, tasks: Any, results: Any,
-                 parent: Optional[int]) -> None:
+                 parent: Optional[int], collect: bool) -> None:
     global _worker
     # What the worker inherited is the parent's: a garbage collection here must not run its finalizers
     # (a parent's ferry or CUDA object freed in a fork child can wait forever on a lock that one of the
-    # parent's threads held at the fork). Frozen objects are never collected, nor written by the collector
-    # (their pages stay shared with the parent).
+    # parent's threads held at the fork). The parent forks with the collector off (so none runs in the
+    # child before this line); frozen objects are never collected, nor written by the collector (their
+    # pages stay shared with the parent). `collect`: whether the parent had it on.
+    gc.disable()
     gc.freeze()
+    if collect:
+        gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
     # SIGUSR1 prints this worker's Python stack to stderr: the main process sends it to the workers that
@@ -524,18 +528,24 @@ class Loader:
         # the process. From another thread, or under a forkserver, a worker finds out by EOF instead.
         on_main = threading.current_thread() is threading.main_thread()
         parent = os.getpid() if on_main and self.start_method != "forkserver" else None
+        collect = gc.isenabled()
         for wid in range(self.workers):
             task_r, task_w = ctx.Pipe(duplex=False)
             result_r, result_w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker_main, name=f"ferry-loader-{wid}", daemon=True,
                             args=(wid, self.workers, self.seed, self.dataset, transform, worker_init_fn, _Fd(self._memfd),
-                                  task_r, result_w, parent))
+                                  task_r, result_w, parent, collect))
             try:
                 with warnings.catch_warnings():
                     # Python 3.12 warns that fork() in a threaded process may deadlock the child; the
                     # worker only runs Python and the dataset (as a DataLoader's forked workers do).
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    p.start()
+                    gc.disable()  # until the worker has frozen what it inherited (_worker_main)
+                    try:
+                        p.start()
+                    finally:
+                        if collect:
+                            gc.enable()
             except BaseException:
                 for end in (task_r, task_w, result_r, result_w):
                     end.close()

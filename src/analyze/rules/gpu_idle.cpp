@@ -80,8 +80,8 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
                            ms_text(mean.wall_ms), m.whole_trace() ? "(the whole trace)" : "per step",
                            pct(fraction), s.steps.size(), s.steps.size() == 1 ? "" : "s");
-  const idle_attribution* worker = named ? delegated_work(s) : nullptr;
-  if (worker != nullptr) {
+  const idle_attribution* worker = delegated_work(m);
+  if (worker != nullptr && top != nullptr) {  // (top is the wait delegated_work found)
     // The main thread waits for another thread of its process, which launches the GPU's work: that
     // thread's activity is the cause, and its fix the advice.
     f.title = fmt::format("GPU idle {} {} while thread {} is in '{}' (the main thread waits for it in '{}')",

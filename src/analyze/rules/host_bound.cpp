@@ -22,9 +22,9 @@ namespace ferry::trace::detail {
 void find_host_bound(const model& m, std::vector<finding>& out) {
   const analysis& s = m.summary();
   const double wall = s.mean.wall_ms;
-  // Inside the steps: main-thread waits on host work, but a wait for another thread of the process that
-  // launches the GPU's work (delegated_work: gpu_idle names that thread).
-  const bool delegated = delegated_work(s) != nullptr;
+  // Inside the steps: main-thread waits on host work, but its top wait when that is a wait for another
+  // thread of the process that launches the GPU's work (delegated_work: gpu_idle names that thread).
+  const bool delegated = delegated_work(m) != nullptr;
   const idle_attribution* delegated_wait = nullptr;
   if (delegated)
     for (const idle_attribution& a : s.idle)
