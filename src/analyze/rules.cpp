@@ -61,7 +61,7 @@ bool costs_nothing(const finding& f) { return f.rule != "drain_tail" && f.cost_m
 
 }  // namespace
 
-const idle_attribution* delegated_work(const model& m) {
+delegation delegated_work(const model& m) {
   const analysis& s = m.summary();
   const idle_attribution* wait = nullptr;
   for (const idle_attribution& a : s.idle)
@@ -75,7 +75,7 @@ const idle_attribution* delegated_work(const model& m) {
       classify_work(wait->activity, wait->blocking) != work_class::host_wait ||
       !(wait->activity.find("cond") != std::string::npos ||
         wait->activity.find("futex") != std::string::npos))
-    return nullptr;
+    return {};
   const auto& owners = m.trace().thread_processes;
   const auto owner = [&](std::uint64_t thread) {
     const auto it = owners.find(thread);
@@ -85,9 +85,9 @@ const idle_attribution* delegated_work(const model& m) {
     if (a.main_thread || a.fraction_of_idle < cause_share || owner(a.thread_id) != owner(wait->thread_id))
       continue;
     const work_class c = classify_work(a.activity, a.blocking);
-    if (c == work_class::launch || c == work_class::framework) return &a;
+    if (c == work_class::launch || c == work_class::framework) return {wait, &a};
   }
-  return nullptr;
+  return {};
 }
 
 std::vector<finding> find_all(const model& m) {

@@ -54,13 +54,17 @@ struct trailing_work {
 };
 [[nodiscard]] trailing_work find_trailing_work(const model& m);
 
-/// The thread the main thread waits for: when the main thread's activity that covers most of the GPU idle
-/// (at least cause_share of it) is a wait for another thread (a condition variable or a futex) and a
-/// thread of the same process launches GPU work or runs the framework's (work_class::launch or framework)
-/// over at least cause_share of the idle, that thread's attribution; else null. PyTorch runs a CUDA
-/// backward on its autograd engine's thread (pt_autograd_N) while the thread that called backward() waits
-/// on a condition variable: the waiting thread is not host-bound, the launching one bounds the GPU.
-[[nodiscard]] const idle_attribution* delegated_work(const model& m);
+/// The main thread waiting for another thread's GPU work: when the main thread's activity that covers most
+/// of the GPU idle (at least cause_share of it) is a wait for another thread (a condition variable or a
+/// futex) and a thread of the same process launches GPU work or runs the framework's (work_class::launch
+/// or framework) over at least cause_share of the idle, both attributions; else both null. PyTorch runs a
+/// CUDA backward on its autograd engine's thread (pt_autograd_N) while the thread that called backward()
+/// waits on a condition variable: the waiting thread is not host-bound, the launching one bounds the GPU.
+struct delegation {
+  const idle_attribution* wait = nullptr;    // the main thread's
+  const idle_attribution* worker = nullptr;  // the thread it waits for
+};
+[[nodiscard]] delegation delegated_work(const model& m);
 
 /// Runs every rule of the table on `m` and returns the findings, ranked: costliest first and, on equal
 /// cost, by their rule's place in the table (the rule that names the more direct cause first), then by

@@ -80,16 +80,15 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
                            ms_text(mean.wall_ms), m.whole_trace() ? "(the whole trace)" : "per step",
                            pct(fraction), s.steps.size(), s.steps.size() == 1 ? "" : "s");
-  const idle_attribution* worker = delegated_work(m);
-  if (worker != nullptr && top != nullptr) {  // (top is the wait delegated_work found)
+  if (const auto [wait, worker] = delegated_work(m); worker != nullptr) {
     // The main thread waits for another thread of its process, which launches the GPU's work: that
     // thread's activity is the cause, and its fix the advice.
     f.title = fmt::format("GPU idle {} {} while thread {} is in '{}' (the main thread waits for it in '{}')",
-                          pct(fraction), step_word, worker->thread, worker->activity, top->activity);
+                          pct(fraction), step_word, worker->thread, worker->activity, wait->activity);
     f.evidence += fmt::format(
         "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle) while thread {} was "
         "in '{}' for {} per step ({} of the idle): the main thread waits for that thread's work",
-        top->thread, top->activity, ms_text(m.per_step(top->idle_ms)), pct(top->fraction_of_idle),
+        wait->thread, wait->activity, ms_text(m.per_step(wait->idle_ms)), pct(wait->fraction_of_idle),
         worker->thread, worker->activity, ms_text(m.per_step(worker->idle_ms)),
         pct(worker->fraction_of_idle));
     if (uncovered) f.evidence += uncovered_text(m);

@@ -24,14 +24,7 @@ void find_host_bound(const model& m, std::vector<finding>& out) {
   const double wall = s.mean.wall_ms;
   // Inside the steps: main-thread waits on host work, but its top wait when that is a wait for another
   // thread of the process that launches the GPU's work (delegated_work: gpu_idle names that thread).
-  const bool delegated = delegated_work(m) != nullptr;
-  const idle_attribution* delegated_wait = nullptr;
-  if (delegated)
-    for (const idle_attribution& a : s.idle)
-      if (a.main_thread) {
-        delegated_wait = &a;
-        break;
-      }
+  const idle_attribution* delegated_wait = delegated_work(m).wait;
   double wait_ms = 0;  // over all steps
   const idle_attribution* top_wait = nullptr;
   for (const idle_attribution& a : s.idle) {
