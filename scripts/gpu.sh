@@ -716,7 +716,8 @@ cmd_trace_inject() {
     done
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
-    # and under each variant of TRACE_VARIANTS (traced, lite), interleaved, TRACE_RUNS times; with
+    # and under each variant of TRACE_VARIANTS (traced, lite; kineto: the MLP under torch.profiler's CUDA
+    # activities, PyTorch's own recorder), interleaved, TRACE_RUNS times; with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
@@ -727,9 +728,10 @@ cmd_trace_inject() {
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
         [ "$v" = traced ] && pre=("$f" trace -o "$out/trace-$v-$r" --)
         [ "$v" = lite ] && pre=("$f" trace --lite -o "$out/trace-$v-$r" --)
+        [ "$v" = kineto ] && args+=(--kineto cuda)  # torch.profiler inside (the MLP script's option)
         ${pre[@]+"${pre[@]}"} "${launch[@]}" "$script" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         [ -n "${TRACE_RANKS:-}" ] && cp "$out/run-$v-$r/results.json" "$out/cost-$v-$r.json" 2>/dev/null
-        if [ "$v" != plain ] && [ "$r" = 1 ]; then
+        if [ "$r" = 1 ] && [ -d "$out/trace-$v-$r" ]; then
           "$f" analyze "$out/trace-$v-$r" > "$out/analysis-$v.txt" 2>&1 || status=1
           tail -n 3 "$out/cost-$v-$r.txt" | grep "ferry trace" | tee -a "$out/summary.txt"
           grep -A12 "^Per rank\|^Straggler" "$out/analysis-$v.txt" | tee -a "$out/summary.txt"

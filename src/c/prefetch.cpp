@@ -292,10 +292,22 @@ int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
 }
 
 int ferry_prefetch_close(ferry_prefetch* p) {
-  return guard([&] { checked(p, "ferry_prefetch_close").state->close(); });
+  return guard([&] {
+    auto& st = *checked(p, "ferry_prefetch_close").state;
+    // A fork child's copy has none of the parent's threads, and their locks may be held forever.
+    FERRY_EXPECTS(st.fork_generation == ferry::fork_generation(),
+                  "ferry_prefetch_close: this prefetcher was made by the parent of this fork child; only the "
+                  "process that made it can close it (its threads run there)");
+    st.close();
+  });
 }
 
-void ferry_prefetch_destroy(ferry_prefetch* p) { delete p; }
+void ferry_prefetch_destroy(ferry_prefetch* p) {
+  // In a fork child the copy is left as it is (as drop_hold leaves inherited batches): destroying it would
+  // join threads that do not exist in the child. The parent's prefetcher is untouched either way.
+  if (p != nullptr && p->state->fork_generation != ferry::fork_generation()) return;
+  delete p;
+}
 
 void* ferry_batch_data(ferry_batch* b) { return b == nullptr ? nullptr : b->batch.field(0).data; }
 

@@ -327,6 +327,22 @@ class StuckAt(Numbers):
         return super().__getitem__(i)
 
 
+def test_asking_a_worker_that_does_not_catch_sigusr1_for_its_stack_leaves_it_alive():
+    """A worker still starting (faulthandler not yet registered) would die of SIGUSR1's default action:
+    the timeout's diagnostic gives its state and sends nothing."""
+    from ferry.torch._loader import _ask_for_stack
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.2)
+        assert _ask_for_stack(p.pid) in ("R", "S")
+        time.sleep(0.2)
+        assert p.poll() is None, f"the process died of the signal: {p.returncode}"
+    finally:
+        p.kill()
+        p.wait()
+    assert _ask_for_stack(p.pid) == "gone"
+
+
 def test_a_stuck_sample_times_out_naming_the_worker_that_holds_it_with_its_stack(capfd):
     with Loader(StuckAt(), batch_size=8, workers=2, device="cpu", timeout=2) as loader:
         it = iter(loader)

@@ -296,3 +296,46 @@ def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(de
     del batch
     assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 and out.value == 1
     it.close()
+
+
+def test_a_fork_child_cannot_close_or_destroy_the_parents_prefetcher(device):
+    """In a fork child (C code of a user's, a child that runs an inherited object's cleanup) closing an
+    inherited prefetcher is refused and destroying it leaves the child's copy alone: either would join the
+    parent's threads, which do not exist in the child (it hung forever). The parent's prefetcher goes on."""
+    from ferry._c import InvalidArgumentError, lib
+    src = batches(4)
+    it = Prefetcher(src, device=device)
+    first = next(it)
+    assert torch.equal(first[0].cpu(), src[0][0])
+    del first
+    handle = it._handle
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(30)  # a child that hangs in close or destroy is killed, and the test fails
+            try:
+                lib.ferry_prefetch_close(handle)
+                answer = b"closed"
+            except InvalidArgumentError as e:
+                answer = b"refused" if "made by the parent of this fork child" in str(e) else str(e).encode()
+            lib.ferry_prefetch_destroy(handle)
+            os.write(write, answer)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read, 4096)
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert answer == b"refused", answer
+    for i in range(1, 4):  # the parent's prefetcher still copies the rest of the epoch
+        b = next(it)
+        assert torch.equal(b[0].cpu(), src[i][0]) and torch.equal(b[1].cpu(), src[i][1])
+    with pytest.raises(StopIteration):
+        next(it)
+    it.close()

@@ -192,7 +192,9 @@ FERRY_C_API int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream
 /* *out = 1 when batch `number` was released (or never lent), else 0. */
 FERRY_C_API int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out);
 FERRY_C_API int ferry_prefetch_stats_json(ferry_prefetch* p, char** out);
-/* Stops copying; batches still lent stay valid. */
+/* Stops copying; batches still lent stay valid. Only the process that made the prefetcher closes it: in a
+ * fork child, close fails (FERRY_ERROR_INVALID) and destroy leaves the child's copy as it is (its
+ * threads run in the parent only), as freeing an inherited batch does. */
 FERRY_C_API int ferry_prefetch_close(ferry_prefetch* p);
 FERRY_C_API void ferry_prefetch_destroy(ferry_prefetch* p);
 FERRY_C_API void* ferry_batch_data(ferry_batch* b);

@@ -141,7 +141,7 @@ class DataParallel(torch.nn.Module):
 
         # The group.
         self._group = Group(self._dev, timeout=timeout, store=store, rank=rank, world_size=world_size)
-        handle = self._comm = self._group.handle
+        self._comm = self._group.handle
         self.rank, self.world_size, self.backend = self._group.rank, self._group.world_size, self._group.backend
         self._closed = False
         try:

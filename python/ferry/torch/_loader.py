@@ -1015,13 +1015,17 @@ class _SharedMapping:
 
 def _ask_for_stack(pid: int) -> str:
     """Asks a worker for its Python stack (SIGUSR1: faulthandler prints it to the worker's stderr) and
-    returns its scheduler state from /proc ("R" running, "S" sleeping, "D" in the kernel...; "gone")."""
+    returns its scheduler state from /proc ("R" running, "S" sleeping, "D" in the kernel...; "gone").
+    Only a worker that catches SIGUSR1 is asked: one still starting (before faulthandler is registered)
+    would be killed by it."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        os.kill(pid, signal.SIGUSR1)
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        state = fields["State"].split()[0]
+        if int(fields["SigCgt"], 16) >> (signal.SIGUSR1 - 1) & 1:
+            os.kill(pid, signal.SIGUSR1)
         return state
-    except (OSError, IndexError):
+    except (OSError, KeyError, IndexError, ValueError):
         return "gone"
 
 
