@@ -45,6 +45,15 @@ bool is_blocking(sync_kind k) {
   return k == sync_kind::event || k == sync_kind::stream || k == sync_kind::device || k == sync_kind::copy;
 }
 
+// The wording of the fixes: the one asked for, else from the trace's origin; a `ferry trace` recording
+// of a Python program (its automatic annotation's domain, "ferry.python", is in it) is PyTorch's.
+fix_wording wording_of(const timeline& t, fix_wording asked) {
+  if (asked != fix_wording::automatic) return asked;
+  for (std::uint32_t id = 1; id < t.strings.size(); ++id)
+    if (t.strings[id] == "ferry.python") return fix_wording::pytorch;
+  return wording_for(t.source);
+}
+
 }  // namespace
 
 bool is_wait(const event& e) {
@@ -54,8 +63,7 @@ bool is_wait(const event& e) {
 model::model(const timeline& t, const analyze_options& opts)
     : t_(t),
       opts_(opts),
-      pytorch_((opts.wording == fix_wording::automatic ? wording_for(t.source) : opts.wording) ==
-               fix_wording::pytorch) {
+      pytorch_(wording_of(t, opts.wording) == fix_wording::pytorch) {
   check_options();
   classify();
   detect_steps();

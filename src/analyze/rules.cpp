@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,18 +77,78 @@ delegation delegated_work(const model& m) {
       !(wait->activity.find("cond") != std::string::npos ||
         wait->activity.find("futex") != std::string::npos))
     return {};
-  const auto& owners = m.trace().thread_processes;
+  const timeline& t = m.trace();
   const auto owner = [&](std::uint64_t thread) {
-    const auto it = owners.find(thread);
-    return it != owners.end() ? it->second : 0;
+    const auto it = t.thread_processes.find(thread);
+    return it != t.thread_processes.end() ? it->second : 0;
   };
-  for (const idle_attribution& a : s.idle) {
-    if (a.main_thread || a.fraction_of_idle < cause_share || owner(a.thread_id) != owner(wait->thread_id))
-      continue;
-    const work_class c = classify_work(a.activity, a.blocking);
-    if (c == work_class::launch || c == work_class::framework) return {wait, &a};
+  std::map<std::uint64_t, work_class> classes;  // label -> its class
+  const auto class_of = [&](const event& e) {
+    const std::uint64_t label = m.label_of(e);
+    const auto [it, fresh] = classes.try_emplace(label, work_class::user);
+    if (fresh) it->second = classify_work(m.label_text(label), (label & model::blocking_bit) != 0);
+    return it->second;
+  };
+  // The main thread's waits of that name, and the GPU idle inside them.
+  std::map<std::uint64_t, bool> is_wait;  // label -> named like the wait
+  std::vector<span> waits;
+  for (const index_t i : m.cpu()) {
+    const event& e = t.events[i];
+    if (e.thread != wait->thread_id || e.end_ns <= e.start_ns) continue;
+    const std::uint64_t label = m.label_of(e);
+    const auto [it, fresh] = is_wait.try_emplace(label, false);
+    if (fresh) it->second = m.label_text(label) == wait->activity;
+    if (it->second) waits.push_back({e.start_ns, e.end_ns});
   }
-  return {};
+  const ns_t waited = m.idle_during(waits);
+  if (waited <= 0) return {};
+  const interval_union inside(std::move(waits));
+  // Each other thread of the process: the GPU work it launched during those waits, and its own waits
+  // there (clipped to them).
+  struct other {
+    std::size_t launches = 0;
+    std::vector<span> asleep;
+  };
+  std::map<std::uint64_t, other> others;
+  const std::vector<span>& w = inside.spans();
+  for (const index_t i : m.cpu()) {
+    const event& e = t.events[i];
+    if (e.thread == wait->thread_id || owner(e.thread) != owner(wait->thread_id)) continue;
+    const work_class c = class_of(e);
+    if (c == work_class::launch && inside.covered(e.start_ns, e.start_ns + 1) > 0) {
+      ++others[e.thread].launches;
+    } else if (c == work_class::host_wait && e.end_ns > e.start_ns) {
+      auto it = std::partition_point(w.begin(), w.end(), [&](const span& x) { return x.end <= e.start_ns; });
+      for (; it != w.end() && it->start < e.end_ns; ++it)
+        others[e.thread].asleep.push_back({std::max(it->start, e.start_ns), std::min(it->end, e.end_ns)});
+    }
+  }
+  // The thread that launches and is awake (in no wait of its own) through most of the main thread's wait:
+  // the one it waits for.
+  delegation best;
+  ns_t best_awake = 0;
+  for (auto& [thread, o] : others) {
+    if (o.launches == 0) continue;
+    const ns_t awake = waited - m.idle_during(std::move(o.asleep));
+    if (2 * awake < waited || awake <= best_awake) continue;
+    best_awake = awake;
+    best.wait = wait;
+    best.thread = thread;
+    best.launches = o.launches;
+  }
+  if (best.wait == nullptr) return {};
+  best.thread_name = m.thread_name(best.thread);
+  best.awake_ms = ms(best_awake);
+  best.awake_fraction = static_cast<double>(best_awake) / static_cast<double>(waited);
+  for (const idle_attribution& a : s.idle) {
+    if (a.thread_id != best.thread) continue;
+    const work_class c = classify_work(a.activity, a.blocking);
+    if (c == work_class::launch || c == work_class::framework) {
+      best.activity = &a;  // s.idle is sorted by idle time: the most covering one
+      break;
+    }
+  }
+  return best;
 }
 
 std::vector<finding> find_all(const model& m) {

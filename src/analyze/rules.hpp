@@ -3,6 +3,8 @@
 // order. A new rule: its file, its declaration below, and its line in the table.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -54,15 +56,22 @@ struct trailing_work {
 };
 [[nodiscard]] trailing_work find_trailing_work(const model& m);
 
-/// The main thread waiting for another thread's GPU work: when the main thread's activity that covers most
-/// of the GPU idle (at least cause_share of it) is a wait for another thread (a condition variable or a
-/// futex) and a thread of the same process launches GPU work or runs the framework's (work_class::launch
-/// or framework) over at least cause_share of the idle, both attributions; else both null. PyTorch runs a
+/// The main thread waiting for another thread's GPU work: the main thread's activity that covers most of
+/// the GPU idle (at least cause_share of it) is a wait for another thread (a condition variable or a
+/// futex), and another thread of the same process launched GPU work during those waits and was itself
+/// awake (in no host wait of its own) through at least half of the GPU idle inside them. PyTorch runs a
 /// CUDA backward on its autograd engine's thread (pt_autograd_N) while the thread that called backward()
-/// waits on a condition variable: the waiting thread is not host-bound, the launching one bounds the GPU.
+/// waits on a condition variable: the waiting thread is not host-bound; the launching one bounds the GPU.
+/// The engine's own work between launches is not recorded, so the launches alone cover little of the idle
+/// (12% on a launch-bound MLP on an H200): the thread's being awake is the evidence.
 struct delegation {
-  const idle_attribution* wait = nullptr;    // the main thread's
-  const idle_attribution* worker = nullptr;  // the thread it waits for
+  const idle_attribution* wait = nullptr;  // the main thread's; null: no delegation
+  std::uint64_t thread = 0;                // the thread it waits for
+  std::string thread_name;
+  std::size_t launches = 0;    // that thread's launch calls during the waits, over all steps
+  double awake_ms = 0;         // GPU idle inside the waits while that thread was awake, over all steps
+  double awake_fraction = 0;   // of the GPU idle inside the waits
+  const idle_attribution* activity = nullptr;  // its launch or framework activity covering most idle
 };
 [[nodiscard]] delegation delegated_work(const model& m);
 

@@ -302,10 +302,14 @@ TEST(analyze_rules, gpu_idle_names_the_main_threads_activity_and_its_fix) {
 }
 
 // A launch-bound PyTorch step: forward launches 5 us kernels from the main thread, then backward launches
-// them from the autograd engine's thread while the main thread waits on a condition variable. With
-// `autograd_launches` false that thread recorded nothing.
+// them from the autograd engine's thread while the main thread waits on a condition variable. As in a real
+// recording, the engine thread's launch calls are short (3 us of every 30: its work between them is not
+// recorded) and it waits on its own condition variable while the main thread runs forward. With
+// `autograd_launches` false that thread recorded no launch; with `autograd_asleep` it waits through the
+// main thread's wait too (it does not run the work the main thread waits for).
 builder backward_on_another_thread(bool autograd_launches,
-                                   std::string_view wait = "pthread_cond_wait (libstdc++.so.6)") {
+                                   std::string_view wait = "pthread_cond_wait (libstdc++.so.6)",
+                                   bool autograd_asleep = false) {
   constexpr std::uint64_t autograd_tid = 300;
   builder b;
   b.t.thread_processes[main_tid] = main_tid;
@@ -318,9 +322,11 @@ builder backward_on_another_thread(bool autograd_launches,
       b.api("cudaLaunchKernel", l, l + 20);
       b.kernel(l + 20, l + 25);
     }
+    b.range("pthread_cond_wait (libstdc++.so.6)", t0, t0 + 300, autograd_tid);
     b.range(wait, t0 + 300, t0 + 990);
+    if (autograd_asleep) b.range("pthread_cond_wait (libstdc++.so.6)", t0 + 300, t0 + 990, autograd_tid);
     for (double l = t0 + 300; l + 30 <= t0 + 990; l += 30) {
-      if (autograd_launches) b.api("cudaLaunchKernel", l, l + 20, sync_kind::none, autograd_tid);
+      if (autograd_launches) b.api("cudaLaunchKernel", l, l + 3, sync_kind::none, autograd_tid);
       b.kernel(l + 20, l + 25);
     }
   }
@@ -334,8 +340,12 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   ASSERT_EQ(a.bottleneck(), "gpu_idle");
   const finding& f = a.findings.front();
   EXPECT_EQ(f.title,
-            "GPU idle 84% of each step while thread pt_autograd_0 is in 'cudaLaunchKernel' (the main thread "
-            "waits for it in 'pthread_cond_wait (libstdc++.so.6)')");
+            "GPU idle 84% of each step while the main thread waits in 'pthread_cond_wait (libstdc++.so.6)' for "
+            "thread pt_autograd_0, which launches the GPU's work");
+  EXPECT_NE(f.evidence.find("thread pt_autograd_0 was awake (in no wait of its own) through 100% of that and "
+                            "launched 23 calls per step in it (its most covering: 'cudaLaunchKernel'"),
+            std::string::npos)
+      << f.evidence;
   EXPECT_EQ(f.cause, "launch");
   EXPECT_TRUE(f.fix.find("CUDA graphs") != std::string::npos &&
               f.fix.find("autograd engine") != std::string::npos)
@@ -344,10 +354,13 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   EXPECT_EQ(find_rule(a, "host_bound"), nullptr);
 
   // Without the other thread's launches the wait is all the trace shows, and is named.
+  const std::string waits = "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'";
   const analysis alone = backward_on_another_thread(false).run(o);
-  EXPECT_EQ(alone.findings.front().title,
-            "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'");
+  EXPECT_EQ(alone.findings.front().title, waits);
   EXPECT_NE(find_rule(alone, "host_bound"), nullptr);
+  // Nor when the launching thread sleeps through the main thread's wait too.
+  EXPECT_EQ(backward_on_another_thread(true, "pthread_cond_wait (libstdc++.so.6)", true).run(o).findings.front().title,
+            waits);
 
   // A wait for other processes (a DataLoader's queue) is the main thread's own, whatever else launches.
   const analysis polled = backward_on_another_thread(true, "poll (python3)").run(o);
@@ -357,8 +370,7 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   // Nor is the main thread waiting for a thread of another process.
   builder other = backward_on_another_thread(true);
   other.t.thread_processes[300] = 999;
-  EXPECT_EQ(other.run(o).findings.front().title,
-            "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'");
+  EXPECT_EQ(other.run(o).findings.front().title, waits);
 }
 
 TEST(analyze_rules, gpu_idle_stays_quiet_at_the_threshold) {
@@ -798,6 +810,14 @@ TEST(analyze_wording, the_trace_s_origin_picks_the_wording) {
   ASSERT_EQ(ferry_trace.bottleneck(), "gpu_idle");
   EXPECT_TRUE(has(ferry_trace.findings.front().fix, "ferry::ingest::loader"))
       << ferry_trace.findings.front().fix;
+  // `ferry trace` of a Python program: its automatic annotation (domain "ferry.python") says PyTorch.
+  builder py = naive_ingest();
+  py.t.source = "ferry trace";
+  py.range("forward (ResNet)", 700, 720).domain = py.t.strings.intern("ferry.python");
+  const analysis traced_python = py.run();
+  ASSERT_EQ(traced_python.bottleneck(), "gpu_idle");
+  EXPECT_TRUE(has(traced_python.findings.front().fix, "DataLoader")) << traced_python.findings.front().fix;
+  EXPECT_FALSE(has(traced_python.findings.front().fix, "ferry::")) << traced_python.findings.front().fix;
   // An explicit wording wins over the origin.
   analyze_options o;
   o.wording = fix_wording::cpp;

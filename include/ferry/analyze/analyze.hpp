@@ -18,7 +18,8 @@ namespace ferry::trace {
 
 /// Whose words the findings' fixes use.
 enum class fix_wording {
-  automatic,  // from the trace's origin (wording_for): PyTorch's for a PyTorch profiler trace, else C++
+  automatic,  // from the trace's origin (wording_for): PyTorch's for a PyTorch profiler trace and for
+              // `ferry trace` of a Python program (its "ferry.python" annotation), else C++
   cpp,        // ferry's C++ API and the bench ladders: ferry::ingest::prefetcher, egress L3
   pytorch,    // PyTorch's: DataLoader(num_workers=..., pin_memory=True), .to(device, non_blocking=True),
               // ferry.torch.Prefetcher and ferry.torch.Egress

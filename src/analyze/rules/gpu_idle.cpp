@@ -80,28 +80,33 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
   f.evidence = fmt::format("the GPU idled {} of {} {} ({}) over {} step{}", ms_text(mean.idle_ms),
                            ms_text(mean.wall_ms), m.whole_trace() ? "(the whole trace)" : "per step",
                            pct(fraction), s.steps.size(), s.steps.size() == 1 ? "" : "s");
-  if (const auto [wait, worker] = delegated_work(m); worker != nullptr) {
+  if (const delegation d = delegated_work(m); d.wait != nullptr) {
     // The main thread waits for another thread of its process, which launches the GPU's work: that
-    // thread's activity is the cause, and its fix the advice.
-    f.title = fmt::format("GPU idle {} {} while thread {} is in '{}' (the main thread waits for it in '{}')",
-                          pct(fraction), step_word, worker->thread, worker->activity, wait->activity);
+    // thread's work is the cause, and its fix the advice.
+    const idle_attribution& wait = *d.wait;
+    f.title = fmt::format("GPU idle {} {} while the main thread waits in '{}' for thread {}, which launches the "
+                          "GPU's work",
+                          pct(fraction), step_word, wait.activity, d.thread_name);
     f.evidence += fmt::format(
-        "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle) while thread {} was "
-        "in '{}' for {} per step ({} of the idle): the main thread waits for that thread's work",
-        wait->thread, wait->activity, ms_text(m.per_step(wait->idle_ms)), pct(wait->fraction_of_idle),
-        worker->thread, worker->activity, ms_text(m.per_step(worker->idle_ms)),
-        pct(worker->fraction_of_idle));
+        "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle); thread {} was awake "
+        "(in no wait of its own) through {} of that and launched {:.0f} calls per step in it",
+        wait.thread, wait.activity, ms_text(m.per_step(wait.idle_ms)), pct(wait.fraction_of_idle),
+        d.thread_name, pct(d.awake_fraction), m.per_step(static_cast<double>(d.launches)));
+    if (d.activity != nullptr)
+      f.evidence += fmt::format(" (its most covering: '{}', {} per step)", d.activity->activity,
+                                ms_text(m.per_step(d.activity->idle_ms)));
+    f.evidence += ": the main thread waits for that thread's work";
     if (uncovered) f.evidence += uncovered_text(m);
-    f.numbers["attributed_ms_per_step"] = m.per_step(worker->idle_ms);
-    f.numbers["attributed_fraction"] = worker->fraction_of_idle;
-    const work_class cause = classify_work(worker->activity, worker->blocking);
-    f.cause = std::string(to_string(cause));
-    f.fix = idle_advice(cause, worker->activity, m.pytorch());
-    if (m.pytorch() && worker->thread.starts_with("pt_autograd"))
+    f.numbers["attributed_ms_per_step"] = m.per_step(d.awake_ms);
+    f.numbers["attributed_fraction"] = mean.idle_ms > 0 ? m.per_step(d.awake_ms) / mean.idle_ms : 0;
+    f.cause = std::string(to_string(work_class::launch));
+    f.fix = idle_advice(work_class::launch, d.activity != nullptr ? d.activity->activity : "cudaLaunchKernel",
+                        m.pytorch());
+    if (m.pytorch() && d.thread_name.starts_with("pt_autograd"))
       f.fix += fmt::format(
           "; {} is PyTorch's autograd engine, which runs a CUDA backward while the thread "
           "that called backward() waits",
-          worker->thread);
+          d.thread_name);
   } else if (named) {
     f.title = fmt::format("GPU idle {} {} while the main thread is in '{}'", pct(fraction), step_word,
                           top->activity);

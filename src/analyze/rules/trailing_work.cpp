@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "rules.hpp"
+#include "work_class.hpp"
 
 namespace ferry::trace::detail {
 
@@ -16,16 +17,24 @@ trailing_work find_trailing_work(const model& m) {
   w.start = m.step_spans().back().end;
   if (!m.busy().empty()) w.start = std::max(w.start, m.busy().last());
   w.end = w.start;
+  // A thread's wait is no work (ferry trace records blocking calls as ranges: a pool thread parked in
+  // 'pthread_cond_wait' until the process exits would stretch the tail to the exit).
+  std::map<std::uint32_t, bool> waits;  // name id -> a wait for other host work
+  const auto is_wait = [&](const event& e) {
+    const auto [it, fresh] = waits.try_emplace(e.name, false);
+    if (fresh) it->second = classify_work(m.name(e), false) == work_class::host_wait;
+    return it->second;
+  };
   for (const index_t i : m.cpu()) {
     const event& e = t.events[i];
     if ((e.kind == activity::range || e.kind == activity::stage) && e.end_ns > w.start &&
-        e.end_ns > e.start_ns && !m.excluded_activity(e))
+        e.end_ns > e.start_ns && !m.excluded_activity(e) && !is_wait(e))
       w.end = std::max(w.end, e.end_ns);
   }
   if (w.end <= w.start) return w;
   // Only activity still open after w.start decides what covered the time after it.
   const thread_groups groups = m.group_by_thread(m.cpu(), [&](const event& e) {
-    return e.end_ns > e.start_ns && e.end_ns > w.start && !m.excluded_activity(e);
+    return e.end_ns > e.start_ns && e.end_ns > w.start && !m.excluded_activity(e) && !is_wait(e);
   });
   std::map<std::pair<std::uint64_t, std::uint64_t>, ns_t> covered;
   for (const auto& [thread, run] : groups.runs) {
