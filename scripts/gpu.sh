@@ -722,8 +722,13 @@ cmd_trace_inject() {
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
     [ -n "${TRACE_RANKS:-}" ] && launch=(python3 -m torch.distributed.run --standalone --nproc_per_node "$TRACE_RANKS")
+    local order
     for r in $(seq 1 "${TRACE_RUNS:-5}"); do
-      for v in plain ${TRACE_VARIANTS:-traced}; do
+      # Alternate rounds run the variants in reverse (ABBA): a machine that drifts over the call (its CPUs
+      # slowing as it warms) then weighs on every variant alike, not on whichever always runs second.
+      order=$(printf '%s\n' plain ${TRACE_VARIANTS:-traced})
+      [ $((r % 2)) = 0 ] && order=$(printf '%s\n' "$order" | tac)
+      for v in $order; do
         local args=(${TRACE_ARGS:---levels ideal,ferry --steps 40}) pre=()
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
         [ "$v" = traced ] && pre=("$f" trace -o "$out/trace-$v-$r" --)

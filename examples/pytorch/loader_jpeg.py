@@ -18,7 +18,10 @@ Levels, each for every --workers count:
   ferry_loader   ferry.torch.Loader(workers=N): each sample written once into a shared pinned slot that
                  ferry copies to the GPU (no collate copy, no pin copy)
 
-Each row: steps/s, its ratio to ideal, CPU seconds per batch of the main thread, the main process's other
+Each row: steps/s, its ratio to ideal, the batches the workers made per second of the window (made/s: a
+DataLoader holds up to prefetch_factor x N batches made before the window and can hand them out in it,
+so its steps/s over a short window overstates what it sustains; the --repeat summary compares the
+sustained rate, the lower of the two), CPU seconds per batch of the main thread, the main process's other
 threads and the worker processes. The two host copies a DataLoader makes per batch, the collate into
 fresh shared memory and the pin thread's copy, are timed alone on one batch (the `copies` line). Every
 step's batch is checked on the device: the sum of its bytes and of its labels against the sums the
@@ -315,13 +318,14 @@ def run_level(label, name, workers, args, dev, ds, expected):
         it.close()
         ds.meter = None
         made = meter1[2] - meter0[2] if meter0 is not None else 0
+        if meter0 is not None and workers <= _METER_SLOTS:
+            row.extra["samples_in_window"] = made  # 0 too: every batch of the window was made before it
         if made > 0 and workers <= _METER_SLOTS:
             # Per sample made in the window: the dataset's CPU and wall time, and the workers' CPU outside
             # it (the loader's part: collate or the write into a slot, messages, page faults).
             row.extra["dataset_cpu_ms"] = (meter1[0] - meter0[0]) / made * 1e3
             row.extra["dataset_wall_ms"] = (meter1[1] - meter0[1]) / made * 1e3
             row.extra["outside_cpu_ms"] = (win.parts[2] - (meter1[0] - meter0[0])) / made * 1e3
-            row.extra["samples_in_window"] = made
         if info:
             busy = sum(w["seconds"] for w in info["workers"])
             row.extra["loader_stats"] = info
@@ -370,6 +374,24 @@ def _text(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
+def made_per_s(r, args):
+    """Batches the loader's workers made per second of the window (samples made in it / batch): what the
+    loader sustains. A loader that holds batches made before the window (a DataLoader holds up to
+    prefetch_factor x N) can hand out more than it makes in a short window; the consumed rate (steps/s)
+    then overstates it."""
+    made = r.extra.get("samples_in_window")
+    if made is None or not r.steps or not r.steps_per_s:
+        return None
+    return made / args.batch / (r.steps / r.steps_per_s)
+
+
+def sustained(r, args):
+    """The steps/s the loader sustains: the consumed rate, or the made rate where that is lower (the window
+    drew on batches made before it)."""
+    m = made_per_s(r, args)
+    return r.steps_per_s if m is None else min(r.steps_per_s, m)
+
+
 def repeat_summary(rows, args):
     """With --repeat: per level and N, the median steps/s and its range over the repeats, with the median
     per-sample dataset and outside CPU; printed as a table, returned for the JSON."""
@@ -379,19 +401,25 @@ def repeat_summary(rows, args):
         if r.name != "ideal" and r.error is None:
             groups.setdefault(r.name.split("#")[0], []).append(r)
     out = []
-    print(f"over {args.repeat} repeats (the order of the levels rotated): median [min-max]")
-    print(f"{'level':16}  {'steps/s':>20}  {'x ideal':>7}  {'ds ms':>6}  {'out ms':>6}  {'write ms':>8}")
+    print(f"over {args.repeat} repeats (the order of the levels rotated): median [min-max]; sustained: the "
+          "lower of steps/s and the batches made per second of the window")
+    print(f"{'level':16}  {'steps/s':>20}  {'sustained':>20}  {'x ideal':>7}  {'ds ms':>6}  {'out ms':>6}  "
+          f"{'write ms':>8}")
     for label, rs in groups.items():
         sps = [r.steps_per_s for r in rs]
+        sus = [sustained(r, args) for r in rs]
         write = _median_of(rs, "write_seconds_per_batch")
         item = {"level": label, "runs": len(rs), "steps_per_s": sps, "median_steps_per_s": statistics.median(sps),
-                "of_ideal": statistics.median(sps) / ideal.steps_per_s if ideal else None,
+                "sustained_steps_per_s": sus, "median_sustained_steps_per_s": statistics.median(sus),
+                "of_ideal": statistics.median(sus) / ideal.steps_per_s if ideal else None,
                 "dataset_cpu_ms": _median_of(rs, "dataset_cpu_ms"), "outside_cpu_ms": _median_of(rs, "outside_cpu_ms"),
                 "write_ms_per_batch": None if write is None else write * 1e3}
         out.append(item)
         spread = f"{item['median_steps_per_s']:.2f} [{min(sps):.2f}-{max(sps):.2f}]"
-        print(f"{label:16}  {spread:>20}  {_text(item['of_ideal'], '.2f'):>7}  {_text(item['dataset_cpu_ms'], '.2f'):>6}  "
-              f"{_text(item['outside_cpu_ms'], '.2f'):>6}  {_text(item['write_ms_per_batch'], '.1f'):>8}")
+        spread_sus = f"{item['median_sustained_steps_per_s']:.2f} [{min(sus):.2f}-{max(sus):.2f}]"
+        print(f"{label:16}  {spread:>20}  {spread_sus:>20}  {_text(item['of_ideal'], '.2f'):>7}  "
+              f"{_text(item['dataset_cpu_ms'], '.2f'):>6}  {_text(item['outside_cpu_ms'], '.2f'):>6}  "
+              f"{_text(item['write_ms_per_batch'], '.1f'):>8}")
     return out
 
 
@@ -472,6 +500,7 @@ def main(argv=None):
         ("level", 16, lambda r, i: r.name),
         ("steps/s", 8, lambda r, i: f"{r.steps_per_s:.2f}"),
         ("x ideal", 7, lc.ratio),
+        ("made/s", 6, lambda r, i: _text(made_per_s(r, args), ".2f")),
         ("img/s", 7, lambda r, i: f"{r.steps_per_s * args.batch:.0f}"),
         ("CPU s/batch", 11, lambda r, i: f"{r.cpu_seconds / r.steps:.3f}"),
         ("main", 6, lambda r, i: f"{r.cpu_parts[0] / r.steps:.3f}"),
