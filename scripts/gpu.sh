@@ -726,6 +726,7 @@ cmd_trace_inject() {
     for r in $(seq 1 "${TRACE_RUNS:-5}"); do
       # Alternate rounds run the variants in reverse (ABBA): a machine that drifts over the call (its CPUs
       # slowing as it warms) then weighs on every variant alike, not on whichever always runs second.
+      # shellcheck disable=SC2086  # one word per variant
       order=$(printf '%s\n' plain ${TRACE_VARIANTS:-traced})
       [ $((r % 2)) = 0 ] && order=$(printf '%s\n' "$order" | tac)
       for v in $order; do

@@ -61,9 +61,7 @@ bool is_wait(const event& e) {
 }
 
 model::model(const timeline& t, const analyze_options& opts)
-    : t_(t),
-      opts_(opts),
-      pytorch_(wording_of(t, opts.wording) == fix_wording::pytorch) {
+    : t_(t), opts_(opts), pytorch_(wording_of(t, opts.wording) == fix_wording::pytorch) {
   check_options();
   classify();
   detect_steps();

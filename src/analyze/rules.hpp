@@ -68,9 +68,9 @@ struct delegation {
   const idle_attribution* wait = nullptr;  // the main thread's; null: no delegation
   std::uint64_t thread = 0;                // the thread it waits for
   std::string thread_name;
-  std::size_t launches = 0;    // that thread's launch calls during the waits, over all steps
-  double awake_ms = 0;         // GPU idle inside the waits while that thread was awake, over all steps
-  double awake_fraction = 0;   // of the GPU idle inside the waits
+  std::size_t launches = 0;   // that thread's launch calls during the waits, over all steps
+  double awake_ms = 0;        // GPU idle inside the waits while that thread was awake, over all steps
+  double awake_fraction = 0;  // of the GPU idle inside the waits
   const idle_attribution* activity = nullptr;  // its launch or framework activity covering most idle
 };
 [[nodiscard]] delegation delegated_work(const model& m);

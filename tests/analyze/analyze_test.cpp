@@ -339,9 +339,10 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   const analysis a = backward_on_another_thread(true).run(o);
   ASSERT_EQ(a.bottleneck(), "gpu_idle");
   const finding& f = a.findings.front();
-  EXPECT_EQ(f.title,
-            "GPU idle 84% of each step while the main thread waits in 'pthread_cond_wait (libstdc++.so.6)' for "
-            "thread pt_autograd_0, which launches the GPU's work");
+  EXPECT_EQ(
+      f.title,
+      "GPU idle 84% of each step while the main thread waits in 'pthread_cond_wait (libstdc++.so.6)' for "
+      "thread pt_autograd_0, which launches the GPU's work");
   EXPECT_NE(f.evidence.find("thread pt_autograd_0 was awake (in no wait of its own) through 100% of that and "
                             "launched 23 calls per step in it (its most covering: 'cudaLaunchKernel'"),
             std::string::npos)
@@ -354,12 +355,16 @@ TEST(analyze_rules, gpu_idle_names_the_thread_the_main_thread_waits_for) {
   EXPECT_EQ(find_rule(a, "host_bound"), nullptr);
 
   // Without the other thread's launches the wait is all the trace shows, and is named.
-  const std::string waits = "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'";
+  const std::string waits =
+      "GPU idle 84% of each step while the main thread is in 'pthread_cond_wait (libstdc++.so.6)'";
   const analysis alone = backward_on_another_thread(false).run(o);
   EXPECT_EQ(alone.findings.front().title, waits);
   EXPECT_NE(find_rule(alone, "host_bound"), nullptr);
   // Nor when the launching thread sleeps through the main thread's wait too.
-  EXPECT_EQ(backward_on_another_thread(true, "pthread_cond_wait (libstdc++.so.6)", true).run(o).findings.front().title,
+  EXPECT_EQ(backward_on_another_thread(true, "pthread_cond_wait (libstdc++.so.6)", true)
+                .run(o)
+                .findings.front()
+                .title,
             waits);
 
   // A wait for other processes (a DataLoader's queue) is the main thread's own, whatever else launches.

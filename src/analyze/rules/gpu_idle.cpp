@@ -84,9 +84,10 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     // The main thread waits for another thread of its process, which launches the GPU's work: that
     // thread's work is the cause, and its fix the advice.
     const idle_attribution& wait = *d.wait;
-    f.title = fmt::format("GPU idle {} {} while the main thread waits in '{}' for thread {}, which launches the "
-                          "GPU's work",
-                          pct(fraction), step_word, wait.activity, d.thread_name);
+    f.title = fmt::format(
+        "GPU idle {} {} while the main thread waits in '{}' for thread {}, which launches the "
+        "GPU's work",
+        pct(fraction), step_word, wait.activity, d.thread_name);
     f.evidence += fmt::format(
         "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle); thread {} was awake "
         "(in no wait of its own) through {} of that and launched {:.0f} calls per step in it",
