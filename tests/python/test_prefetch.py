@@ -261,6 +261,29 @@ def test_use_in_a_forked_child_raises_a_clear_error(device):
     it.close()
 
 
+def _in_fork_child(body) -> bytes:
+    """Runs body() in an os.fork() child and returns the bytes it returned, once the child exited 0. A child
+    that hangs is killed by SIGALRM after 30 s, and the test fails."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(30)
+            os.write(write, body())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read, 4096)
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    return answer
+
+
 def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(device):
     """A fork child (a DataLoader's worker, any multiprocessing child) may free batch tensors it inherited,
     perhaps in a garbage collection. That must not release the batch: the release takes the prefetcher's
@@ -269,31 +292,19 @@ def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(de
 
     from ferry._c import lib
     it = Prefetcher(batches(4), device=device)
-    batch = next(it)  # batch 0, lent until its tensors go
+    held = [next(it)]  # batch 0, lent until its tensors go: held[0] is the only reference
     handle = it._handle
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(30)  # a child that hangs in the free is killed, and the test fails
-            del batch  # the last reference in this child to batch 0's tensors (they hold no cycle)
-            out = c_int(-1)
-            code = 0 if lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 else 2
-            os.write(write, bytes([out.value & 0xFF]))
-        finally:
-            os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    answer = os.read(read, 1)
-    os.close(read)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    assert answer == b"\x00", "the child's free released the parent's batch 0"
+
+    def free_it():
+        held.clear()  # the last reference in this child to batch 0's tensors (they hold no cycle)
+        out = c_int(-1)
+        assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0
+        return bytes([out.value & 0xFF])
+
+    assert _in_fork_child(free_it) == b"\x00", "the child's free released the parent's batch 0"
     out = c_int(-1)
     assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 and out.value == 0  # lent here
-    del batch
+    held.clear()
     assert lib.ferry_prefetch_released(handle, c_uint64(0), byref(out)) == 0 and out.value == 1
     it.close()
 
@@ -309,30 +320,17 @@ def test_a_fork_child_cannot_close_or_destroy_the_parents_prefetcher(device):
     assert torch.equal(first[0].cpu(), src[0][0])
     del first
     handle = it._handle
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
+
+    def close_and_destroy():
         try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(30)  # a child that hangs in close or destroy is killed, and the test fails
-            try:
-                lib.ferry_prefetch_close(handle)
-                answer = b"closed"
-            except InvalidArgumentError as e:
-                answer = b"refused" if "made by the parent of this fork child" in str(e) else str(e).encode()
-            lib.ferry_prefetch_destroy(handle)
-            os.write(write, answer)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    answer = os.read(read, 4096)
-    os.close(read)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    assert answer == b"refused", answer
+            lib.ferry_prefetch_close(handle)
+            answer = b"closed"
+        except InvalidArgumentError as e:
+            answer = b"refused" if "made by the parent of this fork child" in str(e) else str(e).encode()
+        lib.ferry_prefetch_destroy(handle)
+        return answer
+
+    assert _in_fork_child(close_and_destroy) == b"refused"
     for i in range(1, 4):  # the parent's prefetcher still copies the rest of the epoch
         b = next(it)
         assert torch.equal(b[0].cpu(), src[i][0]) and torch.equal(b[1].cpu(), src[i][1])
