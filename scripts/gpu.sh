@@ -717,13 +717,13 @@ cmd_trace_inject() {
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
     # and under each variant of TRACE_VARIANTS (traced, lite; kineto: the MLP under torch.profiler's CUDA
-    # activities, PyTorch's own recorder), interleaved, TRACE_RUNS times; with
+    # activities, PyTorch's own recorder), interleaved, TRACE_RUNS times (6: as many rounds in each order); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
     [ -n "${TRACE_RANKS:-}" ] && launch=(python3 -m torch.distributed.run --standalone --nproc_per_node "$TRACE_RANKS")
     local order
-    for r in $(seq 1 "${TRACE_RUNS:-5}"); do
+    for r in $(seq 1 "${TRACE_RUNS:-6}"); do
       # Alternate rounds run the variants in reverse (ABBA): a machine that drifts over the call (its CPUs
       # slowing as it warms) then weighs on every variant alike, not on whichever always runs second.
       # shellcheck disable=SC2086  # one word per variant
@@ -734,7 +734,10 @@ cmd_trace_inject() {
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
         [ "$v" = traced ] && pre=("$f" trace -o "$out/trace-$v-$r" --)
         [ "$v" = lite ] && pre=("$f" trace --lite -o "$out/trace-$v-$r" --)
-        [ "$v" = kineto ] && args+=(--kineto cuda)  # torch.profiler inside (the MLP script's option)
+        if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
+          [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"
+          args+=(--kineto cuda)
+        fi
         ${pre[@]+"${pre[@]}"} "${launch[@]}" "$script" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         [ -n "${TRACE_RANKS:-}" ] && cp "$out/run-$v-$r/results.json" "$out/cost-$v-$r.json" 2>/dev/null
         if [ "$r" = 1 ] && [ -d "$out/trace-$v-$r" ]; then

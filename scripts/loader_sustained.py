@@ -19,11 +19,14 @@ def main(paths):
         batch = d["config"]["batch"]
         groups = {}
         for r in d["levels"]:
-            if r.get("error") or "samples_in_window" not in r:
+            if r.get("error") or "samples_in_window" not in r or not r.get("seconds"):
                 continue
             made = r["samples_in_window"] / batch / r["seconds"]
             groups.setdefault(r["level"].split("#")[0], []).append(
                 (r["steps_per_s"], min(r["steps_per_s"], made), r["samples_in_window"] / batch, r["steps"]))
+        if not groups:
+            print(f"{path}: no level with samples_in_window (a run before the example recorded it, or no loader level)")
+            continue
         print(f"{path}: level, steps/s, sustained steps/s (median [min-max]), batches made / consumed in each window")
         for level, rs in groups.items():
             def spread(v):

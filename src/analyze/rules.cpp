@@ -90,13 +90,13 @@ delegation delegated_work(const model& m) {
     return it->second;
   };
   // The main thread's waits of that name, and the GPU idle inside them.
-  std::map<std::uint64_t, bool> is_wait;  // label -> named like the wait
+  std::map<std::uint64_t, bool> named_like_wait;  // label -> named like the wait
   std::vector<span> waits;
   for (const index_t i : m.cpu()) {
     const event& e = t.events[i];
     if (e.thread != wait->thread_id || e.end_ns <= e.start_ns) continue;
     const std::uint64_t label = m.label_of(e);
-    const auto [it, fresh] = is_wait.try_emplace(label, false);
+    const auto [it, fresh] = named_like_wait.try_emplace(label, false);
     if (fresh) it->second = m.label_text(label) == wait->activity;
     if (it->second) waits.push_back({e.start_ns, e.end_ns});
   }
@@ -111,32 +111,48 @@ delegation delegated_work(const model& m) {
   };
   std::map<std::uint64_t, other> others;
   const std::vector<span>& w = inside.spans();
+  const std::uint64_t process = owner(wait->thread_id);
+  // A thread's own waits count only for threads that launch (a parked pool thread adds a span per window).
+  std::vector<index_t> sleeps;
   for (const index_t i : m.cpu()) {
     const event& e = t.events[i];
-    if (e.thread == wait->thread_id || owner(e.thread) != owner(wait->thread_id)) continue;
+    if (e.thread == wait->thread_id || e.thread == 0 || owner(e.thread) != process) continue;
     const work_class c = class_of(e);
-    if (c == work_class::launch && inside.covered(e.start_ns, e.start_ns + 1) > 0) {
+    if (c == work_class::launch && m.step_of(e.start_ns) >= 0 &&
+        inside.covered(e.start_ns, e.start_ns + 1) > 0)
       ++others[e.thread].launches;
-    } else if (c == work_class::host_wait && e.end_ns > e.start_ns) {
-      auto it = std::partition_point(w.begin(), w.end(), [&](const span& x) { return x.end <= e.start_ns; });
-      for (; it != w.end() && it->start < e.end_ns; ++it)
-        others[e.thread].asleep.push_back({std::max(it->start, e.start_ns), std::min(it->end, e.end_ns)});
-    }
+    else if (c == work_class::host_wait && e.end_ns > e.start_ns)
+      sleeps.push_back(i);
+  }
+  for (const index_t i : sleeps) {
+    const event& e = t.events[i];
+    const auto o = others.find(e.thread);
+    if (o == others.end()) continue;
+    auto it = std::partition_point(w.begin(), w.end(), [&](const span& x) { return x.end <= e.start_ns; });
+    for (; it != w.end() && it->start < e.end_ns; ++it)
+      o->second.asleep.push_back({std::max(it->start, e.start_ns), std::min(it->end, e.end_ns)});
   }
   // The thread that launches and is awake (in no wait of its own) through most of the main thread's wait:
-  // the one it waits for.
+  // the one it waits for (ties: the one that launched more).
   delegation best;
   ns_t best_awake = 0;
   for (auto& [thread, o] : others) {
-    if (o.launches == 0) continue;
     const ns_t awake = waited - m.idle_during(std::move(o.asleep));
-    if (2 * awake < waited || awake <= best_awake) continue;
+    if (2 * awake < waited || awake < best_awake || (awake == best_awake && o.launches <= best.launches))
+      continue;
     best_awake = awake;
     best.wait = wait;
     best.thread = thread;
     best.launches = o.launches;
   }
-  if (best.wait == nullptr) return {};
+  // Launch-bound work: a launch at least every launch_gap_ns of the time it was awake in the waits, on
+  // average (PyTorch's autograd engine in a launch-bound backward: one every 51 us). A thread that launches
+  // seldom (a producer that decodes on the CPU, then launches one kernel) bounds the GPU with its CPU work,
+  // which the trace does not name: the wait keeps its own reading then.
+  constexpr double launch_gap_ns = 200'000;
+  if (best.wait == nullptr ||
+      static_cast<double>(best.launches) * launch_gap_ns < static_cast<double>(best_awake))
+    return {};
   best.thread_name = m.thread_name(best.thread);
   best.awake_ms = ms(best_awake);
   best.awake_fraction = static_cast<double>(best_awake) / static_cast<double>(waited);

@@ -45,7 +45,8 @@ void find_host_bound(const model& m, std::vector<finding>& out);
 void find_drain_tail(const model& m, std::vector<finding>& out);
 
 /// Named host work after the last step's GPU work: [start, end) and the activity that covered most of it
-/// (top_ns of it; 0 when none).
+/// (top_ns of it; 0 when none, or when it covered less than cause_share of the span). Another thread's
+/// wait is no work; the main thread's is.
 struct trailing_work {
   ns_t start = 0;
   ns_t end = 0;
@@ -58,8 +59,9 @@ struct trailing_work {
 
 /// The main thread waiting for another thread's GPU work: the main thread's activity that covers most of
 /// the GPU idle (at least cause_share of it) is a wait for another thread (a condition variable or a
-/// futex), and another thread of the same process launched GPU work during those waits and was itself
-/// awake (in no host wait of its own) through at least half of the GPU idle inside them. PyTorch runs a
+/// futex), and another thread of the same process launched GPU work during those waits, densely (a launch
+/// every 200 us or less of the idle it was awake through, on average), and was itself awake (in no host
+/// wait of its own) through at least half of the GPU idle inside them. PyTorch runs a
 /// CUDA backward on its autograd engine's thread (pt_autograd_N) while the thread that called backward()
 /// waits on a condition variable: the waiting thread is not host-bound; the launching one bounds the GPU.
 /// The engine's own work between launches is not recorded, so the launches alone cover little of the idle

@@ -334,7 +334,7 @@ def test_asking_a_worker_that_does_not_catch_sigusr1_for_its_stack_leaves_it_ali
     p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         time.sleep(0.2)
-        assert _ask_for_stack(p.pid) in ("R", "S")
+        assert _ask_for_stack(p.pid).endswith(", still starting: no stack")
         time.sleep(0.2)
         assert p.poll() is None, f"the process died of the signal: {p.returncode}"
     finally:
@@ -349,8 +349,8 @@ def test_a_stuck_sample_times_out_naming_the_worker_that_holds_it_with_its_stack
         assert next(it)[1].tolist() == list(range(8))
         # Sample 13 is position 5 of batch 1, in the chunk 4-5; the chunk 6-7 may be waiting behind it.
         with pytest.raises(RuntimeError, match=r"batch 1 of epoch 0 was not made within timeout=2.0 s \([24] samples left; .*"
-                                               r"worker \d \(pid \d+, state S\) holds positions 4-5.*: (its|their) Python "
-                                               r"stacks? (is|are) on stderr\)"):
+                                               r"worker \d \(pid \d+, state S, its Python stack on stderr\) holds "
+                                               r"positions 4-5"):
             next(it)
     assert "in __getitem__" in capfd.readouterr().err  # the stuck worker's stack, from its own stderr
 

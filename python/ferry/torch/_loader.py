@@ -609,8 +609,8 @@ class Loader:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._fail(RuntimeError(
-                    f"ferry Loader: worker 0 (pid {w.pid}, state {_ask_for_stack(w.pid)}) made no sample {first_index} "
-                    f"within timeout={self.timeout} s: its Python stack is on stderr"))
+                    f"ferry Loader: worker 0 (pid {w.pid}, {_ask_for_stack(w.pid)}) made no sample {first_index} "
+                    f"within timeout={self.timeout} s"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
                 msg = self._receive(w)
                 if msg[0] == "spec" or msg[1] == -1:
@@ -683,8 +683,8 @@ class Loader:
             while w.outstanding:
                 if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
                     raise self._fail(RuntimeError(
-                        f"ferry Loader worker {w.id} (pid {w.pid}, state {_ask_for_stack(w.pid)}) did not finish its "
-                        f"chunk within timeout={self.timeout} s: its Python stack is on stderr"))
+                        f"ferry Loader worker {w.id} (pid {w.pid}, {_ask_for_stack(w.pid)}) did not finish its "
+                        f"chunk within timeout={self.timeout} s"))
                 self._collect(w, self._receive(w))
 
     # ---- epochs -----------------------------------------------------------------------------------
@@ -835,22 +835,18 @@ class Loader:
         return b
 
     def _show_holders(self, k: int) -> str:
-        """'; worker 1 (pid 12, state S) holds positions 6-7: its Python stack is on stderr' for each worker
-        that holds part of batch k, after asking it for its stack (SIGUSR1)."""
+        """'; worker 1 (pid 12, state S, its Python stack on stderr) holds positions 6-7' for each worker that
+        holds part of batch k, after asking it for its stack (SIGUSR1)."""
         out = []
         for w in self._workers:
             held = [items for held_k, items in w.outstanding if held_k == k]
             if held:
                 positions = ", ".join(f"{items[0][0]}-{items[-1][0]}" for items in held)
-                out.append(f"worker {w.id} (pid {w.pid}, state {_ask_for_stack(w.pid)}) holds positions {positions}")
+                out.append(f"worker {w.id} (pid {w.pid}, {_ask_for_stack(w.pid)}) holds positions {positions}")
         b = self._batches.get(k)
         if b is not None and b.pending:
             out.append(f"{sum(map(len, b.pending))} samples not yet handed to a worker")
-        if not out:
-            return ""
-        stacks = sum(1 for line in out if line.startswith("worker "))
-        return "; " + "; ".join(out) + ("" if stacks == 0 else ": its Python stack is on stderr" if stacks == 1
-                                        else ": their Python stacks are on stderr")
+        return "; " + "; ".join(out) if out else ""
 
     def _absorb(self, ready: List[Any]) -> None:
         if self._event_fd >= 0 and self._event_fd in ready:
@@ -1015,16 +1011,17 @@ class _SharedMapping:
 
 def _ask_for_stack(pid: int) -> str:
     """Asks a worker for its Python stack (SIGUSR1: faulthandler prints it to the worker's stderr) and
-    returns its scheduler state from /proc ("R" running, "S" sleeping, "D" in the kernel...; "gone").
-    Only a worker that catches SIGUSR1 is asked: one still starting (before faulthandler is registered)
-    would be killed by it."""
+    says its scheduler state from /proc ("R" running, "S" sleeping, "D" in the kernel...) and where the
+    stack is: "state S, its Python stack on stderr"; "gone" for a worker that exited. Only a worker that
+    catches SIGUSR1 is asked: one still starting (before faulthandler is registered) would be killed by it."""
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
         state = fields["State"].split()[0]
-        if int(fields["SigCgt"], 16) >> (signal.SIGUSR1 - 1) & 1:
-            os.kill(pid, signal.SIGUSR1)
-        return state
+        if not int(fields["SigCgt"], 16) >> (signal.SIGUSR1 - 1) & 1:
+            return f"state {state}, still starting: no stack"
+        os.kill(pid, signal.SIGUSR1)
+        return f"state {state}, its Python stack on stderr"
     except (OSError, KeyError, IndexError, ValueError):
         return "gone"
 

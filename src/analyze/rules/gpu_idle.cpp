@@ -84,15 +84,18 @@ void find_gpu_idle(const model& m, std::vector<finding>& out) {
     // The main thread waits for another thread of its process, which launches the GPU's work: that
     // thread's work is the cause, and its fix the advice.
     const idle_attribution& wait = *d.wait;
+    // thread_name gives "thread <id>" for a thread with no name.
+    const std::string thread =
+        d.thread_name.starts_with("thread ") ? d.thread_name : fmt::format("thread {}", d.thread_name);
     f.title = fmt::format(
-        "GPU idle {} {} while the main thread waits in '{}' for thread {}, which launches the "
-        "GPU's work",
-        pct(fraction), step_word, wait.activity, d.thread_name);
+        "GPU idle {} {} while the main thread waits in '{}' for {}, which launches the GPU's work",
+        pct(fraction), step_word, wait.activity, thread);
     f.evidence += fmt::format(
-        "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle); thread {} was awake "
-        "(in no wait of its own) through {} of that and launched {:.0f} calls per step in it",
-        wait.thread, wait.activity, ms_text(m.per_step(wait.idle_ms)), pct(wait.fraction_of_idle),
-        d.thread_name, pct(d.awake_fraction), m.per_step(static_cast<double>(d.launches)));
+        "; the main thread ({}) waited in '{}' for {} per step of it ({} of the idle); {} was awake (in no "
+        "wait of its own) through {} of the idle inside those waits and launched {:.0f} calls per step in "
+        "them",
+        wait.thread, wait.activity, ms_text(m.per_step(wait.idle_ms)), pct(wait.fraction_of_idle), thread,
+        pct(d.awake_fraction), m.per_step(static_cast<double>(d.launches)));
     if (d.activity != nullptr)
       f.evidence += fmt::format(" (its most covering: '{}', {} per step)", d.activity->activity,
                                 ms_text(m.per_step(d.activity->idle_ms)));
