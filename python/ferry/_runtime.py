@@ -34,8 +34,13 @@ class ForkedError(RuntimeError):
 
 
 def _after_fork_in_child() -> None:
-    global _pid
+    global _pid, _lock
     _pid = os.getpid()
+    # The objects open at the fork are the parent's: the child's exit closes none of them (their close()
+    # refuses in a forked child, so each would print an error at its exit). The lock may have been held by
+    # another of the parent's threads at the fork: the child's is new.
+    _lock = threading.Lock()
+    _open.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

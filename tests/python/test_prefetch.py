@@ -243,6 +243,29 @@ print("done")
     assert "ignored error" not in r.stderr, r.stderr
 
 
+def test_a_forked_child_that_exits_normally_closes_nothing_of_the_parents(tmp_path, backend):
+    # A child forked while a Prefetcher is open (a user's os.fork, a multiprocessing child that returns
+    # through sys.exit) runs ferry's exit hook: the objects are the parent's, and closing them there refused
+    # with a ForkedError printed at the child's exit.
+    script = f"""
+import os, sys, torch
+sys.path.insert(0, {str(ROOT / 'python')!r})
+from ferry.torch import Prefetcher
+dev = {'"cpu"' if backend == "host" else '"cuda"'}
+kept = Prefetcher([torch.arange(8.0)] * 4, device=dev)
+next(kept)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # the interpreter's exit runs the atexit hooks
+_, status = os.waitpid(pid, 0)
+assert os.WEXITSTATUS(status) == 0, status
+print("done")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
+    assert "ForkedError" not in r.stderr and "at exit" not in r.stderr, r.stderr
+
+
 def test_use_in_a_forked_child_raises_a_clear_error(device):
     it = Prefetcher(batches(4), device=device)
     next(it)
