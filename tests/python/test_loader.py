@@ -65,6 +65,15 @@ def _open_cuda_once():
         assert [int(y.sum()) for _, y in warm] == [1, 5]
 
 
+# Files other programs make in /dev/shm while this suite runs beside them (ctest runs two suites at once):
+# Open MPI's shared-memory transport, from the comm_mpi test's mpirun. Neither ferry nor torch makes these.
+FOREIGN_SHM = ("vader_segment.", "sm_segment.")
+
+
+def shm_files():
+    return {f for f in os.listdir("/dev/shm") if not f.startswith(FOREIGN_SHM)}
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
     # multiprocessing's helpers (spawn's resource tracker, the forkserver) keep a descriptor here for the
@@ -74,13 +83,13 @@ def no_leaks():
     multiprocessing.resource_tracker.ensure_running()
     multiprocessing.forkserver.ensure_running()
     _open_cuda_once()
-    shm, fds, kids = set(os.listdir("/dev/shm")), set(os.listdir("/proc/self/fd")), children()
+    shm, fds, kids = shm_files(), set(os.listdir("/proc/self/fd")), children()
     yield
     deadline = time.monotonic() + 5
     while children() - kids and time.monotonic() < deadline:
         time.sleep(0.02)
     assert children() - kids == set(), "worker processes outlived the test"
-    assert set(os.listdir("/dev/shm")) - shm == set(), "files left in /dev/shm"
+    assert shm_files() - shm == set(), "files left in /dev/shm"
     leaked = set(os.listdir("/proc/self/fd")) - fds
     assert len(leaked) <= 1, f"descriptors leaked: {leaked}"  # one: the listing's own, gone already or not
 
