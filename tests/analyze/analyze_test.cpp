@@ -729,7 +729,8 @@ TEST(analyze_drain_tail, stays_quiet_for_a_short_tail_or_a_wait) {
   // The main thread's wait still is: it may be the only record of a tail whose work went unrecorded.
   builder joined = busy_steps();
   joined.range("pthread_join (python3)", 3990, 4800, main_tid);
-  const finding* f = find_rule(joined.run(), "drain_tail");
+  const analysis joined_analysis = joined.run();
+  const finding* f = find_rule(joined_analysis, "drain_tail");
   ASSERT_NE(f, nullptr);
   EXPECT_NE(f->title.find("'pthread_join (python3)'"), std::string::npos) << f->title;
 }
