@@ -42,7 +42,7 @@ if args.kineto:
     if args.kineto == "all":
         acts.append(torch.profiler.ProfilerActivity.CPU)
     profiler = torch.profiler.profile(activities=acts)
-with profiler as prof:
+with profiler:
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(args.steps):
