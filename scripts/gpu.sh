@@ -716,8 +716,9 @@ cmd_trace_inject() {
     done
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
-    # and under each variant of TRACE_VARIANTS (traced, lite; kineto: the MLP under torch.profiler's CUDA
-    # activities, PyTorch's own recorder), interleaved, TRACE_RUNS times (6: as many rounds in each order); with
+    # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; nopy: --python
+    # none; noblock: no blocking calls; kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own
+    # recorder), interleaved, TRACE_RUNS times (6: as many rounds in each order); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
@@ -732,8 +733,15 @@ cmd_trace_inject() {
       for v in $order; do
         local args=(${TRACE_ARGS:---levels ideal,ferry --steps 40}) pre=()
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
-        [ "$v" = traced ] && pre=("$f" trace -o "$out/trace-$v-$r" --)
-        [ "$v" = lite ] && pre=("$f" trace --lite -o "$out/trace-$v-$r" --)
+        case $v in  # traced: the defaults; the others each leave one kind of evidence out
+          traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
+          lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
+          nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
+          nopy) pre=("$f" trace --python none -o "$out/trace-$v-$r" --) ;;
+          noblock) pre=("$f" trace --block-us 10000000 -o "$out/trace-$v-$r" --) ;;
+          plain|kineto) ;;
+          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync nopy noblock kineto)" ;;
+        esac
         if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
           [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"
           args+=(--kineto cuda)

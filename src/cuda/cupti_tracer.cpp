@@ -598,6 +598,7 @@ void begin(trace::recorder& r, const options& o) {
   for (CUpti_ActivityKind kind : all_kinds) {
     const bool heavy = kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION || kind == CUPTI_ACTIVITY_KIND_RUNTIME;
     if ((o.lite && heavy) || (!o.markers && kind == CUPTI_ACTIVITY_KIND_MARKER)) continue;
+    if (!o.syncs && kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION) continue;
     enabled_kinds.push_back(kind);
   }
   unique_handle<enabled_kinds_traits> enabled;

@@ -54,11 +54,13 @@ void cupti_start(process_state& s) noexcept {
     const own_call own;
     cupti::options o;
     o.lite = config().lite;
+    o.syncs = config().syncs;
     o.markers = false;  // NVTX is this library's own (nvtx.cpp)
     cupti::begin(s.rec, o);
     s.cupti_on.store(true);
-    note("cupti", config().lite ? "recording kernels, copies and memsets (--lite)"
-                                : "recording kernels, copies, memsets, synchronizations and runtime calls");
+    note("cupti", o.lite    ? "recording kernels, copies and memsets (--lite)"
+                  : o.syncs ? "recording kernels, copies, memsets, synchronizations and runtime calls"
+                            : "recording kernels, copies, memsets and runtime calls (--no-syncs)");
   } catch (const std::exception& e) {
     note("cupti", std::string("unavailable: ") + e.what());
   } catch (...) {

@@ -17,6 +17,9 @@ struct options {
   /// Kernels, copies and memsets only: no synchronizations and no runtime API calls, which cost a
   /// launch-bound program the most (`ferry trace --lite`).
   bool lite = false;
+  /// CUPTI's synchronization records (which stream or event a wait was for). Off keeps the runtime
+  /// calls that wait, as calls (`ferry trace --no-syncs`); `lite` turns them off too.
+  bool syncs = true;
   /// CUPTI's NVTX markers. Off when another NVTX tool records the ranges (`ferry trace`'s injection
   /// library is the process's NVTX tool itself).
   bool markers = true;
