@@ -7,7 +7,7 @@
 #   scripts/gpu.sh check                    THERE: gpu tests, compute-sanitizer, the egress ladder
 #   scripts/gpu.sh verify                   THERE: gpu tests, the shim, topology, both ladders (A/B baseline)
 #   scripts/gpu.sh trace-check              THERE: CUPTI conformance, recording cost, traced ladders
-#   scripts/gpu.sh trace-inject [smoke|cost] THERE: ferry trace -- CMD: parity, torch.profiler, examples; cost
+#   scripts/gpu.sh trace-inject [smoke|findings|cost|api] THERE: ferry trace -- CMD: parity, torch.profiler, examples; cost
 #   scripts/gpu.sh comm [all|allreduce|ddp] THERE, 2 GPUs: bench allreduce/ddp against nccl-tests and PyTorch
 #   scripts/gpu.sh one-gpu-comm             THERE, 1 GPU: allreduce/ddp local cost, traced
 #   scripts/gpu.sh examples                 THERE: the two PyTorch side-by-side examples
@@ -714,6 +714,29 @@ cmd_trace_inject() {
       echo "train $lvl: $(grep -m1 -A0 '^  1\. ' "$out/train-$lvl-analysis.txt")" | tee -a "$out/summary.txt"
       rm -f "$out/train-$lvl"/*.ferry-proc
     done
+  elif [ "$what" = api ]; then
+    # api: what one CUDA call costs the calling thread (tests/inject/api_cost.py), plain and under each
+    # variant of TRACE_VARIANTS, interleaved (ABBA), TRACE_RUNS times.
+    local order v
+    for r in $(seq 1 "${TRACE_RUNS:-4}"); do
+      # shellcheck disable=SC2086  # one word per variant
+      order=$(printf '%s\n' plain ${TRACE_VARIANTS:-traced nosync lite kineto})
+      [ $((r % 2)) = 0 ] && order=$(printf '%s\n' "$order" | tac)
+      for v in $order; do
+        local pre=() args=(--json "$out/cost-$v-$r.json")
+        case $v in
+          traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
+          lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
+          nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
+          kineto) args+=(--kineto cuda) ;;
+          plain) ;;
+          *) die "trace-inject api: unknown variant '$v' (traced lite nosync kineto)" ;;
+        esac
+        ${pre[@]+"${pre[@]}"} python3 tests/inject/api_cost.py "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
+        rm -rf "$out/trace-$v-$r"
+      done
+    done
+    python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
     # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; nopy: --python
@@ -762,6 +785,8 @@ cmd_trace_inject() {
     what="cost-$(basename "${TRACE_SCRIPT:-${TRACE_EXAMPLE:-train_prefetch.py}}" .py)${TRACE_RANKS:+-x$TRACE_RANKS}"
     python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
   fi
+  # The recordings of cost runs (tens of MB) stay behind: their analyses are in the tarball.
+  [ "$what" = smoke ] || [ "$what" = findings ] || find "$out" -name 'trace.json' -delete
   tar czf "$final/trace-inject-$what.tgz" -C "$out" . 2>/dev/null
   cp "$out/summary.txt" "$final/summary-$what.txt" 2>/dev/null
   echo "trace-inject $what: exit $status"

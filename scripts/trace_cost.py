@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The recording cost of `ferry trace` on a program: its --json results of interleaved runs,
-cost-<variant>-<i>.json in DIR (scripts/gpu.sh trace-inject cost; variants plain, traced, lite, ...). Prints
+cost-<variant>-<i>.json in DIR (scripts/gpu.sh trace-inject cost or api; variants plain, traced, lite, ...).
+For tests/inject/api_cost.py's results, a table of each call's microseconds (medians) and what each variant
+adds to it. For the examples' results, prints
 the steps/s of each run of each level, the medians and each variant's cost (1 - variant / plain), then the
 median CPU seconds per step of the main thread, the process' other threads and its children, where the
 results hold them: what the recording adds to each."""
@@ -22,9 +24,24 @@ def main():
     runs = {}  # variant -> level -> [result]
     for f in sorted(d.glob("cost-*-*.json")):
         variant = f.name.split("-")[1]
-        for lvl in json.loads(f.read_text())["levels"]:
+        for lvl in json.loads(f.read_text()).get("levels", []):
             if lvl.get("steps_per_s"):
                 runs.setdefault(variant, {}).setdefault(lvl["level"], []).append(lvl)
+    ops = {}  # variant -> op -> [us per call] (tests/inject/api_cost.py)
+    for f in sorted(d.glob("cost-*-*.json")):
+        for op, us in json.loads(f.read_text()).get("ops", {}).items():
+            ops.setdefault(f.name.split("-")[1], {}).setdefault(op, []).append(us)
+    if ops:
+        names = ["plain"] + sorted(v for v in ops if v != "plain")
+        print(f"{'us per call (median)':22}" + "".join(f"{v:>16}" for v in names))
+        for op in ops.get("plain", {}):
+            mp = statistics.median(ops["plain"][op])
+            cells = [f"{mp:16.2f}"]
+            for v in names[1:]:
+                got = ops[v].get(op)
+                cells.append(f"{statistics.median(got):9.2f} ({statistics.median(got) - mp:+5.2f})" if got else
+                             f"{'-':>16}")
+            print(f"{op:22}" + "".join(cells))
     variants = ["plain"] + sorted(v for v in runs if v != "plain")
     for level, plain in runs.get("plain", {}).items():
         mp = statistics.median(r["steps_per_s"] for r in plain)
