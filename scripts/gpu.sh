@@ -728,9 +728,10 @@ cmd_trace_inject() {
           traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
           lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
           nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
+          allcalls) pre=("$f" trace --all-runtime-calls -o "$out/trace-$v-$r" --) ;;
           kineto) args+=(--kineto cuda) ;;
           plain) ;;
-          *) die "trace-inject api: unknown variant '$v' (traced lite nosync kineto)" ;;
+          *) die "trace-inject api: unknown variant '$v' (traced lite nosync allcalls kineto)" ;;
         esac
         ${pre[@]+"${pre[@]}"} python3 tests/inject/api_cost.py "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         rm -rf "$out/trace-$v-$r"
@@ -739,8 +740,8 @@ cmd_trace_inject() {
     python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
-    # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; nopy: --python
-    # none; noblock: no blocking calls; kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own
+    # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; allcalls:
+    # --all-runtime-calls; nopy: --python none; noblock: no blocking calls; kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own
     # recorder), interleaved, TRACE_RUNS times (6: as many rounds in each order); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
@@ -760,10 +761,11 @@ cmd_trace_inject() {
           traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
           lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
           nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
+          allcalls) pre=("$f" trace --all-runtime-calls -o "$out/trace-$v-$r" --) ;;
           nopy) pre=("$f" trace --python none -o "$out/trace-$v-$r" --) ;;
           noblock) pre=("$f" trace --block-us 10000000 -o "$out/trace-$v-$r" --) ;;
           plain|kineto) ;;
-          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync nopy noblock kineto)" ;;
+          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync allcalls nopy noblock kineto)" ;;
         esac
         if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
           [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"
@@ -775,6 +777,11 @@ cmd_trace_inject() {
           "$f" analyze "$out/trace-$v-$r" > "$out/analysis-$v.txt" 2>&1 || status=1
           tail -n 3 "$out/cost-$v-$r.txt" | grep "ferry trace" | tee -a "$out/summary.txt"
           grep -A12 "^Per rank\|^Straggler" "$out/analysis-$v.txt" | tee -a "$out/summary.txt"
+          # The CUDA calls recorded per thread and step: what the variant instrumented.
+          if [ "$v" != lite ] && [ "$v" != kineto ] && [ "$v" != plain ]; then
+            python3 scripts/trace_calls.py "$out/trace-$v-$r" --top 6 > "$out/calls-$v.txt" 2>&1 || true
+            sed "s/^/$v: /" "$out/calls-$v.txt" | tee -a "$out/summary.txt"
+          fi
         fi
         [ "$r" = 1 ] || rm -rf "$out/trace-$v-$r"
       done

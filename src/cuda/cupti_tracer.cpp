@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -278,6 +279,11 @@ constexpr CUpti_ActivityKind all_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER,
 };
+// The runtime calls the running trace enabled one by one (options::all_runtime_calls off); set by begin()
+// under g_begin_end_mu.
+// NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
+std::vector<CUpti_CallbackId>& enabled_calls = *new std::vector<CUpti_CallbackId>;
+
 // The kinds the running trace enabled (a prefix of all_kinds, MARKER skipped when not asked for); set by
 // begin() under g_begin_end_mu before any is enabled.
 // NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
@@ -493,6 +499,12 @@ void enable_nvtx_injection() {
 // The activity kinds begin() has enabled so far (the first `count` of enabled_kinds). Closing disables
 // them and flushes what they recorded, so a begin() that fails half-way leaves CUPTI as it found it;
 // after a successful begin() the session owns them and end() disables them, reporting failures.
+// The runtime calls enabled one by one, disabled again.
+void disable_calls() noexcept {
+  for (CUpti_CallbackId cbid : enabled_calls) static_cast<void>(api().activity_enable_runtime_api(cbid, 0));
+  enabled_calls.clear();
+}
+
 struct enabled_kinds_traits {
   struct handle_type {
     std::size_t count = 0;
@@ -501,9 +513,29 @@ struct enabled_kinds_traits {
   static bool is_null(handle_type h) noexcept { return h.count == 0; }
   static void close(handle_type h) noexcept {
     for (std::size_t i = 0; i < h.count; ++i) static_cast<void>(api().activity_disable(enabled_kinds[i]));
+    disable_calls();
     static_cast<void>(api().activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   }
 };
+
+// Enables the runtime calls that are not quiet_runtime_call, one by one (CUPTI_ACTIVITY_KIND_RUNTIME off).
+// CUPTI numbers them from 1; a newer libcupti than the header knows may number more, so the ids go on past
+// the header's count while CUPTI still names them.
+void enable_calls(const shim::cupti_api& cupti) {
+  constexpr CUpti_CallbackId slack = 512;
+  for (CUpti_CallbackId cbid = 1; cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE + slack; ++cbid) {
+    const char* raw = nullptr;
+    if (cupti.get_callback_name(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr) {
+      if (cbid >= CUPTI_RUNTIME_TRACE_CBID_SIZE) break;
+      continue;
+    }
+    if (quiet_runtime_call(api_base_name(raw))) continue;
+    const CUptiResult status = cupti.activity_enable_runtime_api(cbid, 1);
+    if (status != CUPTI_SUCCESS)
+      throw_cupti_error(status, fmt::format("cuptiActivityEnableRuntimeApi({} ({}), 1)", cbid, raw).c_str());
+    enabled_calls.push_back(cbid);
+  }
+}
 
 // Records the synchronizations whose API call has been seen (all of them when `all`, the others named
 // by their kind). Under g_mu.
@@ -527,6 +559,41 @@ void resolve_syncs(session& s, bool all) {
 }
 
 }  // namespace
+
+bool quiet_runtime_call(std::string_view name) noexcept {
+  // Queries of the device, the stream, the error state and the build that an eager framework makes
+  // around every kernel: cudaGetDevice alone is 80% of a launch-bound PyTorch loop's calls.
+  static constexpr std::array<std::string_view, 22> exact{
+      "cudaGetDevice",
+      "cudaGetDeviceCount",
+      "cudaGetDeviceFlags",
+      "cudaGetLastError",
+      "cudaPeekAtLastError",
+      "cudaGetErrorString",
+      "cudaGetErrorName",
+      "cudaDeviceGetAttribute",
+      "cudaDeviceGetLimit",
+      "cudaDeviceGetStreamPriorityRange",
+      "cudaDriverGetVersion",
+      "cudaRuntimeGetVersion",
+      "cudaPointerGetAttributes",
+      "cudaFuncGetAttributes",
+      "cudaStreamIsCapturing",
+      "cudaStreamGetPriority",
+      "cudaStreamGetFlags",
+      "cudaStreamGetDevice",
+      "cudaStreamGetId",
+      "cudaThreadExchangeStreamCaptureMode",
+      "cudaGetFuncBySymbol",
+      "cudaGetKernel",
+  };
+  // Families whose names carry a second version ("cudaStreamGetCaptureInfo_v2").
+  static constexpr std::array<std::string_view, 3> prefixes{"cudaStreamGetCaptureInfo",
+                                                            "cudaGetDriverEntryPoint", "cudaOccupancy"};
+  return std::find(exact.begin(), exact.end(), name) != exact.end() ||
+         std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](std::string_view p) { return name.starts_with(p); });
+}
 
 void flush(bool forced) noexcept {
   {
@@ -594,11 +661,19 @@ void begin(trace::recorder& r, const options& o) {
     g_session = s.release();
   }
 
+  // The runtime calls one by one (not the RUNTIME kind, which would instrument every call) unless all are
+  // asked for or this CUPTI cannot select them.
+  const bool select_calls = !o.lite && !o.all_runtime_calls && cupti.activity_enable_runtime_api != nullptr;
+  r.set_metadata("cupti_runtime_calls", o.lite         ? "none (lite)"
+                                        : select_calls ? "all but the quiet queries (cudaGetDevice, ...)"
+                                                       : "all");
   enabled_kinds.clear();
+  enabled_calls.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
     const bool heavy = kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION || kind == CUPTI_ACTIVITY_KIND_RUNTIME;
     if ((o.lite && heavy) || (!o.markers && kind == CUPTI_ACTIVITY_KIND_MARKER)) continue;
     if (!o.syncs && kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION) continue;
+    if (select_calls && kind == CUPTI_ACTIVITY_KIND_RUNTIME) continue;
     enabled_kinds.push_back(kind);
   }
   unique_handle<enabled_kinds_traits> enabled;
@@ -610,6 +685,7 @@ void begin(trace::recorder& r, const options& o) {
                           fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
       ++enabled.get().count;
     }
+    if (select_calls) enable_calls(cupti);
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
     const std::lock_guard lock(g_mu);
@@ -635,6 +711,7 @@ void end() {
     const CUptiResult status = cupti.activity_disable(kind);
     if (status != CUPTI_SUCCESS && disabled == CUPTI_SUCCESS) disabled = status;
   }
+  disable_calls();
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 

@@ -55,6 +55,7 @@ void cupti_start(process_state& s) noexcept {
     cupti::options o;
     o.lite = config().lite;
     o.syncs = config().syncs;
+    o.all_runtime_calls = config().all_calls;
     o.markers = false;  // NVTX is this library's own (nvtx.cpp)
     cupti::begin(s.rec, o);
     s.cupti_on.store(true);

@@ -65,6 +65,7 @@ struct trace_command_flags {
   std::string nvtx_capture;
   bool lite = false;
   bool no_syncs = false;
+  bool all_calls = false;
   std::int64_t block_us = 100;
   std::int64_t flush_ms = 50;
   std::int64_t sample_ms = 100;
@@ -347,6 +348,7 @@ int run_trace(const trace_command_flags& f) {
     ::setenv("FERRY_TRACE_CAPTURE", start_on ? "on" : "off", 1);
     ::setenv("FERRY_TRACE_LITE", f.lite ? "1" : "0", 1);
     ::setenv("FERRY_TRACE_SYNCS", f.no_syncs ? "0" : "1", 1);
+    ::setenv("FERRY_TRACE_ALL_CALLS", f.all_calls ? "1" : "0", 1);
     ::setenv("FERRY_TRACE_BLOCK_US", std::to_string(f.block_us).c_str(), 1);
     ::setenv("FERRY_TRACE_FLUSH_MS", std::to_string(f.flush_ms).c_str(), 1);
     if (first >= 0) ::setenv("FERRY_TRACE_STEPS", f.steps.c_str(), 1);
@@ -514,6 +516,9 @@ std::function<int()> add_trace_command(CLI::App& app) {
                 "programs");
   cmd->add_flag("--no-syncs", f->no_syncs,
                 "No CUDA synchronization records (the runtime calls that wait are still recorded, as calls)");
+  cmd->add_flag("--all-runtime-calls", f->all_calls,
+                "Every CUDA runtime call; by default the queries made around every kernel (cudaGetDevice, "
+                "cudaGetLastError, ...) are left out: most of the calls, and what recording them costs");
   add_int_flag(*cmd, "--block-us", f->block_us, 1, 10'000'000,
                "Record blocking calls (munmap, read, poll, waits) at least this long (default 100)");
   add_int_flag(*cmd, "--flush-ms", f->flush_ms, 1, 10'000,

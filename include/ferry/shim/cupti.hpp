@@ -24,6 +24,8 @@ struct cupti_api {
   decltype(&::cuptiActivityRegisterCallbacks) activity_register_callbacks = nullptr;
   decltype(&::cuptiActivityRegisterTimestampCallback) activity_register_timestamp_callback = nullptr;
   decltype(&::cuptiActivityEnable) activity_enable = nullptr;
+  /// Optional (CUPTI 12.5 and later): nullptr when the library lacks it.
+  decltype(&::cuptiActivityEnableRuntimeApi) activity_enable_runtime_api = nullptr;
   decltype(&::cuptiActivityDisable) activity_disable = nullptr;
   decltype(&::cuptiActivityFlushAll) activity_flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) activity_get_next_record = nullptr;
