@@ -279,11 +279,6 @@ constexpr CUpti_ActivityKind all_kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER,
 };
-// The runtime calls the running trace enabled one by one (options::all_runtime_calls off); set by begin()
-// under g_begin_end_mu.
-// NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
-std::vector<CUpti_CallbackId>& enabled_calls = *new std::vector<CUpti_CallbackId>;
-
 // The kinds the running trace enabled (a prefix of all_kinds, MARKER skipped when not asked for); set by
 // begin() under g_begin_end_mu before any is enabled.
 // NOLINTNEXTLINE(cert-err58-cpp): at load, out of memory ends the process
@@ -499,12 +494,6 @@ void enable_nvtx_injection() {
 // The activity kinds begin() has enabled so far (the first `count` of enabled_kinds). Closing disables
 // them and flushes what they recorded, so a begin() that fails half-way leaves CUPTI as it found it;
 // after a successful begin() the session owns them and end() disables them, reporting failures.
-// The runtime calls enabled one by one, disabled again.
-void disable_calls() noexcept {
-  for (CUpti_CallbackId cbid : enabled_calls) static_cast<void>(api().activity_enable_runtime_api(cbid, 0));
-  enabled_calls.clear();
-}
-
 struct enabled_kinds_traits {
   struct handle_type {
     std::size_t count = 0;
@@ -513,28 +502,27 @@ struct enabled_kinds_traits {
   static bool is_null(handle_type h) noexcept { return h.count == 0; }
   static void close(handle_type h) noexcept {
     for (std::size_t i = 0; i < h.count; ++i) static_cast<void>(api().activity_disable(enabled_kinds[i]));
-    disable_calls();
     static_cast<void>(api().activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   }
 };
 
-// Enables the runtime calls that are not quiet_runtime_call, one by one (CUPTI_ACTIVITY_KIND_RUNTIME off).
-// CUPTI numbers them from 1; a newer libcupti than the header knows may number more, so the ids go on past
-// the header's count while CUPTI still names them.
-void enable_calls(const shim::cupti_api& cupti) {
+// Turns off the records of the quiet runtime calls (quiet_runtime_call), CUPTI_ACTIVITY_KIND_RUNTIME being
+// on (enabling it again turns them back on). CUPTI numbers the calls from 1; a newer libcupti than the
+// header knows may number more, so the ids go on past the header's count while CUPTI still names them.
+// Returns how many were left out; a refusal leaves that call recorded.
+std::size_t leave_out_quiet_calls(const shim::cupti_api& cupti) noexcept {
   constexpr CUpti_CallbackId slack = 512;
+  std::size_t left_out = 0;
   for (CUpti_CallbackId cbid = 1; cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE + slack; ++cbid) {
     const char* raw = nullptr;
     if (cupti.get_callback_name(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr) {
       if (cbid >= CUPTI_RUNTIME_TRACE_CBID_SIZE) break;
       continue;
     }
-    if (quiet_runtime_call(api_base_name(raw))) continue;
-    const CUptiResult status = cupti.activity_enable_runtime_api(cbid, 1);
-    if (status != CUPTI_SUCCESS)
-      throw_cupti_error(status, fmt::format("cuptiActivityEnableRuntimeApi({} ({}), 1)", cbid, raw).c_str());
-    enabled_calls.push_back(cbid);
+    if (quiet_runtime_call(api_base_name(raw)) && cupti.activity_enable_runtime_api(cbid, 0) == CUPTI_SUCCESS)
+      ++left_out;
   }
+  return left_out;
 }
 
 // Records the synchronizations whose API call has been seen (all of them when `all`, the others named
@@ -661,19 +649,11 @@ void begin(trace::recorder& r, const options& o) {
     g_session = s.release();
   }
 
-  // The runtime calls one by one (not the RUNTIME kind, which would instrument every call) unless all are
-  // asked for or this CUPTI cannot select them.
-  const bool select_calls = !o.lite && !o.all_runtime_calls && cupti.activity_enable_runtime_api != nullptr;
-  r.set_metadata("cupti_runtime_calls", o.lite         ? "none (lite)"
-                                        : select_calls ? "all but the quiet queries (cudaGetDevice, ...)"
-                                                       : "all");
   enabled_kinds.clear();
-  enabled_calls.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
     const bool heavy = kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION || kind == CUPTI_ACTIVITY_KIND_RUNTIME;
     if ((o.lite && heavy) || (!o.markers && kind == CUPTI_ACTIVITY_KIND_MARKER)) continue;
     if (!o.syncs && kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION) continue;
-    if (select_calls && kind == CUPTI_ACTIVITY_KIND_RUNTIME) continue;
     enabled_kinds.push_back(kind);
   }
   unique_handle<enabled_kinds_traits> enabled;
@@ -685,7 +665,6 @@ void begin(trace::recorder& r, const options& o) {
                           fmt::format("cuptiActivityEnable(kind {})", static_cast<int>(kind)).c_str());
       ++enabled.get().count;
     }
-    if (select_calls) enable_calls(cupti);
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
     const std::lock_guard lock(g_mu);
@@ -694,6 +673,19 @@ void begin(trace::recorder& r, const options& o) {
     throw;
   }
   static_cast<void>(enabled.release());  // the session's now: end() disables every kind
+  // After RUNTIME is enabled (which turns every call on): the quiet queries' records off, as Kineto does
+  // for cudaGetDevice. CUPTI still intercepts those calls (measured: what each costs the caller hardly
+  // changes); what this saves is most of the records, their conversion and the recording's size.
+  const bool runtime_on = std::find(enabled_kinds.begin(), enabled_kinds.end(),
+                                    CUPTI_ACTIVITY_KIND_RUNTIME) != enabled_kinds.end();
+  const std::size_t quiet = runtime_on && !o.all_runtime_calls && cupti.activity_enable_runtime_api != nullptr
+                                ? leave_out_quiet_calls(cupti)
+                                : 0;
+  r.set_metadata("cupti_runtime_calls",
+                 !runtime_on ? std::string("none")
+                 : quiet > 0
+                     ? fmt::format("all but {} quiet queries (cudaGetDevice, cudaGetLastError, ...)", quiet)
+                     : std::string("all"));
 }
 
 void end() {
@@ -711,7 +703,6 @@ void end() {
     const CUptiResult status = cupti.activity_disable(kind);
     if (status != CUPTI_SUCCESS && disabled == CUPTI_SUCCESS) disabled = status;
   }
-  disable_calls();
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 
