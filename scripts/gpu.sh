@@ -741,8 +741,9 @@ cmd_trace_inject() {
   else
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
     # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; allcalls:
-    # --all-runtime-calls; nopy: --python none; noblock: no blocking calls; kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own
-    # recorder), interleaved, TRACE_RUNS times (6: as many rounds in each order); with
+    # --all-runtime-calls; nopy: --python none; noblock: no blocking calls; slowflush: --flush-ms 1000;
+    # kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own recorder), interleaved,
+    # TRACE_RUNS times (6: as many rounds in each order); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
@@ -764,8 +765,9 @@ cmd_trace_inject() {
           allcalls) pre=("$f" trace --all-runtime-calls -o "$out/trace-$v-$r" --) ;;
           nopy) pre=("$f" trace --python none -o "$out/trace-$v-$r" --) ;;
           noblock) pre=("$f" trace --block-us 10000000 -o "$out/trace-$v-$r" --) ;;
+          slowflush) pre=("$f" trace --flush-ms 1000 -o "$out/trace-$v-$r" --) ;;
           plain|kineto) ;;
-          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync allcalls nopy noblock kineto)" ;;
+          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync allcalls nopy noblock slowflush kineto)" ;;
         esac
         if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
           [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"

@@ -254,6 +254,25 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path):
         assert r.returncode == 2 and f"--steps {steps}" in r.stderr, r.stderr
     r = record(tmp_path / "s", "/bin/true", flags=["--steps", "1:2", "--delay", "1"])
     assert r.returncode == 2 and "cannot be combined" in r.stderr
+    r = record(tmp_path / "l", "/bin/sh", "-c", f"touch {marker}", flags=["--lite", "--all-runtime-calls"])
+    assert r.returncode == 2 and "--all-runtime-calls and --lite" in r.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], "lite=0 syncs=1 all=0"),
+    (["--lite"], "lite=1 syncs=1 all=0"),
+    (["--no-syncs"], "lite=0 syncs=0 all=0"),
+    (["--all-runtime-calls", "--no-syncs"], "lite=0 syncs=0 all=1"),
+])
+def test_the_cuda_record_options_reach_every_process(tmp_path, flags, expected):
+    # The injection library reads them where CUDA starts (InitializeInjection), in the program and in any
+    # process it starts: the environment carries them, as the child sees it here.
+    seen = tmp_path / "seen"
+    script = ('printf "lite=%s syncs=%s all=%s" "$FERRY_TRACE_LITE" "$FERRY_TRACE_SYNCS" "$FERRY_TRACE_ALL_CALLS" '
+              f'> {seen}')
+    r = record(tmp_path / "t", "/bin/sh", "-c", f"/bin/sh -c '{script}'", flags=flags)
+    assert r.returncode == 0, r.stderr
+    assert seen.read_text() == expected
 
 
 def marks_of(p):

@@ -258,6 +258,9 @@ int run_trace(const trace_command_flags& f) {
                     escape_control(injected)));
   if (f.duration_s > 0 && f.capture_range != "none")
     throw flag_error("ferry trace: --duration and --capture-range cannot be combined");
+  if (f.lite && f.all_calls)
+    throw flag_error(
+        "ferry trace: --all-runtime-calls and --lite cannot be combined: --lite records no runtime call");
   if ((f.capture_range == "nvtx") != !f.nvtx_capture.empty())
     throw flag_error("ferry trace: --capture-range nvtx and --nvtx-capture NAME[@DOMAIN] go together");
   long long first = -1, last = -1;
