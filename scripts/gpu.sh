@@ -664,6 +664,7 @@ cmd_loader() {
 # Raw outputs in $OUT/trace-inject-*.tgz and the summary beside it.
 cmd_trace_inject() {
   local what=${1:-smoke} out f status=0 r lvl final
+  case $what in smoke|findings|cost|api) ;; *) die "trace-inject: unknown mode '$what' (smoke findings cost api)" ;; esac
   # Everything under a work folder; $OUT gets the tarball and the summary only (few files come back).
   final=${OUT:-/tmp/ferry-out}
   out=$(mktemp -d /tmp/trace-inject.XXXX)
@@ -795,7 +796,7 @@ cmd_trace_inject() {
     python3 scripts/trace_cost.py "$out" | tee -a "$out/summary.txt"
   fi
   # The recordings of cost runs (tens of MB) stay behind: their analyses are in the tarball.
-  [ "$what" = smoke ] || [ "$what" = findings ] || find "$out" -name 'trace.json' -delete
+  [ "$what" = smoke ] || [ "$what" = findings ] || find "$out" \( -name 'trace.json' -o -name '*.ferry-proc' \) -delete
   tar czf "$final/trace-inject-$what.tgz" -C "$out" . 2>/dev/null
   cp "$out/summary.txt" "$final/summary-$what.txt" 2>/dev/null
   echo "trace-inject $what: exit $status"

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <unordered_set>
 #include <utility>
@@ -83,6 +84,15 @@ std::size_t keep_steady_steps(timeline& r, std::uint64_t main_thread) {
   for (event& e : r.events)
     if (!e.on_gpu() && e.end_ns > to) e.end_ns = std::max(e.start_ns, to);
   return steps.size() - 1;
+}
+
+// Whether a recorded process runs Python: its command's program is python, python3, python3.12, ...
+bool runs_python(const process_info& p) {
+  const std::string_view command = p.command;
+  std::string_view program = command.substr(0, command.find(' '));
+  if (const std::size_t slash = program.rfind('/'); slash != std::string_view::npos)
+    program = program.substr(slash + 1);
+  return program.starts_with("python");
 }
 
 // The timeline of one GPU-owning process: its events, and its descendants' CPU events with their threads
@@ -319,8 +329,13 @@ session_analysis analyze_session(const timeline& t, const analyze_options& opts)
                         "after the steps left out",
                         pa.name, all));
     }
+    // The fixes in PyTorch's words for a Python program, also one recorded without its annotation
+    // (--python none); a program of another language (ferry's own benches) keeps the C++ words.
+    analyze_options rank_opts = opts;
+    if (rank_opts.wording == fix_wording::automatic && runs_python(t.processes.at(ps.key)))
+      rank_opts.wording = fix_wording::pytorch;
     try {
-      pa.result = analyze(r, opts);
+      pa.result = analyze(r, rank_opts);
     } catch (const input_error& e) {
       s.notes.push_back(fmt::format("{}: not analyzed: {}", pa.name, e.what()));
       continue;

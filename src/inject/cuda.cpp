@@ -62,6 +62,10 @@ void cupti_start(process_state& s) noexcept {
     note("cupti", o.lite    ? "recording kernels, copies and memsets (--lite)"
                   : o.syncs ? "recording kernels, copies, memsets, synchronizations and runtime calls"
                             : "recording kernels, copies, memsets and runtime calls (--no-syncs)");
+    if (!o.lite)
+      note("cupti_runtime_calls", cupti::quiet_calls_left_out() > 0
+                                      ? "all but the quiet queries (cudaGetDevice, cudaGetLastError, ...)"
+                                      : "all");
   } catch (const std::exception& e) {
     note("cupti", std::string("unavailable: ") + e.what());
   } catch (...) {

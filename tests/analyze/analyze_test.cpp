@@ -852,6 +852,37 @@ TEST(analyze_wording, the_trace_s_origin_picks_the_wording) {
   EXPECT_TRUE(has(analyze(read_trace(fixture("kineto_naive.json")), o).findings.front().fix, "ferry::"));
 }
 
+// `ferry trace` records programs of any language: each GPU process gets the words of its own (a Python
+// program PyTorch's, even recorded without its annotation; ferry's C++ benches ferry's C++ API).
+TEST(analyze_wording, a_ferry_trace_recording_gets_the_words_of_each_process_language) {
+  const auto first_fix = [](const std::string& command) {
+    builder b = naive_ingest();
+    b.t.source = "ferry trace";
+    process_info p;
+    p.pid = main_tid;
+    p.name = p.command = command;
+    p.started = "exec";
+    p.gpu = true;
+    p.end_ns = 5'000'000;
+    b.t.processes[main_tid] = p;
+    b.t.thread_processes[main_tid] = main_tid;
+    b.t.stream_processes[7] = main_tid;
+    b.t.sort();
+    const session_analysis s = analyze_session(b.t, {});
+    EXPECT_EQ(s.ranks.size(), 1u) << command;
+    return s.ranks.empty() || s.ranks[0].result.findings.empty() ? std::string()
+                                                                 : s.ranks[0].result.findings.front().fix;
+  };
+  for (const std::string command :
+       {"/usr/bin/python3.12 train.py --epochs 1", "python -m torch.distributed.run x.py"}) {
+    const std::string fix = first_fix(command);
+    EXPECT_TRUE(has(fix, "DataLoader")) << command << ": " << fix;
+    EXPECT_FALSE(has(fix, "ferry::")) << command << ": " << fix;
+  }
+  const std::string cpp = first_fix("/opt/ferry/bin/ferry bench ingest --levels L1");
+  EXPECT_TRUE(has(cpp, "ferry::ingest::loader")) << cpp;
+}
+
 // ---- findings that cost nothing ----
 
 TEST(analyze_findings, a_finding_that_costs_the_steps_nothing_is_not_listed) {

@@ -40,7 +40,7 @@ def event_query():
     ev.query()
 
 
-def wait_event():  # the compute stream waits for the side stream's event: no host wait
+def wait_event():  # the current stream waits for the event (recorded on it by event_record): no host wait
     torch.cuda.current_stream().wait_event(ev)
 
 

@@ -91,7 +91,7 @@ int run_analyze_session(const analyze_flags& f, const std::set<std::string>& fai
   opts.idle_threshold = f.idle_threshold;
   opts.link_h2d_gbps = f.link_h2d;
   opts.link_d2h_gbps = f.link_d2h;
-  opts.wording = trace::fix_wording::pytorch;  // ferry trace records programs that do not use ferry's C++
+  // The wording follows each process: PyTorch's for a Python program, C++ for another (analyze_session).
   status.set("analyze: analyzing " + f.file);
   const trace::session_analysis s = trace::analyze_session(t, opts);
   if (!f.html.empty()) {

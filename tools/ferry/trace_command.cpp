@@ -461,7 +461,6 @@ int run_trace(const trace_command_flags& f) {
           escape_control(f.output));
       // The recording's own cost, when the steps before the capture are known, and each rank's verdict.
       trace::analyze_options opts;
-      opts.wording = trace::fix_wording::pytorch;
       const trace::session_analysis s = trace::analyze_session(t, opts);
       const bool windowed = !start_on;
       bool opened = false;

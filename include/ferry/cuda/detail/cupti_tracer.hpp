@@ -2,6 +2,7 @@
 // synchronizations, runtime API calls and NVTX ranges into a trace::recorder, on ferry's host clock.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 namespace ferry::trace {
@@ -22,11 +23,11 @@ struct options {
   /// CUPTI's synchronization records (which stream or event a wait was for). Off keeps the runtime
   /// calls that wait, as calls (`ferry trace --no-syncs`); `lite` turns them off too.
   bool syncs = true;
-  /// Every runtime call. By default the queries that PyTorch makes around every kernel and that neither
-  /// wait nor start work (quiet_runtime_call: cudaGetDevice, cudaGetLastError, cudaDeviceGetAttribute,
-  /// cudaStreamIsCapturing, ...) are left out: most of an eager program's calls, each of which costs the
-  /// calling thread CUPTI's instrumentation (`ferry trace --all-runtime-calls` keeps them). Where the loaded
-  /// CUPTI cannot select calls (before 12.5), every call is recorded.
+  /// Every runtime call. By default the records of the queries that PyTorch makes around every kernel and
+  /// that neither wait nor start work (quiet_runtime_call: cudaGetDevice, cudaGetLastError,
+  /// cudaDeviceGetAttribute, cudaStreamIsCapturing, ...) are left out: most of an eager program's calls.
+  /// CUPTI still intercepts them, so this shrinks the recording, not its cost (`ferry trace
+  /// --all-runtime-calls` keeps them).
   bool all_runtime_calls = false;
   /// CUPTI's NVTX markers. Off when another NVTX tool records the ranges (`ferry trace`'s injection
   /// library is the process's NVTX tool itself).
@@ -34,9 +35,12 @@ struct options {
 };
 
 void begin(trace::recorder& r, const options& o = {});
-/// Whether a runtime call (its name without CUPTI's version suffix: "cudaGetDevice") is one of the
-/// queries left out unless options::all_runtime_calls: it neither waits for the GPU nor starts work.
+/// Whether a runtime call, by its CUPTI callback name ("cudaGetDevice_v3020"; the version and
+/// per-thread-stream suffixes are ignored), is one of the queries left out unless
+/// options::all_runtime_calls: it neither waits for the GPU nor starts work.
 [[nodiscard]] bool quiet_runtime_call(std::string_view name) noexcept;
+/// How many runtime calls the last begin() left out (0: every call recorded, or none).
+[[nodiscard]] std::size_t quiet_calls_left_out() noexcept;
 /// Delivers the records CUPTI has completed into the recorder (forced: also the buffers it is still
 /// filling), with the synchronizations whose calls have been seen. For a recorder that is drained while
 /// the program runs (`ferry trace`). No-op without a running trace. Never throws.
