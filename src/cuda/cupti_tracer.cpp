@@ -363,9 +363,10 @@ void convert_memset(session& s, const CUpti_ActivityMemset4& m) {
 
 void convert_api(session& s, const CUpti_ActivityAPI& a) {
   const api_info& info = api_of(s, a.cbid);
-  // Sync records name only the call's correlation: remember which thread made each sync call.
-  if (info.sync != sync_kind::none && info.sync != sync_kind::copy)
-    if (s.syncs) s.sync_callers[a.correlationId] = sync_caller{a.threadId, info.name};
+  // Sync records name only the call's correlation: remember which thread made each sync call (only when
+  // those records come: each one claims and frees its entry).
+  if (s.syncs && info.sync != sync_kind::none && info.sync != sync_kind::copy)
+    s.sync_callers[a.correlationId] = sync_caller{a.threadId, info.name};
   trace::event e;
   e.kind = activity::api;
   if (!set_times(s, e, a.start, a.end)) return;
