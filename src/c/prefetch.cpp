@@ -149,6 +149,18 @@ void delete_managed(ferry::c_api::dl_managed_tensor* m) {
   drop_hold(b);
 }
 
+// The prefetcher behind `p` for a call named `fn`: not NULL, and made by this process. A fork child's copy
+// has none of the parent's threads, and the locks they take may have been held at the fork (held forever in
+// the child): any call on it would hang, so each is refused, naming the call.
+ferry::c_api::prefetch_state& owned(ferry_prefetch* p, const char* fn) {
+  auto& st = *checked(p, fn).state;
+  FERRY_EXPECTS(st.fork_generation == ferry::fork_generation(),
+                fmt::format("{}: this prefetcher was made by the parent of this fork child; only the process "
+                            "that made it can use it (its threads run there)",
+                            fn));
+  return st;
+}
+
 }  // namespace
 
 extern "C" {
@@ -196,29 +208,27 @@ int ferry_copy_strided(void* dst, const void* src, size_t ndim, const int64_t* s
 int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms, int* writable) {
   return guard([&] {
     expect_out(writable, "ferry_prefetch_slot_wait");
-    auto& f = checked(p, "ferry_prefetch_slot_wait").state->slots_of("ferry_prefetch_slot_wait");
+    auto& f = owned(p, "ferry_prefetch_slot_wait").slots_of("ferry_prefetch_slot_wait");
     *writable = f.wait_writable(batch, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0))) ? 1 : 0;
   });
 }
 
 int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch) {
-  return guard([&] {
-    checked(p, "ferry_prefetch_slot_ready").state->slots_of("ferry_prefetch_slot_ready").ready(batch);
-  });
+  return guard(
+      [&] { owned(p, "ferry_prefetch_slot_ready").slots_of("ferry_prefetch_slot_ready").ready(batch); });
 }
 
 int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd) {
   return guard([&] {
     expect_out(fd, "ferry_prefetch_slot_event_fd");
-    *fd =
-        checked(p, "ferry_prefetch_slot_event_fd").state->slots_of("ferry_prefetch_slot_event_fd").event_fd();
+    *fd = owned(p, "ferry_prefetch_slot_event_fd").slots_of("ferry_prefetch_slot_event_fd").event_fd();
   });
 }
 
 int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_slot_bytes");
-    auto& st = *checked(p, "ferry_prefetch_slot_bytes").state;
+    auto& st = owned(p, "ferry_prefetch_slot_bytes");
     *out = st.feed ? st.feed->slot_bytes() : st.slot_size;
   });
 }
@@ -227,7 +237,7 @@ int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t
                         const size_t* offsets, size_t count, uint64_t* number) {
   return guard([&] {
     expect_out(number, "ferry_prefetch_push");
-    auto& st = *checked(p, "ferry_prefetch_push").state;
+    auto& st = owned(p, "ferry_prefetch_push");
     FERRY_EXPECTS(count == 0 || (data != nullptr && bytes != nullptr && offsets != nullptr),
                   "ferry_prefetch_push: a piece array is NULL");
     std::vector<ferry::ingest::feed_piece> pieces(count);
@@ -240,7 +250,7 @@ int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream, ferry_batc
   return guard([&] {
     expect_out(out, "ferry_prefetch_next");
     auto& h = checked(p, "ferry_prefetch_next");
-    auto& st = *h.state;
+    auto& st = owned(p, "ferry_prefetch_next");
     const ferry::stream_view consumer = ferry::c_api::producer_view(*st.dev, consumer_stream);
     std::optional<ferry::ingest::device_batch> b = st.pf->next(consumer);
     FERRY_EXPECTS(b.has_value(), "prefetch: the loader ended");  // a feed runs until closed
@@ -261,7 +271,17 @@ int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_released");
     auto& st = *checked(p, "ferry_prefetch_released").state;
-    const std::lock_guard lock(st.mu);
+    // A query of this process's copy, which never waits in a fork child: there the lock is only tried (a
+    // thread of the parent may have held it at the fork, held forever in the child).
+    std::unique_lock lock(st.mu, std::defer_lock);
+    if (st.fork_generation == ferry::fork_generation()) {
+      lock.lock();
+    } else {
+      FERRY_EXPECTS(
+          lock.try_lock(),
+          "ferry_prefetch_released: this prefetcher was made by the parent of this fork child, and a "
+          "thread of the parent held its lock at the fork");
+    }
     *out = st.lent.count(number) == 0 ? 1 : 0;
   });
 }
@@ -269,7 +289,7 @@ int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out) {
 int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_stats_json");
-    auto& st = *checked(p, "ferry_prefetch_stats_json").state;
+    auto& st = owned(p, "ferry_prefetch_stats_json");
     const ferry::ingest::prefetch_stats s = st.pf->stats();
     const ferry::ingest::loader_stats l = st.source().stats();
     nlohmann::json j = {{"batches", s.batches},           {"bytes", s.bytes},
@@ -292,14 +312,7 @@ int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
 }
 
 int ferry_prefetch_close(ferry_prefetch* p) {
-  return guard([&] {
-    auto& st = *checked(p, "ferry_prefetch_close").state;
-    // A fork child's copy has none of the parent's threads, and their locks may be held forever.
-    FERRY_EXPECTS(st.fork_generation == ferry::fork_generation(),
-                  "ferry_prefetch_close: this prefetcher was made by the parent of this fork child; only the "
-                  "process that made it can close it (its threads run there)");
-    st.close();
-  });
+  return guard([&] { owned(p, "ferry_prefetch_close").close(); });
 }
 
 void ferry_prefetch_destroy(ferry_prefetch* p) {

@@ -335,7 +335,9 @@ def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(de
 def test_a_fork_child_cannot_close_or_destroy_the_parents_prefetcher(device):
     """In a fork child (C code of a user's, a child that runs an inherited object's cleanup) closing an
     inherited prefetcher is refused and destroying it leaves the child's copy alone: either would join the
-    parent's threads, which do not exist in the child (it hung forever). The parent's prefetcher goes on."""
+    parent's threads, which do not exist in the child (it hung forever). Every other call on it is refused
+    as well (they take locks the parent's threads may have held at the fork). The parent's prefetcher goes
+    on."""
     from ferry._c import InvalidArgumentError, lib
     src = batches(4)
     it = Prefetcher(src, device=device)
@@ -354,6 +356,26 @@ def test_a_fork_child_cannot_close_or_destroy_the_parents_prefetcher(device):
         return answer
 
     assert _in_fork_child(close_and_destroy) == b"refused"
+
+    def use():  # every other call on the inherited prefetcher is refused too, naming itself
+        from ctypes import byref, c_size_t, c_void_p
+
+        from ferry._c import BatchHandle
+        calls = {"ferry_prefetch_next": lambda: lib.ferry_prefetch_next(handle, 0, byref(BatchHandle())),
+                 "ferry_prefetch_stats_json": lambda: lib.ferry_prefetch_stats_json(handle, byref(c_void_p())),
+                 "ferry_prefetch_slot_bytes": lambda: lib.ferry_prefetch_slot_bytes(handle, byref(c_size_t()))}
+        out = []
+        for name, call in calls.items():
+            try:
+                call()
+                out.append(f"{name}: ran")
+            except InvalidArgumentError as e:
+                out.append(f"{name}: refused" if name in str(e) and "parent of this fork child" in str(e)
+                           else f"{name}: {e}")
+        return "; ".join(out).encode()
+
+    assert _in_fork_child(use) == (b"ferry_prefetch_next: refused; ferry_prefetch_stats_json: refused; "
+                                   b"ferry_prefetch_slot_bytes: refused")
     for i in range(1, 4):  # the parent's prefetcher still copies the rest of the epoch
         b = next(it)
         assert torch.equal(b[0].cpu(), src[i][0]) and torch.equal(b[1].cpu(), src[i][1])

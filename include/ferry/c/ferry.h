@@ -189,12 +189,15 @@ FERRY_C_API int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, 
  * recorded on `consumer_stream`, once ferry_batch_release and the deleter of every DLPack tensor made
  * from it have run. */
 FERRY_C_API int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream, ferry_batch** out);
-/* *out = 1 when batch `number` was released (or never lent), else 0. */
+/* *out = 1 when batch `number` was released (or never lent), else 0. In a fork child it reads the child's
+ * copy of an inherited prefetcher without waiting (FERRY_ERROR_INVALID if the parent held its lock at the
+ * fork). */
 FERRY_C_API int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out);
 FERRY_C_API int ferry_prefetch_stats_json(ferry_prefetch* p, char** out);
-/* Stops copying; batches still lent stay valid. Only the process that made the prefetcher closes it: in a
- * fork child, close fails (FERRY_ERROR_INVALID) and destroy leaves the child's copy as it is (its
- * threads run in the parent only), as freeing an inherited batch does. */
+/* Stops copying; batches still lent stay valid. Only the process that made a prefetcher uses it: in a
+ * fork child, every other ferry_prefetch_* call on an inherited one (close, next, push, the slot calls,
+ * stats) fails with FERRY_ERROR_INVALID, and destroy leaves the child's copy as it is (its threads run in the
+ * parent only, and their locks may have been held at the fork), as freeing an inherited batch does. */
 FERRY_C_API int ferry_prefetch_close(ferry_prefetch* p);
 FERRY_C_API void ferry_prefetch_destroy(ferry_prefetch* p);
 FERRY_C_API void* ferry_batch_data(ferry_batch* b);
