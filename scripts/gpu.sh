@@ -662,6 +662,25 @@ cmd_loader() {
 # analyzed), findings (each reference level of the PyTorch examples recorded unmodified, its first finding)
 # or cost (a program run plain and under `ferry trace`, interleaved, TRACE_RUNS times; see the cost branch).
 # Raw outputs in $OUT/trace-inject-*.tgz and the summary beside it.
+# Sets pre to the `ferry trace` command (binary $f) that recording-cost variant $1 runs under, recording into
+# $2: traced the defaults, the others each leave one kind of evidence out; empty for plain and kineto (no
+# ferry trace).
+set_trace_prefix() {
+  local flags=()
+  case $1 in
+    traced) ;;
+    lite) flags=(--lite) ;;
+    nosync) flags=(--no-syncs) ;;
+    allcalls) flags=(--all-runtime-calls) ;;
+    nopy) flags=(--python none) ;;
+    noblock) flags=(--block-us 10000000) ;;
+    slowflush) flags=(--flush-ms 1000) ;;
+    plain|kineto) pre=(); return ;;
+    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush kineto)" ;;
+  esac
+  pre=("$f" trace ${flags[@]+"${flags[@]}"} -o "$2" --)
+}
+
 cmd_trace_inject() {
   local what=${1:-smoke} out f status=0 r lvl final
   case $what in smoke|findings|cost|api) ;; *) die "trace-inject: unknown mode '$what' (smoke findings cost api)" ;; esac
@@ -725,15 +744,8 @@ cmd_trace_inject() {
       [ $((r % 2)) = 0 ] && order=$(printf '%s\n' "$order" | tac)
       for v in $order; do
         local pre=() args=(--json "$out/cost-$v-$r.json")
-        case $v in
-          traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
-          lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
-          nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
-          allcalls) pre=("$f" trace --all-runtime-calls -o "$out/trace-$v-$r" --) ;;
-          kineto) args+=(--kineto cuda) ;;
-          plain) ;;
-          *) die "trace-inject api: unknown variant '$v' (traced lite nosync allcalls kineto)" ;;
-        esac
+        set_trace_prefix "$v" "$out/trace-$v-$r"
+        [ "$v" = kineto ] && args+=(--kineto cuda)
         ${pre[@]+"${pre[@]}"} python3 tests/inject/api_cost.py "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         rm -rf "$out/trace-$v-$r"
       done
@@ -759,17 +771,7 @@ cmd_trace_inject() {
       for v in $order; do
         local args=(${TRACE_ARGS:---levels ideal,ferry --steps 40}) pre=()
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
-        case $v in  # traced: the defaults; the others each leave one kind of evidence out
-          traced) pre=("$f" trace -o "$out/trace-$v-$r" --) ;;
-          lite) pre=("$f" trace --lite -o "$out/trace-$v-$r" --) ;;
-          nosync) pre=("$f" trace --no-syncs -o "$out/trace-$v-$r" --) ;;
-          allcalls) pre=("$f" trace --all-runtime-calls -o "$out/trace-$v-$r" --) ;;
-          nopy) pre=("$f" trace --python none -o "$out/trace-$v-$r" --) ;;
-          noblock) pre=("$f" trace --block-us 10000000 -o "$out/trace-$v-$r" --) ;;
-          slowflush) pre=("$f" trace --flush-ms 1000 -o "$out/trace-$v-$r" --) ;;
-          plain|kineto) ;;
-          *) die "trace-inject cost: unknown variant '$v' (traced lite nosync allcalls nopy noblock slowflush kineto)" ;;
-        esac
+        set_trace_prefix "$v" "$out/trace-$v-$r"
         if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
           [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"
           args+=(--kineto cuda)

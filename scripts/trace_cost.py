@@ -21,16 +21,16 @@ def fmt(results):
 
 def main():
     d = Path(sys.argv[1])
-    runs = {}  # variant -> level -> [result]
-    for f in sorted(d.glob("cost-*-*.json")):
-        variant = f.name.split("-")[1]
-        for lvl in json.loads(f.read_text()).get("levels", []):
-            if lvl.get("steps_per_s"):
-                runs.setdefault(variant, {}).setdefault(lvl["level"], []).append(lvl)
+    runs = {}  # variant -> level -> [result] (the examples)
     ops = {}  # variant -> op -> [us per call] (tests/inject/api_cost.py)
     for f in sorted(d.glob("cost-*-*.json")):
-        for op, us in json.loads(f.read_text()).get("ops", {}).items():
-            ops.setdefault(f.name.split("-")[1], {}).setdefault(op, []).append(us)
+        variant = f.name.split("-")[1]
+        result = json.loads(f.read_text())
+        for lvl in result.get("levels", []):
+            if lvl.get("steps_per_s"):
+                runs.setdefault(variant, {}).setdefault(lvl["level"], []).append(lvl)
+        for op, us in result.get("ops", {}).items():
+            ops.setdefault(variant, {}).setdefault(op, []).append(us)
     if ops:
         names = ["plain"] + sorted(v for v in ops if v != "plain")
         print(f"{'us per call (median)':22}" + "".join(f"{v:>16}" for v in names))
@@ -39,8 +39,8 @@ def main():
             cells = [f"{mp:16.2f}"]
             for v in names[1:]:
                 got = ops[v].get(op)
-                cells.append(f"{statistics.median(got):9.2f} ({statistics.median(got) - mp:+5.2f})" if got else
-                             f"{'-':>16}")
+                m = statistics.median(got) if got else None
+                cells.append(f"{m:9.2f} ({m - mp:+5.2f})" if got else f"{'-':>16}")
             print(f"{op:22}" + "".join(cells))
     variants = ["plain"] + sorted(v for v in runs if v != "plain")
     for level, plain in runs.get("plain", {}).items():

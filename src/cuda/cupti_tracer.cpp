@@ -678,8 +678,7 @@ void begin(trace::recorder& r, const options& o) {
   // for cudaGetDevice. CUPTI still intercepts those calls (measured on an H200: cudaGetDevice cost its
   // caller +0.43 us under torch.profiler, which turns its records off, +0.55 us with them on); what this
   // saves is most of the records, their conversion and the recording's size.
-  const bool runtime_on = std::find(enabled_kinds.begin(), enabled_kinds.end(),
-                                    CUPTI_ACTIVITY_KIND_RUNTIME) != enabled_kinds.end();
+  const bool runtime_on = !o.lite;  // the RUNTIME kind is among enabled_kinds
   const std::size_t quiet = runtime_on && !o.all_runtime_calls && cupti.activity_enable_runtime_api != nullptr
                                 ? leave_out_quiet_calls(cupti)
                                 : 0;
