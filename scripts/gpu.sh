@@ -100,7 +100,10 @@ cmd_carry() {
     strip -o ".carry/$(basename "$b")" "$build/$b"
   done
   if [ -n "${FERRY_BASELINE_DIR:-}" ]; then
-    strip -o .carry/ferry_baseline "$FERRY_BASELINE_DIR/tools/ferry/ferry"
+    # The baseline build's CLI and injection library (trace-inject's variant base), whichever it built.
+    [ -f "$FERRY_BASELINE_DIR/tools/ferry/ferry" ] && strip -o .carry/ferry_baseline "$FERRY_BASELINE_DIR/tools/ferry/ferry"
+    [ -f "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so" ] &&
+      strip -o .carry/baseline_inject.so "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so"
   fi
   if [ -n "${FERRY_NCCL_TESTS:-}" ]; then
     cp "$FERRY_NCCL_TESTS" .carry/all_reduce_perf
@@ -675,8 +678,12 @@ set_trace_prefix() {
     nopy) flags=(--python none) ;;
     noblock) flags=(--block-us 10000000) ;;
     slowflush) flags=(--flush-ms 1000) ;;
+    base) # the defaults with the baseline build's injection library (carry with FERRY_BASELINE_DIR)
+      [ -f "$PWD/$c/baseline_inject.so" ] || die "trace-inject: variant base needs $c/baseline_inject.so (carry with FERRY_BASELINE_DIR)"
+      pre=(env "FERRY_INJECT_LIBRARY=$PWD/$c/baseline_inject.so" "$f" trace -o "$2" --)
+      return ;;
     plain|kineto) pre=(); return ;;
-    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush kineto)" ;;
+    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush base kineto)" ;;
   esac
   pre=("$f" trace ${flags[@]+"${flags[@]}"} -o "$2" --)
 }
