@@ -762,8 +762,9 @@ cmd_trace_inject() {
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
     # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; allcalls:
     # --all-runtime-calls; nopy: --python none; noblock: no blocking calls; slowflush: --flush-ms 1000;
-    # kineto: the MLP under torch.profiler's CUDA activities, PyTorch's own recorder), interleaved,
-    # TRACE_RUNS times (6: as many rounds in each order); with
+    # kineto: the script under torch.profiler's CUDA activities, PyTorch's own recorder), interleaved,
+    # TRACE_RUNS times (6: as many rounds in each order; TRACE_ANALYZE=0 skips the first round's analyses,
+    # tens of seconds each); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
     local script=${TRACE_SCRIPT:-examples/pytorch/${TRACE_EXAMPLE:-train_prefetch.py}} v launch
     launch=(python3)
@@ -779,13 +780,13 @@ cmd_trace_inject() {
         local args=(${TRACE_ARGS:---levels ideal,ferry --steps 40}) pre=()
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
         set_trace_prefix "$v" "$out/trace-$v-$r"
-        if [ "$v" = kineto ]; then  # torch.profiler inside: an option of the launch-bound MLP's script only
-          [ "$(basename "$script")" = mlp_launch_bound.py ] || die "trace-inject cost: variant kineto needs TRACE_SCRIPT=tests/inject/mlp_launch_bound.py"
-          args+=(--kineto cuda)
+        local run=("$script")
+        if [ "$v" = kineto ]; then  # torch.profiler inside: the MLP's own option, else a wrapper around the script
+          if [ "$(basename "$script")" = mlp_launch_bound.py ]; then args+=(--kineto cuda); else run=(tests/inject/under_kineto.py "$script"); fi
         fi
-        ${pre[@]+"${pre[@]}"} "${launch[@]}" "$script" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
+        ${pre[@]+"${pre[@]}"} "${launch[@]}" "${run[@]}" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         [ -n "${TRACE_RANKS:-}" ] && cp "$out/run-$v-$r/results.json" "$out/cost-$v-$r.json" 2>/dev/null
-        if [ "$r" = 1 ] && [ -d "$out/trace-$v-$r" ]; then
+        if [ "$r" = 1 ] && [ -d "$out/trace-$v-$r" ] && [ "${TRACE_ANALYZE:-1}" != 0 ]; then
           "$f" analyze "$out/trace-$v-$r" > "$out/analysis-$v.txt" 2>&1 || status=1
           tail -n 3 "$out/cost-$v-$r.txt" | grep "ferry trace" | tee -a "$out/summary.txt"
           grep -A12 "^Per rank\|^Straggler" "$out/analysis-$v.txt" | tee -a "$out/summary.txt"
