@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -179,23 +178,14 @@ std::string kernel_display_name(const char* mangled) {
   return name;
 }
 
-// The buffers CUPTI fills, handed out zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, set by
-// begin()): otherwise CUPTI zeroes all 8 MiB of each buffer on the thread that asked for it, a program
-// thread, and the writer's flush every 50 ms hands every thread's buffer back, so each thread that calls CUDA
-// would pay that again after every flush. Here a returned buffer's written part is zeroed by the thread that
-// completes it (the flushing one). They outlive sessions: CUPTI may hand one back after end() (it should
-// not, after a forced flush), and then it is freed rather than pooled.
+// The buffers CUPTI fills. They outlive sessions: CUPTI may hand one back after end() (it should not,
+// after a forced flush), and then it is freed rather than pooled.
 class buffer_pool {
-  // calloc, not aligned_alloc + memset: a buffer this large comes from fresh pages, which are zero already
-  // (calloc's alignment, 16, is more than the records' ACTIVITY_RECORD_ALIGNMENT).
-  static_assert(alignof(std::max_align_t) % buffer_align == 0);
-  static void* zeroed_buffer() noexcept { return std::calloc(1, buffer_bytes); }
-
  public:
   void fill(std::size_t count) {
     const std::lock_guard lock(mu_);
     while (free_.size() < count) {
-      void* p = zeroed_buffer();
+      void* p = std::aligned_alloc(buffer_align, buffer_bytes);
       if (p == nullptr)
         throw out_of_memory(
             fmt::format("CUPTI activity buffer of {} MiB cannot be allocated", buffer_bytes >> 20));
@@ -220,26 +210,18 @@ class buffer_pool {
       }
       ++grown_;
     }
-    return static_cast<std::uint8_t*>(zeroed_buffer());
+    return static_cast<std::uint8_t*>(std::aligned_alloc(buffer_align, buffer_bytes));
   }
-  // `used`: the bytes CUPTI wrote (its valid size), zeroed again before the buffer goes back to the pool,
-  // outside the lock.
-  void give_back(std::uint8_t* p, std::size_t used) noexcept {
+  void give_back(std::uint8_t* p) noexcept {
     if (p == nullptr) return;
-    if (wanted()) {
-      // A page past the valid size too, in case a record CUPTI began was left out of it.
-      std::memset(p, 0, std::min(used + 4096, buffer_bytes));
+    {
       const std::lock_guard lock(mu_);
-      if (open_ && free_.size() < max_free) {
+      if (open_ && free_.size() < 64) {
         free_.push_back(p);
         return;
       }
     }
     std::free(p);
-  }
-  [[nodiscard]] bool wanted() const noexcept {
-    const std::lock_guard lock(mu_);
-    return open_ && free_.size() < max_free;
   }
   [[nodiscard]] std::uint64_t grown() const noexcept {
     const std::lock_guard lock(mu_);
@@ -247,7 +229,6 @@ class buffer_pool {
   }
 
  private:
-  static constexpr std::size_t max_free = 64;
   mutable std::mutex mu_;
   std::vector<std::uint8_t*> free_;
   bool open_ = false;
@@ -503,17 +484,7 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
         s.dropped += dropped;
     }
   }
-  g_pool.give_back(buffer, valid_size);
-}
-
-// Whether CUPTI takes the buffers as zeroed (the pool's are: buffer_pool). begin() turns it on; end() gives
-// back CUPTI's default, for a CUPTI user after ferry (torch.profiler's buffers are not zeroed). Returns
-// whether CUPTI took it; when not, CUPTI zeroes each buffer itself, as by default.
-bool set_zeroed_buffers(const shim::cupti_api& cupti, bool on) noexcept {
-  std::uint8_t value = on ? 1 : 0;
-  std::size_t size = sizeof value;
-  return cupti.activity_set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &value) ==
-         CUPTI_SUCCESS;
+  g_pool.give_back(buffer);
 }
 
 // Points NVTX at the libcupti ferry loaded (the same file, so NVTX's dlopen shares it). NVTX reads the
@@ -679,14 +650,6 @@ void begin(trace::recorder& r, const options& o) {
     g_session = s.release();
   }
 
-  // Before any kind is enabled (from here on, a failure turns it off again).
-  if (!set_zeroed_buffers(cupti, true)) {
-    try {
-      r.set_metadata("cupti_zeroed_buffers",
-                     "not taken: CUPTI zeroes each buffer on the thread that asks for it");
-    } catch (...) {  // out of memory: the recording goes on without the note
-    }
-  }
   enabled_kinds.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
     const bool heavy = kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION || kind == CUPTI_ACTIVITY_KIND_RUNTIME;
@@ -705,7 +668,6 @@ void begin(trace::recorder& r, const options& o) {
     }
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
-    set_zeroed_buffers(cupti, false);
     const std::lock_guard lock(g_mu);
     delete g_session;
     g_session = nullptr;
@@ -750,7 +712,6 @@ void end() {
   }
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-  set_zeroed_buffers(cupti, false);
 
   std::unique_ptr<session> s;
   {

@@ -40,8 +40,6 @@ void load_entry_points(const dynamic_library& lib, cupti_api& api) {
       "cuptiActivityRegisterTimestampCallback");
   api.activity_enable = lib.function<decltype(api.activity_enable)>("cuptiActivityEnable");
   api.activity_disable = lib.function<decltype(api.activity_disable)>("cuptiActivityDisable");
-  api.activity_set_attribute =
-      lib.function<decltype(api.activity_set_attribute)>("cuptiActivitySetAttribute");
   api.activity_enable_runtime_api =
       lib.optional_function<decltype(api.activity_enable_runtime_api)>("cuptiActivityEnableRuntimeApi");
   api.activity_flush_all = lib.function<decltype(api.activity_flush_all)>("cuptiActivityFlushAll");

@@ -81,7 +81,6 @@ TEST(cupti, the_table_is_complete_and_names_its_file_or_says_which_libraries_wer
                          reinterpret_cast<const void*>(api->activity_register_timestamp_callback),
                          reinterpret_cast<const void*>(api->activity_enable),
                          reinterpret_cast<const void*>(api->activity_disable),
-                         reinterpret_cast<const void*>(api->activity_set_attribute),
                          reinterpret_cast<const void*>(api->activity_flush_all),
                          reinterpret_cast<const void*>(api->activity_get_next_record),
                          reinterpret_cast<const void*>(api->activity_get_num_dropped_records)})

@@ -27,7 +27,6 @@ struct cupti_api {
   /// Optional (CUPTI 12.5 and later): nullptr when the library lacks it.
   decltype(&::cuptiActivityEnableRuntimeApi) activity_enable_runtime_api = nullptr;
   decltype(&::cuptiActivityDisable) activity_disable = nullptr;
-  decltype(&::cuptiActivitySetAttribute) activity_set_attribute = nullptr;
   decltype(&::cuptiActivityFlushAll) activity_flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) activity_get_next_record = nullptr;
   decltype(&::cuptiActivityGetNumDroppedRecords) activity_get_num_dropped_records = nullptr;
