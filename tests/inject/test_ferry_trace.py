@@ -139,8 +139,22 @@ def test_the_commands_exit_status_comes_through(tmp_path):
     assert r.returncode == 3, r.stderr
     [p] = fixture_processes(tmp_path / "t")
     assert p["exit"] == 3
+    # A command that cannot start: said once, with a shell's status, before the output folder is made.
     r = record(tmp_path / "n", "/nonexistent/program")
-    assert r.returncode == 127 and "cannot run /nonexistent/program" in r.stderr
+    assert r.returncode == 127 and "cannot run /nonexistent/program" in r.stderr, r.stderr
+    assert "nothing was recorded" in r.stderr and "merged" not in r.stderr, r.stderr
+    assert not (tmp_path / "n").exists()
+    r = record(tmp_path / "p", "no-such-program-on-path")
+    assert r.returncode == 127 and "not found on PATH" in r.stderr, r.stderr
+    assert not (tmp_path / "p").exists()
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "kept").write_text("")
+    r = record(tmp_path / "x", str(script), flags=["--force"])
+    assert r.returncode == 126 and "Permission denied" in r.stderr, r.stderr
+    assert [f.name for f in (tmp_path / "x").iterdir()] == ["kept"], "the folder was touched"
 
 
 def test_sigkill_loses_at_most_one_flush_interval(tmp_path):

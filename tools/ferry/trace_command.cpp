@@ -109,6 +109,41 @@ std::string getenv_or(const char* name) {
   return v != nullptr ? v : "";
 }
 
+// Why execvp could not run `name`, checked before anything is made or recorded; empty when it can. Looks as
+// execvp does: a name with a slash as given, else in each folder of PATH (/bin:/usr/bin when PATH is
+// unset). `status` is then what a shell exits with: 127 not found, 126 found but not executable.
+std::string why_not_runnable(const std::string& name, int& status) {
+  const auto check = [](const fs::path& p) -> int {  // 0: runnable, else an errno value
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return errno;
+    if (S_ISDIR(st.st_mode)) return EISDIR;
+    return ::access(p.c_str(), X_OK) == 0 ? 0 : errno;
+  };
+  const auto words = [](int err) { return std::error_code(err, std::generic_category()).message(); };
+  if (name.find('/') != std::string::npos) {
+    const int err = check(name);
+    if (err == 0) return {};
+    status = err == ENOENT || err == ENOTDIR ? 127 : 126;
+    return words(err);
+  }
+  const char* env = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe): read before any thread starts
+  const std::string path = env != nullptr ? env : "/bin:/usr/bin";
+  int found = 0;  // the error of a file of that name that cannot run
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t colon = path.find(':', from);
+    const std::string folder =
+        path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+    const int err = check(fs::path(folder.empty() ? "." : folder) / name);
+    if (err == 0) return {};
+    if (err != ENOENT && err != ENOTDIR) found = err;
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  status = found != 0 ? 126 : 127;
+  return found != 0 ? words(found) + " (found on PATH)" : "not found on PATH";
+}
+
 fs::path inject_library() {
   const std::string env = getenv_or("FERRY_INJECT_LIBRARY");
   if (!env.empty()) {
@@ -296,6 +331,13 @@ int run_trace(const trace_command_flags& f) {
         fmt::format("ferry trace: the injection library's path {} holds a space or a colon, which "
                     "LD_PRELOAD cannot take; move it (FERRY_INJECT_LIBRARY names another copy)",
                     escape_control(lib.string())));
+  // A command that cannot start is said before the output folder is made or touched.
+  int not_runnable = exit_status::ok;
+  if (const std::string why = why_not_runnable(f.command[0], not_runnable); !why.empty()) {
+    fmt::print(stderr, "ferry trace: cannot run {}: {}; nothing was recorded\n", escape_control(f.command[0]),
+               escape_control(why));
+    return not_runnable;
+  }
   const fs::path dir = fs::absolute(f.output);
   std::error_code ec;
   if (fs::exists(dir, ec)) {
