@@ -666,8 +666,9 @@ cmd_loader() {
 # or cost (a program run plain and under `ferry trace`, interleaved, TRACE_RUNS times; see the cost branch).
 # Raw outputs in $OUT/trace-inject-*.tgz and the summary beside it.
 # Sets pre to the `ferry trace` command (binary $f) that recording-cost variant $1 runs under, recording into
-# $2: traced the defaults, the others each leave one kind of evidence out; empty for plain and kineto (no
-# ferry trace).
+# $2: traced the defaults; lite, nosync, nopy, noblock leave one kind of evidence out; allcalls, slowflush,
+# base (the baseline build's library) and deferred (the records converted outside CUPTI's callback) change
+# how it is recorded; empty for plain and kineto (no ferry trace).
 set_trace_prefix() {
   local flags=()
   case $1 in
@@ -682,8 +683,11 @@ set_trace_prefix() {
       [ -f "$PWD/$c/baseline_inject.so" ] || die "trace-inject: variant base needs $c/baseline_inject.so (carry with FERRY_BASELINE_DIR)"
       pre=(env "FERRY_INJECT_LIBRARY=$PWD/$c/baseline_inject.so" "$f" trace -o "$2" --)
       return ;;
+    deferred) # CUPTI's records converted on the writer thread, outside CUPTI's callback
+      pre=(env FERRY_TRACE_DEFER_CONVERSION=1 "$f" trace -o "$2" --)
+      return ;;
     plain|kineto) pre=(); return ;;
-    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush base kineto)" ;;
+    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush base deferred kineto)" ;;
   esac
   pre=("$f" trace ${flags[@]+"${flags[@]}"} -o "$2" --)
 }

@@ -464,27 +464,79 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;                               // as many as fit
 }
 
-void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer,
-                               std::size_t /*size*/, std::size_t valid_size) {
+// A buffer CUPTI handed back, waiting for its records to be converted (options::defer_conversion).
+struct done_buffer {
+  CUcontext context = nullptr;
+  std::uint32_t stream_id = 0;
+  std::uint8_t* buffer = nullptr;
+  std::size_t valid_size = 0;
+};
+constexpr std::size_t max_deferred = 16;  // buffers (128 MiB); past it they are converted in the callback
+std::atomic<bool> g_defer{false};         // set by begin()
+std::mutex g_done_mu;                     // guards g_done
+std::vector<done_buffer> g_done;
+
+// Converts one buffer's records into the session (if any) and returns the buffer to the pool.
+void convert_buffer(const done_buffer& b) noexcept {
+  const shim::cupti_api& cupti = api();
+  std::size_t dropped = 0;
+  if (cupti.activity_get_num_dropped_records(b.context, b.stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
   {
     const std::lock_guard lock(g_mu);
-    if (g_session != nullptr && buffer != nullptr) {
+    if (g_session != nullptr && b.buffer != nullptr) {
       session& s = *g_session;
-      const shim::cupti_api& cupti = api();
       CUpti_Activity* record = nullptr;
-      while (cupti.activity_get_next_record(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+      while (cupti.activity_get_next_record(b.buffer, b.valid_size, &record) == CUPTI_SUCCESS) {
         try {
           convert(s, record);
         } catch (...) {
           ++s.lost;  // out of memory while interning a name: this record is lost, the trace goes on
         }
       }
-      std::size_t dropped = 0;
-      if (cupti.activity_get_num_dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS)
-        s.dropped += dropped;
+      s.dropped += dropped;
     }
   }
-  g_pool.give_back(buffer);
+  g_pool.give_back(b.buffer);
+}
+
+// Returns the buffers set aside to the pool unread.
+void drop_deferred() noexcept {
+  std::vector<done_buffer> done;
+  {
+    const std::lock_guard lock(g_done_mu);
+    done.swap(g_done);
+  }
+  for (const done_buffer& b : done) g_pool.give_back(b.buffer);
+}
+
+// Converts the buffers buffer_completed set aside, on the calling thread (the flushing one), outside
+// CUPTI's callback.
+void convert_deferred() noexcept {
+  std::vector<done_buffer> done;
+  {
+    const std::lock_guard lock(g_done_mu);
+    done.swap(g_done);
+  }
+  for (const done_buffer& b : done) convert_buffer(b);
+}
+
+// CUPTI may call this from inside its own locked sections; torch.profiler's recorder keeps its callback to
+// a hand-over and converts the records after its session. By default the records are converted here; with
+// options::defer_conversion the buffer is set aside for the next flush() or end() (up to max_deferred).
+void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer,
+                               std::size_t /*size*/, std::size_t valid_size) {
+  const done_buffer b{context, stream_id, buffer, valid_size};
+  if (g_defer.load() && buffer != nullptr) {
+    try {
+      const std::lock_guard lock(g_done_mu);
+      if (g_done.size() < max_deferred) {
+        g_done.push_back(b);
+        return;
+      }
+    } catch (...) {  // out of memory: converted here instead
+    }
+  }
+  convert_buffer(b);
 }
 
 // Points NVTX at the libcupti ferry loaded (the same file, so NVTX's dlopen shares it). NVTX reads the
@@ -589,6 +641,7 @@ void flush(bool forced) noexcept {
     if (g_session == nullptr) return;
   }
   static_cast<void>(api().activity_flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+  convert_deferred();
   const std::lock_guard lock(g_mu);
   if (g_session == nullptr) return;
   try {
@@ -649,6 +702,9 @@ void begin(trace::recorder& r, const options& o) {
     const std::lock_guard lock(g_mu);
     g_session = s.release();
   }
+  // A buffer set aside too late for the previous session (completed as it ended) is not this one's.
+  drop_deferred();
+  g_defer.store(o.defer_conversion);
 
   enabled_kinds.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
@@ -668,6 +724,8 @@ void begin(trace::recorder& r, const options& o) {
     }
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
+    g_defer.store(false);
+    convert_deferred();
     const std::lock_guard lock(g_mu);
     delete g_session;
     g_session = nullptr;
@@ -712,6 +770,8 @@ void end() {
   }
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  g_defer.store(false);  // from here a completed buffer is converted in the callback, into this session
+  convert_deferred();
 
   std::unique_ptr<session> s;
   {

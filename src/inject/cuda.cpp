@@ -56,12 +56,14 @@ void cupti_start(process_state& s) noexcept {
     o.lite = config().lite;
     o.syncs = config().syncs;
     o.all_runtime_calls = config().all_calls;
+    o.defer_conversion = config().defer_conversion;
     o.markers = false;  // NVTX is this library's own (nvtx.cpp)
     cupti::begin(s.rec, o);
     s.cupti_on.store(true);
     note("cupti", o.lite    ? "recording kernels, copies and memsets (--lite)"
                   : o.syncs ? "recording kernels, copies, memsets, synchronizations and runtime calls"
                             : "recording kernels, copies, memsets and runtime calls (--no-syncs)");
+    if (o.defer_conversion) note("cupti_conversion", "deferred to the writer's flush");
     if (!o.lite)
       note("cupti_runtime_calls", cupti::quiet_calls_left_out() > 0
                                       ? "all but the quiet queries (cudaGetDevice, cudaGetLastError, ...)"

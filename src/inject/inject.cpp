@@ -78,6 +78,8 @@ void read_settings() {
   if (const char* l = std::getenv("FERRY_TRACE_LITE")) s.lite = std::strcmp(l, "1") == 0;
   if (const char* y = std::getenv("FERRY_TRACE_SYNCS")) s.syncs = std::strcmp(y, "0") != 0;
   if (const char* a = std::getenv("FERRY_TRACE_ALL_CALLS")) s.all_calls = std::strcmp(a, "1") == 0;
+  if (const char* d = std::getenv("FERRY_TRACE_DEFER_CONVERSION"))
+    s.defer_conversion = std::strcmp(d, "1") == 0;
   if (const char* st = std::getenv("FERRY_TRACE_STEPS")) {
     long long a = -1, b = -1;
     if (std::sscanf(st, "%lld:%lld", &a, &b) == 2 && a >= 0 && b >= a) {

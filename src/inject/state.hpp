@@ -52,6 +52,7 @@ struct settings {
   bool lite = false;                   // FERRY_TRACE_LITE=1: kernels, copies and memsets only
   bool syncs = true;                   // FERRY_TRACE_SYNCS=0: no synchronization records (--no-syncs)
   bool all_calls = false;              // FERRY_TRACE_ALL_CALLS=1: every runtime call (--all-runtime-calls)
+  bool defer_conversion = false;       // FERRY_TRACE_DEFER_CONVERSION=1: cupti::options::defer_conversion
   std::int64_t block_ns = 100'000;     // FERRY_TRACE_BLOCK_US: blocking calls at least this long
   std::int64_t flush_ns = 50'000'000;  // FERRY_TRACE_FLUSH_MS
   long long steps_first = -1;          // FERRY_TRACE_STEPS=A:B: capture steps A..B

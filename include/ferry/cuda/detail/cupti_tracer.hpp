@@ -32,6 +32,11 @@ struct options {
   /// CUPTI's NVTX markers. Off when another NVTX tool records the ranges (`ferry trace`'s injection
   /// library is the process's NVTX tool itself).
   bool markers = true;
+  /// Converts the records on the thread that calls flush() or end(), not inside CUPTI's buffer callback,
+  /// which runs with CUPTI's own lock held (torch.profiler's recorder keeps that callback to a hand-over).
+  /// Off by default until measured on a GPU (`FERRY_TRACE_DEFER_CONVERSION=1` under `ferry trace`); up
+  /// to 16 buffers wait, past that they are converted in the callback.
+  bool defer_conversion = false;
 };
 
 void begin(trace::recorder& r, const options& o = {});
