@@ -101,9 +101,12 @@ cmd_carry() {
   done
   if [ -n "${FERRY_BASELINE_DIR:-}" ]; then
     # The baseline build's CLI and injection library (trace-inject's variant base), whichever it built.
-    [ -f "$FERRY_BASELINE_DIR/tools/ferry/ferry" ] && strip -o .carry/ferry_baseline "$FERRY_BASELINE_DIR/tools/ferry/ferry"
-    [ -f "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so" ] &&
+    [ -f "$FERRY_BASELINE_DIR/tools/ferry/ferry" ] || [ -f "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so" ] ||
+      die "carry: FERRY_BASELINE_DIR=$FERRY_BASELINE_DIR has neither tools/ferry/ferry nor src/inject/libferry_inject.so"
+    if [ -f "$FERRY_BASELINE_DIR/tools/ferry/ferry" ]; then strip -o .carry/ferry_baseline "$FERRY_BASELINE_DIR/tools/ferry/ferry"; fi
+    if [ -f "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so" ]; then
       strip -o .carry/baseline_inject.so "$FERRY_BASELINE_DIR/src/inject/libferry_inject.so"
+    fi
   fi
   if [ -n "${FERRY_NCCL_TESTS:-}" ]; then
     cp "$FERRY_NCCL_TESTS" .carry/all_reduce_perf
@@ -708,7 +711,10 @@ cmd_trace_inject() {
   if [ "$what" = smoke ]; then
     # SMOKE_PARTS: which of bench (ferry's egress and ingest L1, against the in-process recorder), kineto
     # (torch.profiler inside a recorded program), seg and train (the PyTorch examples) run; all by default.
-    local parts=" ${SMOKE_PARTS:-bench kineto seg train} "
+    local parts=" ${SMOKE_PARTS:-bench kineto seg train} " part
+    for part in $parts; do
+      case $part in bench|kineto|seg|train) ;; *) die "trace-inject smoke: unknown part '$part' in SMOKE_PARTS (bench kineto seg train, separated by spaces)" ;; esac
+    done
     for bench in egress ingest; do
       [[ $parts == *" bench "* ]] || break
       "$f" bench $bench --backend cuda --levels L1 --steps 20 --trace "$out/inproc/$bench.json" \

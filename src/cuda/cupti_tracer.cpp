@@ -464,23 +464,31 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;                               // as many as fit
 }
 
-// A buffer CUPTI handed back, waiting for its records to be converted (options::defer_conversion).
+// A buffer CUPTI handed back, waiting for its records to be converted (options::defer_conversion), with
+// the count of records CUPTI dropped for its context and stream, read when it came back.
 struct done_buffer {
-  CUcontext context = nullptr;
-  std::uint32_t stream_id = 0;
   std::uint8_t* buffer = nullptr;
   std::size_t valid_size = 0;
+  std::size_t dropped = 0;
 };
 constexpr std::size_t max_deferred = 16;  // buffers (128 MiB); past it they are converted in the callback
-std::atomic<bool> g_defer{false};         // set by begin()
-std::mutex g_done_mu;                     // guards g_done
-std::vector<done_buffer> g_done;
+
+// The buffers set aside. Never destroyed, like the pool: CUPTI's threads may hand buffers back while the
+// process exits. `defer` says whether buffer_completed sets them aside; it changes under the same lock, so a
+// buffer is either set aside before end() takes the list, or converted in the callback after.
+struct deferred_buffers {
+  std::mutex mu;
+  bool defer = false;
+  std::vector<done_buffer> done;
+};
+deferred_buffers& g_deferred = *new deferred_buffers;  // NOLINT(cert-err58-cpp): as g_pool
+// Held while deferred buffers are converted: end() waits for the writer's conversion in progress, so every
+// record of the session is in it before end() resolves the synchronizations and lets the session go.
+std::mutex g_convert_mu;
 
 // Converts one buffer's records into the session (if any) and returns the buffer to the pool.
 void convert_buffer(const done_buffer& b) noexcept {
   const shim::cupti_api& cupti = api();
-  std::size_t dropped = 0;
-  if (cupti.activity_get_num_dropped_records(b.context, b.stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
   {
     const std::lock_guard lock(g_mu);
     if (g_session != nullptr && b.buffer != nullptr) {
@@ -493,31 +501,35 @@ void convert_buffer(const done_buffer& b) noexcept {
           ++s.lost;  // out of memory while interning a name: this record is lost, the trace goes on
         }
       }
-      s.dropped += dropped;
+      s.dropped += b.dropped;
     }
   }
   g_pool.give_back(b.buffer);
 }
 
-// Returns the buffers set aside to the pool unread.
-void drop_deferred() noexcept {
-  std::vector<done_buffer> done;
-  {
-    const std::lock_guard lock(g_done_mu);
-    done.swap(g_done);
-  }
-  for (const done_buffer& b : done) g_pool.give_back(b.buffer);
+// Sets whether buffer_completed sets buffers aside (begin(), end()).
+void set_deferring(bool on) noexcept {
+  const std::lock_guard lock(g_deferred.mu);
+  g_deferred.defer = on;
+  if (on) g_deferred.done.reserve(max_deferred);  // no allocation in the callback, memory permitting
 }
 
-// Converts the buffers buffer_completed set aside, on the calling thread (the flushing one), outside
-// CUPTI's callback.
-void convert_deferred() noexcept {
+// Converts the buffers set aside (convert) or returns them to the pool unread, on the calling thread (the
+// flushing one), outside CUPTI's callback.
+void take_deferred(bool convert) noexcept {
+  const std::lock_guard converting(g_convert_mu);
   std::vector<done_buffer> done;
   {
-    const std::lock_guard lock(g_done_mu);
-    done.swap(g_done);
+    const std::lock_guard lock(g_deferred.mu);
+    if (g_deferred.done.empty()) return;
+    done.swap(g_deferred.done);
   }
-  for (const done_buffer& b : done) convert_buffer(b);
+  for (const done_buffer& b : done) {
+    if (convert)
+      convert_buffer(b);
+    else
+      g_pool.give_back(b.buffer);
+  }
 }
 
 // CUPTI may call this from inside its own locked sections; torch.profiler's recorder keeps its callback to
@@ -525,12 +537,14 @@ void convert_deferred() noexcept {
 // options::defer_conversion the buffer is set aside for the next flush() or end() (up to max_deferred).
 void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer,
                                std::size_t /*size*/, std::size_t valid_size) {
-  const done_buffer b{context, stream_id, buffer, valid_size};
-  if (g_defer.load() && buffer != nullptr) {
+  done_buffer b{buffer, valid_size, 0};
+  // Read here, while the context is sure to exist; ferry's lock is not held (CUPTI may take its own).
+  if (api().activity_get_num_dropped_records(context, stream_id, &b.dropped) != CUPTI_SUCCESS) b.dropped = 0;
+  if (buffer != nullptr && valid_size > 0) {
     try {
-      const std::lock_guard lock(g_done_mu);
-      if (g_done.size() < max_deferred) {
-        g_done.push_back(b);
+      const std::lock_guard lock(g_deferred.mu);
+      if (g_deferred.defer && g_deferred.done.size() < max_deferred) {
+        g_deferred.done.push_back(b);
         return;
       }
     } catch (...) {  // out of memory: converted here instead
@@ -641,7 +655,7 @@ void flush(bool forced) noexcept {
     if (g_session == nullptr) return;
   }
   static_cast<void>(api().activity_flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
-  convert_deferred();
+  take_deferred(true);
   const std::lock_guard lock(g_mu);
   if (g_session == nullptr) return;
   try {
@@ -702,9 +716,9 @@ void begin(trace::recorder& r, const options& o) {
     const std::lock_guard lock(g_mu);
     g_session = s.release();
   }
-  // A buffer set aside too late for the previous session (completed as it ended) is not this one's.
-  drop_deferred();
-  g_defer.store(o.defer_conversion);
+  // Nothing set aside is left from an earlier session (end() converts the last), but be sure.
+  take_deferred(false);
+  set_deferring(o.defer_conversion);
 
   enabled_kinds.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
@@ -724,8 +738,8 @@ void begin(trace::recorder& r, const options& o) {
     }
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
-    g_defer.store(false);
-    convert_deferred();
+    set_deferring(false);
+    take_deferred(true);
     const std::lock_guard lock(g_mu);
     delete g_session;
     g_session = nullptr;
@@ -770,8 +784,8 @@ void end() {
   }
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-  g_defer.store(false);  // from here a completed buffer is converted in the callback, into this session
-  convert_deferred();
+  set_deferring(false);  // from here a completed buffer is converted in the callback, into this session
+  take_deferred(true);   // waits for a conversion the writer has begun
 
   std::unique_ptr<session> s;
   {

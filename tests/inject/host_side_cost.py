@@ -1,7 +1,7 @@
 """What `ferry trace`'s host side costs a training loop's main thread, without a GPU: the blocking-call
 wrappers (LD_PRELOAD), the automatic Python ranges (forward, backward, optimizer.step, the DataLoader's
 wait and fetch), the writer thread and the launcher's /proc sampler; no CUDA, so no CUPTI. The loop has the
-shape of a PyTorch training step: take a DataLoader batch (64 x 196 KiB from a worker process, through
+shape of a PyTorch training step: take a DataLoader batch (64 x 192 KiB from a worker process, through
 shared memory), forward and backward through 60 small modules, an Adam step, free the batch. Prints and
 writes (--json) the main thread's CPU milliseconds per step (time.thread_time) and the wall milliseconds.
 Run it plain and under `ferry trace` (and `--python none`, `--block-us 10000000`) in alternating order; the

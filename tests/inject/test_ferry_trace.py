@@ -147,6 +147,11 @@ def test_the_commands_exit_status_comes_through(tmp_path):
     r = record(tmp_path / "p", "no-such-program-on-path")
     assert r.returncode == 127 and "not found on PATH" in r.stderr, r.stderr
     assert not (tmp_path / "p").exists()
+    r = record(tmp_path / "e", "")
+    assert r.returncode == 127 and "No such file" in r.stderr, r.stderr
+    (tmp_path / "file").write_text("")
+    r = record(tmp_path / "d", str(tmp_path / "file" / "program"))  # a path through a file: as a shell, 126
+    assert r.returncode == 126 and "Not a directory" in r.stderr, r.stderr
     script = tmp_path / "not-executable.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)

@@ -13,7 +13,7 @@ if len(sys.argv) < 2:
     sys.exit("usage: under_kineto.py SCRIPT [ARGS...]")
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python3 SCRIPT` would: its own folder first
+sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python3 SCRIPT` would: its folder, not this one's
 status = 0
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
     try:
@@ -22,6 +22,6 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
         status = e.code
 # Proof that the profiler recorded the run (a variant that recorded nothing would cost nothing): its GPU
 # events, counted after the script's own timing; none is a failure.
-kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-print(f"torch.profiler CUDA events: {kernels}")
-sys.exit(status if status else 0 if kernels > 0 else 1)
+gpu_events = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+print(f"torch.profiler CUDA events: {gpu_events}")
+sys.exit(status if status else 0 if gpu_events > 0 else 1)

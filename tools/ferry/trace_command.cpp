@@ -120,15 +120,19 @@ std::string why_not_runnable(const std::string& name, int& status) {
     return ::access(p.c_str(), X_OK) == 0 ? 0 : errno;
   };
   const auto words = [](int err) { return std::error_code(err, std::generic_category()).message(); };
+  if (name.empty()) {  // execvp("") fails with ENOENT
+    status = 127;
+    return words(ENOENT);
+  }
   if (name.find('/') != std::string::npos) {
     const int err = check(name);
     if (err == 0) return {};
-    status = err == ENOENT || err == ENOTDIR ? 127 : 126;
+    status = err == ENOENT ? 127 : 126;  // as a shell: "Not a directory", "Permission denied" are 126
     return words(err);
   }
   const char* env = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe): read before any thread starts
   const std::string path = env != nullptr ? env : "/bin:/usr/bin";
-  int found = 0;  // the error of a file of that name that cannot run
+  int found = 0;  // the error of a PATH entry that cannot run (or be searched): execvp's EACCES
   std::size_t from = 0;
   for (;;) {
     const std::size_t colon = path.find(':', from);
@@ -141,7 +145,7 @@ std::string why_not_runnable(const std::string& name, int& status) {
     from = colon + 1;
   }
   status = found != 0 ? 126 : 127;
-  return found != 0 ? words(found) + " (found on PATH)" : "not found on PATH";
+  return found != 0 ? words(found) + " (searching PATH)" : "not found on PATH";
 }
 
 fs::path inject_library() {
