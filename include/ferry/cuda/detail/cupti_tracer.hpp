@@ -33,9 +33,9 @@ struct options {
   /// library is the process's NVTX tool itself).
   bool markers = true;
   /// Converts the records on the thread that calls flush() or end(), not inside CUPTI's buffer callback,
-  /// which runs with CUPTI's own lock held (torch.profiler's recorder keeps that callback to a hand-over).
-  /// Off by default until measured on a GPU (`FERRY_TRACE_DEFER_CONVERSION=1` under `ferry trace`); up
-  /// to 16 buffers wait, past that they are converted in the callback.
+  /// which CUPTI may call from inside its own locked sections (torch.profiler's recorder keeps that
+  /// callback to a hand-over). Off by default until measured on a GPU (`FERRY_TRACE_DEFER_CONVERSION=1`
+  /// under `ferry trace`); up to 16 buffers wait, past that they are converted in the callback.
   bool defer_conversion = false;
 };
 
