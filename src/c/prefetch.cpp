@@ -149,16 +149,16 @@ void delete_managed(ferry::c_api::dl_managed_tensor* m) {
   drop_hold(b);
 }
 
-// The prefetcher behind `p` for a call named `fn`: not NULL, and made by this process. A fork child's copy
+// The handle `p` for a call named `fn`, as checked() gives it, and made by this process. A fork child's copy
 // has none of the parent's threads, and the locks they take may have been held at the fork (held forever in
 // the child): any call on it would hang, so each is refused, naming the call.
-ferry::c_api::prefetch_state& owned(ferry_prefetch* p, const char* fn) {
-  auto& st = *checked(p, fn).state;
-  FERRY_EXPECTS(st.fork_generation == ferry::fork_generation(),
+ferry_prefetch& owned(ferry_prefetch* p, const char* fn) {
+  auto& h = checked(p, fn);
+  FERRY_EXPECTS(h.state->fork_generation == ferry::fork_generation(),
                 fmt::format("{}: this prefetcher was made by the parent of this fork child; only the process "
                             "that made it can use it (its threads run there)",
                             fn));
-  return st;
+  return h;
 }
 
 }  // namespace
@@ -208,27 +208,28 @@ int ferry_copy_strided(void* dst, const void* src, size_t ndim, const int64_t* s
 int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int64_t timeout_ms, int* writable) {
   return guard([&] {
     expect_out(writable, "ferry_prefetch_slot_wait");
-    auto& f = owned(p, "ferry_prefetch_slot_wait").slots_of("ferry_prefetch_slot_wait");
+    auto& f = owned(p, "ferry_prefetch_slot_wait").state->slots_of("ferry_prefetch_slot_wait");
     *writable = f.wait_writable(batch, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0))) ? 1 : 0;
   });
 }
 
 int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch) {
-  return guard(
-      [&] { owned(p, "ferry_prefetch_slot_ready").slots_of("ferry_prefetch_slot_ready").ready(batch); });
+  return guard([&] {
+    owned(p, "ferry_prefetch_slot_ready").state->slots_of("ferry_prefetch_slot_ready").ready(batch);
+  });
 }
 
 int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd) {
   return guard([&] {
     expect_out(fd, "ferry_prefetch_slot_event_fd");
-    *fd = owned(p, "ferry_prefetch_slot_event_fd").slots_of("ferry_prefetch_slot_event_fd").event_fd();
+    *fd = owned(p, "ferry_prefetch_slot_event_fd").state->slots_of("ferry_prefetch_slot_event_fd").event_fd();
   });
 }
 
 int ferry_prefetch_slot_bytes(ferry_prefetch* p, size_t* out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_slot_bytes");
-    auto& st = owned(p, "ferry_prefetch_slot_bytes");
+    auto& st = *owned(p, "ferry_prefetch_slot_bytes").state;
     *out = st.feed ? st.feed->slot_bytes() : st.slot_size;
   });
 }
@@ -237,7 +238,7 @@ int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t
                         const size_t* offsets, size_t count, uint64_t* number) {
   return guard([&] {
     expect_out(number, "ferry_prefetch_push");
-    auto& st = owned(p, "ferry_prefetch_push");
+    auto& st = *owned(p, "ferry_prefetch_push").state;
     FERRY_EXPECTS(count == 0 || (data != nullptr && bytes != nullptr && offsets != nullptr),
                   "ferry_prefetch_push: a piece array is NULL");
     std::vector<ferry::ingest::feed_piece> pieces(count);
@@ -249,8 +250,8 @@ int ferry_prefetch_push(ferry_prefetch* p, const void* const* data, const size_t
 int ferry_prefetch_next(ferry_prefetch* p, uintptr_t consumer_stream, ferry_batch** out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_next");
-    auto& h = checked(p, "ferry_prefetch_next");
-    auto& st = owned(p, "ferry_prefetch_next");
+    auto& h = owned(p, "ferry_prefetch_next");
+    auto& st = *h.state;
     const ferry::stream_view consumer = ferry::c_api::producer_view(*st.dev, consumer_stream);
     std::optional<ferry::ingest::device_batch> b = st.pf->next(consumer);
     FERRY_EXPECTS(b.has_value(), "prefetch: the loader ended");  // a feed runs until closed
@@ -289,7 +290,7 @@ int ferry_prefetch_released(ferry_prefetch* p, uint64_t number, int* out) {
 int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
   return guard([&] {
     expect_out(out, "ferry_prefetch_stats_json");
-    auto& st = owned(p, "ferry_prefetch_stats_json");
+    auto& st = *owned(p, "ferry_prefetch_stats_json").state;
     const ferry::ingest::prefetch_stats s = st.pf->stats();
     const ferry::ingest::loader_stats l = st.source().stats();
     nlohmann::json j = {{"batches", s.batches},           {"bytes", s.bytes},
@@ -312,7 +313,7 @@ int ferry_prefetch_stats_json(ferry_prefetch* p, char** out) {
 }
 
 int ferry_prefetch_close(ferry_prefetch* p) {
-  return guard([&] { owned(p, "ferry_prefetch_close").close(); });
+  return guard([&] { owned(p, "ferry_prefetch_close").state->close(); });
 }
 
 void ferry_prefetch_destroy(ferry_prefetch* p) {
