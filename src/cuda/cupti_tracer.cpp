@@ -514,9 +514,8 @@ void set_deferring(bool on) noexcept {
   if (on) g_deferred.done.reserve(max_deferred);  // no allocation in the callback, memory permitting
 }
 
-// Converts the buffers set aside (convert) or returns them to the pool unread, on the calling thread (the
-// flushing one), outside CUPTI's callback.
-void take_deferred(bool convert) noexcept {
+// Converts the buffers set aside, on the calling thread (the flushing one), outside CUPTI's callback.
+void convert_deferred() noexcept {
   const std::lock_guard converting(g_convert_mu);
   std::vector<done_buffer> done;
   {
@@ -524,12 +523,7 @@ void take_deferred(bool convert) noexcept {
     if (g_deferred.done.empty()) return;
     done.swap(g_deferred.done);
   }
-  for (const done_buffer& b : done) {
-    if (convert)
-      convert_buffer(b);
-    else
-      g_pool.give_back(b.buffer);
-  }
+  for (const done_buffer& b : done) convert_buffer(b);
 }
 
 // CUPTI may call this from inside its own locked sections; torch.profiler's recorder keeps its callback to
@@ -655,7 +649,7 @@ void flush(bool forced) noexcept {
     if (g_session == nullptr) return;
   }
   static_cast<void>(api().activity_flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
-  take_deferred(true);
+  convert_deferred();
   const std::lock_guard lock(g_mu);
   if (g_session == nullptr) return;
   try {
@@ -716,9 +710,7 @@ void begin(trace::recorder& r, const options& o) {
     const std::lock_guard lock(g_mu);
     g_session = s.release();
   }
-  // Nothing set aside is left from an earlier session (end() converts the last), but be sure.
-  take_deferred(false);
-  set_deferring(o.defer_conversion);
+  set_deferring(o.defer_conversion);  // none is left from an earlier session: its end() converted them
 
   enabled_kinds.clear();
   for (CUpti_ActivityKind kind : all_kinds) {
@@ -739,7 +731,7 @@ void begin(trace::recorder& r, const options& o) {
   } catch (...) {
     enabled.reset();  // disables and flushes while the session still takes the records
     set_deferring(false);
-    take_deferred(true);
+    convert_deferred();
     const std::lock_guard lock(g_mu);
     delete g_session;
     g_session = nullptr;
@@ -785,7 +777,7 @@ void end() {
   // Records completed between the first flush and the disables.
   static_cast<void>(cupti.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   set_deferring(false);  // from here a completed buffer is converted in the callback, into this session
-  take_deferred(true);   // waits for a conversion the writer has begun
+  convert_deferred();    // waits for a conversion the writer has begun
 
   std::unique_ptr<session> s;
   {
