@@ -671,7 +671,8 @@ cmd_loader() {
 # Sets pre to the `ferry trace` command (binary $f) that recording-cost variant $1 runs under, recording into
 # $2: traced the defaults; lite, nosync, nopy, noblock leave one kind of evidence out; allcalls, slowflush,
 # base (the baseline build's library) and deferred (the records converted outside CUPTI's callback) change
-# how it is recorded; empty for plain and kineto (no ferry trace).
+# how it is recorded; empty for plain and kineto (no ferry trace); kinetosync sets only FERRY_KINETO_SYNC=1
+# (torch.profiler with its synchronization records, through tests/inject/under_kineto.py).
 set_trace_prefix() {
   local flags=()
   case $1 in
@@ -690,7 +691,8 @@ set_trace_prefix() {
       pre=(env FERRY_TRACE_DEFER_CONVERSION=1 "$f" trace -o "$2" --)
       return ;;
     plain|kineto) pre=(); return ;;
-    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush base deferred kineto)" ;;
+    kinetosync) pre=(env FERRY_KINETO_SYNC=1); return ;;
+    *) die "trace-inject: unknown variant '$1' (traced lite nosync allcalls nopy noblock slowflush base deferred kineto kinetosync)" ;;
   esac
   pre=("$f" trace ${flags[@]+"${flags[@]}"} -o "$2" --)
 }
@@ -768,6 +770,9 @@ cmd_trace_inject() {
     # api: what one CUDA call costs the calling thread (tests/inject/api_cost.py), plain and under each
     # variant of TRACE_VARIANTS, interleaved (ABBA), TRACE_RUNS times.
     local order v
+    for v in ${TRACE_VARIANTS:-}; do
+      [ "$v" = kinetosync ] && die "trace-inject api: variant kinetosync is for cost runs (api_cost.py has only --kineto cuda)"
+    done
     for r in $(seq 1 "${TRACE_RUNS:-4}"); do
       # shellcheck disable=SC2086  # one word per variant
       order=$(printf '%s\n' plain ${TRACE_VARIANTS:-traced nosync lite kineto})
@@ -785,7 +790,8 @@ cmd_trace_inject() {
     # cost: TRACE_EXAMPLE (examples/pytorch/, or tests/inject/mlp_launch_bound.py with TRACE_SCRIPT) run plain
     # and under each variant of TRACE_VARIANTS (traced: the defaults; lite; nosync: --no-syncs; allcalls:
     # --all-runtime-calls; nopy: --python none; noblock: no blocking calls; slowflush: --flush-ms 1000;
-    # kineto: the script under torch.profiler's CUDA activities, PyTorch's own recorder), interleaved,
+    # kineto: the script under torch.profiler's CUDA activities, PyTorch's own recorder; kinetosync: the same
+    # with its synchronization records, as `ferry trace` records them by default), interleaved,
     # TRACE_RUNS times (6: as many rounds in each order; TRACE_ANALYZE=0 skips the first round's analyses,
     # tens of seconds each); with
     # TRACE_RANKS=N through torch.distributed.run on N GPUs (its results.json).
@@ -804,9 +810,9 @@ cmd_trace_inject() {
         if [ -n "${TRACE_RANKS:-}" ]; then args+=(--out "$out/run-$v-$r"); else args+=(--json "$out/cost-$v-$r.json"); fi
         set_trace_prefix "$v" "$out/trace-$v-$r"
         local run=("$script")
-        if [ "$v" = kineto ]; then  # torch.profiler inside: the MLP's own option, else a wrapper around the script
-          if [ "$(basename "$script")" = mlp_launch_bound.py ]; then args+=(--kineto cuda); else run=(tests/inject/under_kineto.py "$script"); fi
-        fi
+        # torch.profiler inside: the MLP's own option, else (and always with syncs) a wrapper around the script
+        if [ "$v" = kineto ] && [ "$(basename "$script")" = mlp_launch_bound.py ]; then args+=(--kineto cuda)
+        elif [ "$v" = kineto ] || [ "$v" = kinetosync ]; then run=(tests/inject/under_kineto.py "$script"); fi
         ${pre[@]+"${pre[@]}"} "${launch[@]}" "${run[@]}" "${args[@]}" > "$out/cost-$v-$r.txt" 2>&1 || status=1
         [ -n "${TRACE_RANKS:-}" ] && cp "$out/run-$v-$r/results.json" "$out/cost-$v-$r.json" 2>/dev/null
         if [ "$r" = 1 ] && [ -d "$out/trace-$v-$r" ] && [ "${TRACE_ANALYZE:-1}" != 0 ]; then
