@@ -29,6 +29,7 @@ namespace {
 
 std::atomic<bool> g_cuda_seen{false};
 std::atomic<bool> g_handed_over{false};
+std::atomic<bool> g_closed{false};  // cupti_close: main has returned, CUDA's teardown may come
 
 #if FERRY_INJECT_CUPTI
 void cuda_at_exit() { finish(main_status()); }
@@ -49,7 +50,7 @@ void* real_symbol(const char* name, const char* const* libraries) {
 
 void cupti_start(process_state& s) noexcept {
 #if FERRY_INJECT_CUPTI
-  if (!s.cuda.load() || g_handed_over.load() || s.cupti_on.load()) return;
+  if (!s.cuda.load() || g_handed_over.load() || g_closed.load() || s.cupti_on.load()) return;
   try {
     const own_call own;
     cupti::options o;
@@ -60,6 +61,10 @@ void cupti_start(process_state& s) noexcept {
     o.markers = false;  // NVTX is this library's own (nvtx.cpp)
     cupti::begin(s.rec, o);
     s.cupti_on.store(true);
+    if (g_closed.load()) {  // main returned meanwhile, and cupti_close saw CUPTI off: stopped here
+      cupti_stop(s);
+      return;
+    }
     note("cupti", o.lite    ? "recording kernels, copies and memsets (--lite)"
                   : o.syncs ? "recording kernels, copies, memsets, synchronizations and runtime calls"
                             : "recording kernels, copies, memsets and runtime calls (--no-syncs)");
@@ -91,6 +96,11 @@ void cupti_stop(process_state& s) noexcept {
 #else
   static_cast<void>(s);
 #endif
+}
+
+void cupti_close(process_state& s) noexcept {
+  g_closed.store(true);
+  cupti_stop(s);
 }
 
 void cupti_flush(process_state& s, bool forced) noexcept {

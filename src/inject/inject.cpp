@@ -270,6 +270,7 @@ process_state* make_state(bool forked) noexcept {
     } catch (...) {
       s = nullptr;
     }
+    // NOLINTNEXTLINE(clang-analyzer-cplusplus.NewDeleteLeaks): a state without a file is left, not freed
     if (s != nullptr) g_state.store(s, std::memory_order_release);
   }
   g_making.clear(std::memory_order_release);
@@ -446,7 +447,8 @@ void finish(int status, bool may_block) noexcept {
   process_state* s = state();
   if (s == nullptr || s->exited.exchange(true)) return;
   const own_call own;
-  if (may_block) cupti_stop(*s);  // flushes CUPTI's buffers (forced: the program's work is done), disables it
+  if (may_block)
+    cupti_close(*s);  // flushes CUPTI's buffers (forced: the program's work is done), disables it
   // From _exit (which a signal handler may call, having interrupted ferry's own writer): write only if the
   // file is free now.
   std::unique_lock lock(s->write_mu, std::defer_lock);
@@ -456,6 +458,16 @@ void finish(int status, bool may_block) noexcept {
     return;
   write_batch(*s);
   if (file_is_ours(*s)) write_all(s->fd, trace::format_process_exit(now_ns(), status));
+}
+
+void main_returned() noexcept {
+  if (!g_settings.active || syscall(SYS_getpid) != g_pid.load(std::memory_order_relaxed)) return;
+  process_state* s = state();
+  if (s == nullptr) return;
+  const own_call own;
+  // GPU activity ends with the program's work, while CUDA is still up: the exit handlers (the CUDA
+  // runtime's teardown among them) run after this. The CPU side goes on to the X line (finish).
+  cupti_close(*s);
 }
 
 void set_capture(bool on) noexcept {
@@ -545,6 +557,7 @@ main_fn g_real_main = nullptr;
 int wrapped_main(int argc, char** argv, char** envp) {
   const int status = g_real_main(argc, argv, envp);
   ferry::inject::g_main_status.store(status & 0xff);
+  ferry::inject::main_returned();
   return status;
 }
 }  // namespace

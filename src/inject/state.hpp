@@ -103,6 +103,10 @@ void flush(process_state& s, bool cupti_forced) noexcept;
 /// CUPTI is left alone and nothing is written when the file's lock is taken.
 void finish(int status, bool may_block = true) noexcept;
 
+/// main has returned (the interposed __libc_start_main saw it), in the process that recorded it: stops
+/// CUPTI for good (cupti_close) before the exit handlers run.
+void main_returned() noexcept;
+
 /// Turns the capture switch of every process of the recording (writes the control file).
 void set_capture(bool on) noexcept;
 
@@ -111,6 +115,11 @@ void set_capture(bool on) noexcept;
 void cupti_start(process_state& s) noexcept;
 void cupti_stop(process_state& s) noexcept;
 void cupti_flush(process_state& s, bool forced) noexcept;
+/// Stops the CUPTI recorder for good: no capture window starts it again. Called when main returns, before
+/// the exit handlers run: the CUDA runtime's teardown is among them (a statically linked cudart registers
+/// it after cuInit, so it runs before any handler registered from InitializeInjection), and CUPTI called
+/// after it crashes the process (seen on an H200: cuptiActivityDisable, SIGSEGV).
+void cupti_close(process_state& s) noexcept;
 
 /// Whether this process captures now (the recorder's switch, read without its lock).
 [[nodiscard]] bool capturing() noexcept;

@@ -165,6 +165,7 @@ def test_the_commands_exit_status_comes_through(tmp_path):
 def test_sigkill_loses_at_most_one_flush_interval(tmp_path):
     r = record(tmp_path / "t", FIXTURE, "kill", flags=["--flush-ms", "20"])
     assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    assert f"was ended by signal {int(signal.SIGKILL)} (Killed); exit status 137" in r.stderr, r.stderr
     last = int(r.stdout.split("last mark ends at ")[1])
     [p] = fixture_processes(tmp_path / "t")
     assert p["exit"] is None
@@ -213,6 +214,23 @@ def test_the_cuda_driver_contract_holds_and_says_what_cupti_did(tmp_path):
     # is still recorded.
     assert "cupti" in p["notes"], p["notes"]
     assert any(n.startswith("nanosleep") for n in names(p, "os"))
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_FAKE_CUPTI"),
+                    reason="FERRY_FAKE_CUPTI is not set: ferry was built without the CUDA toolkit, so its "
+                           "injection library has no CUPTI recorder")
+def test_cupti_stops_when_main_returns_before_the_cuda_runtimes_teardown(tmp_path):
+    # A stand-in libcupti that aborts on any call after the CUDA runtime's teardown (an exit handler, as a
+    # statically linked cudart registers it after cuInit). On an H200, ferry's own benches crashed there
+    # (cuptiActivityDisable from the injection library's exit handler, SIGSEGV).
+    fake = Path(os.environ["FERRY_FAKE_CUPTI"])
+    library_path = ":".join(p for p in (str(fake.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    r = record(tmp_path / "t", FIXTURE, "cudateardown", fake.name, env={"LD_LIBRARY_PATH": library_path})
+    assert r.returncode == 0, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert p["notes"]["cupti"].startswith("recording"), p["notes"]  # the recorder ran, on the stand-in
+    assert "cupti_end" not in p["notes"], p["notes"]
+    assert p["exit"] == 0
 
 
 def test_python_process_trees_with_every_start_method(tmp_path):

@@ -310,6 +310,27 @@ int cuda() {
   return result == 2 ? 0 : 4;
 }
 
+// As a program linked with the static CUDA runtime: its first cuInit (where the driver calls
+// InitializeInjection), then the runtime's teardown registered with atexit, then a return from main. The
+// teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in `cupti`), which aborts on any
+// CUPTI call after it: CUPTI must be stopped before the exit handlers run.
+int cuda_teardown(const char* cupti) {
+  const char* path = std::getenv("CUDA_INJECTION64_PATH");
+  void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
+  auto* init = lib != nullptr ? reinterpret_cast<int (*)()>(dlsym(lib, "InitializeInjection")) : nullptr;
+  if (init == nullptr || init() != 1) return 3;
+  void* fake = dlopen(cupti, RTLD_NOW | RTLD_NOLOAD);  // the one the recorder loaded
+  auto* teardown =
+      fake != nullptr ? reinterpret_cast<void (*)()>(dlsym(fake, "ferry_fake_cupti_teardown")) : nullptr;
+  if (teardown == nullptr) {
+    std::fprintf(stderr, "tree_fixture: the recorder did not load the stand-in %s\n", cupti);
+    return 4;
+  }
+  std::atexit(teardown);
+  sleep_ms(120);  // the writer flushes CUPTI meanwhile
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,8 +347,9 @@ int main(int argc, char** argv) {
   if (mode == "nvtx") return nvtx();
   if (mode == "nvtxwindow") return nvtx_window();
   if (mode == "cuda") return cuda();
+  if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2]);
   std::fprintf(stderr,
                "usage: tree_fixture blocking|fork|forkexec|doublefork "
-               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda\n");
+               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME\n");
   return 2;
 }

@@ -493,6 +493,13 @@ int run_trace(const trace_command_flags& f) {
   if (WIFSIGNALED(status)) code = 128 + WTERMSIG(status);
   fmt::print(stderr, "ferry trace: recorded {} for {:.1f} s; the launcher used {:.1f}% of one core\n",
              escape_control(f.command[0]), wall, launcher_cpu * 100.0);
+  // A crash or a kill says so: the exit status alone (139) is easy to miss under the recording's lines.
+  if (WIFSIGNALED(status)) {
+    const char* what = sigdescr_np(WTERMSIG(status));
+    fmt::print(stderr, "ferry trace: {} was ended by signal {} ({}){}; exit status {}\n",
+               escape_control(f.command[0]), WTERMSIG(status), what != nullptr ? what : "unknown",
+               WCOREDUMP(status) ? ", core dumped" : "", code);
+  }
   if (!f.no_merge) {
     try {
       const trace::timeline t = trace::read_process_traces(dir);
