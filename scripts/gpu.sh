@@ -700,6 +700,14 @@ set_trace_prefix() {
 cmd_trace_inject() {
   local what=${1:-smoke} out f status=0 r lvl final
   case $what in smoke|findings|cost|api) ;; *) die "trace-inject: unknown mode '$what' (smoke findings cost api)" ;; esac
+  # SMOKE_PARTS: which of bench (ferry's egress and ingest L1, against the in-process recorder), kineto
+  # (torch.profiler inside a recorded program), seg and train (the PyTorch examples) run; all by default.
+  # Checked before anything is made.
+  local parts=" ${SMOKE_PARTS:-bench kineto seg train} " part
+  for part in $parts; do
+    [ "$what" = smoke ] || break
+    case $part in bench|kineto|seg|train) ;; *) die "trace-inject smoke: unknown part '$part' in SMOKE_PARTS (bench kineto seg train, separated by spaces)" ;; esac
+  done
   # Everything under a work folder; $OUT gets the tarball and the summary only (few files come back).
   final=${OUT:-/tmp/ferry-out}
   out=$(mktemp -d /tmp/trace-inject.XXXX)
@@ -711,12 +719,6 @@ cmd_trace_inject() {
   echo "date: $(date -u +%FT%TZ)  commit: $(cat "$c/commit" 2>/dev/null)" | tee "$out/run.txt"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/run.txt"
   if [ "$what" = smoke ]; then
-    # SMOKE_PARTS: which of bench (ferry's egress and ingest L1, against the in-process recorder), kineto
-    # (torch.profiler inside a recorded program), seg and train (the PyTorch examples) run; all by default.
-    local parts=" ${SMOKE_PARTS:-bench kineto seg train} " part
-    for part in $parts; do
-      case $part in bench|kineto|seg|train) ;; *) die "trace-inject smoke: unknown part '$part' in SMOKE_PARTS (bench kineto seg train, separated by spaces)" ;; esac
-    done
     for bench in egress ingest; do
       [[ $parts == *" bench "* ]] || break
       "$f" bench $bench --backend cuda --levels L1 --steps 20 --trace "$out/inproc/$bench.json" \
