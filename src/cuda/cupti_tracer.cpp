@@ -270,7 +270,8 @@ struct session {
   std::unordered_map<std::uint32_t, open_marker> markers;       // NVTX range id -> its start
 };
 
-std::mutex g_begin_end_mu;  // serializes begin() and end()
+std::mutex g_begin_end_mu;  // serializes begin(), flush(), end() and close()
+bool g_closed = false;      // guarded by g_begin_end_mu: close() was called, no begin() is taken after it
 std::mutex g_mu;            // guards g_session and its contents
 session* g_session = nullptr;
 bool g_callbacks_registered = false;           // guarded by g_begin_end_mu
@@ -644,6 +645,8 @@ bool quiet_runtime_call(std::string_view name) noexcept {
 }
 
 void flush(bool forced) noexcept {
+  // Held through CUPTI's calls: end() and close() wait for a flush in progress, so none runs after them.
+  const std::lock_guard begin_end(g_begin_end_mu);
   {
     const std::lock_guard lock(g_mu);
     if (g_session == nullptr) return;
@@ -661,6 +664,8 @@ void flush(bool forced) noexcept {
 
 void begin(trace::recorder& r, const options& o) {
   const std::lock_guard begin_end(g_begin_end_mu);
+  if (g_closed)
+    throw std::logic_error("CUPTI trace: closed (the process is exiting; see cupti::close): no trace begins");
   {
     const std::lock_guard lock(g_mu);
     FERRY_EXPECTS(g_session == nullptr,
@@ -759,8 +764,24 @@ void begin(trace::recorder& r, const options& o) {
 
 std::size_t quiet_calls_left_out() noexcept { return g_quiet_left_out.load(); }
 
+namespace {
+void end_locked();
+}  // namespace
+
 void end() {
   const std::lock_guard begin_end(g_begin_end_mu);
+  end_locked();
+}
+
+void close() {
+  const std::lock_guard begin_end(g_begin_end_mu);
+  g_closed = true;
+  end_locked();
+}
+
+namespace {
+// end() under g_begin_end_mu.
+void end_locked() {
   {
     const std::lock_guard lock(g_mu);
     if (g_session == nullptr) return;
@@ -808,5 +829,6 @@ void end() {
     throw_cupti_error(flushed, "cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)");
   if (disabled != CUPTI_SUCCESS) throw_cupti_error(disabled, "cuptiActivityDisable");
 }
+}  // namespace
 
 }  // namespace ferry::cupti

@@ -29,11 +29,7 @@ namespace {
 
 std::atomic<bool> g_cuda_seen{false};
 std::atomic<bool> g_handed_over{false};
-std::atomic<bool> g_closed{false};  // cupti_close: main has returned, CUDA's teardown may come
-
-#if FERRY_INJECT_CUPTI
-void cuda_at_exit() { finish(main_status()); }
-#endif
+std::atomic<bool> g_closed{false};  // cupti_close: the process is exiting, CUDA's teardown may come
 
 void* real_symbol(const char* name, const char* const* libraries) {
   if (void* p = dlsym(RTLD_NEXT, name)) return p;
@@ -58,13 +54,9 @@ void cupti_start(process_state& s) noexcept {
     o.syncs = config().syncs;
     o.all_runtime_calls = config().all_calls;
     o.defer_conversion = config().defer_conversion;
-    o.markers = false;  // NVTX is this library's own (nvtx.cpp)
-    cupti::begin(s.rec, o);
+    o.markers = false;       // NVTX is this library's own (nvtx.cpp)
+    cupti::begin(s.rec, o);  // throws once cupti::close() has run: the process is exiting
     s.cupti_on.store(true);
-    if (g_closed.load()) {  // main returned meanwhile, and cupti_close saw CUPTI off: stopped here
-      cupti_stop(s);
-      return;
-    }
     note("cupti", o.lite    ? "recording kernels, copies and memsets (--lite)"
                   : o.syncs ? "recording kernels, copies, memsets, synchronizations and runtime calls"
                             : "recording kernels, copies, memsets and runtime calls (--no-syncs)");
@@ -74,9 +66,9 @@ void cupti_start(process_state& s) noexcept {
                                       ? "all but the quiet queries (cudaGetDevice, cudaGetLastError, ...)"
                                       : "all");
   } catch (const std::exception& e) {
-    note("cupti", std::string("unavailable: ") + e.what());
+    if (!g_closed.load()) note("cupti", std::string("unavailable: ") + e.what());
   } catch (...) {
-    note("cupti", "unavailable");
+    if (!g_closed.load()) note("cupti", "unavailable");
   }
 #else
   static_cast<void>(s);
@@ -100,7 +92,23 @@ void cupti_stop(process_state& s) noexcept {
 
 void cupti_close(process_state& s) noexcept {
   g_closed.store(true);
-  cupti_stop(s);
+#if FERRY_INJECT_CUPTI
+  // Only where this process's own cuInit ran: a fork child holds a copy of its parent's session, which
+  // is not its own to end. There unconditionally, whatever cupti_on says: cupti::close() waits for a
+  // begin() (a capture window opening on the writer thread or in another thread's step), a flush() or an
+  // end() in progress, then ends the session if there is one.
+  if (!s.cuda.load()) return;
+  s.cupti_on.store(false);
+  try {
+    const own_call own;
+    cupti::close();
+  } catch (const std::exception& e) {
+    note("cupti_end", e.what());
+  } catch (...) {
+  }
+#else
+  static_cast<void>(s);
+#endif
 }
 
 void cupti_flush(process_state& s, bool forced) noexcept {
@@ -124,7 +132,6 @@ FERRY_INJECT_EXPORT int InitializeInjection(void) {
   start_writer(*s);  // it drains CUPTI and follows the capture switch, events or not
   note("cuda", "initialized (cuInit)");
 #if FERRY_INJECT_CUPTI
-  std::atexit(cuda_at_exit);  // after cudart's atexit handlers were registered: runs before its teardown
   if (s->rec.capturing()) cupti_start(*s);
 #else
   note("cupti", "unavailable: ferry was built without the CUDA toolkit, so no GPU activity is recorded");

@@ -252,12 +252,6 @@ std::atomic<int> g_main_status{-1};
 // A return from main, or an exit nobody saw (-1).
 void at_exit() { finish(g_main_status.load()); }
 
-}  // namespace
-
-int main_status() noexcept { return g_main_status.load(); }
-
-namespace {
-
 process_state* make_state(bool forked) noexcept {
   while (g_making.test_and_set(std::memory_order_acquire)) {
   }

@@ -132,9 +132,6 @@ void os_calls_after_fork() noexcept;
 /// nvtx.cpp: forgets the ranges the forking thread had open (their names are the parent's).
 void nvtx_after_fork() noexcept;
 
-/// The status main returned, or -1 when it has not returned.
-[[nodiscard]] int main_status() noexcept;
-
 /// CLOCK_MONOTONIC nanoseconds (trace::now_ns's clock).
 [[nodiscard]] std::int64_t now_ns() noexcept;
 

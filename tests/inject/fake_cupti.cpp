@@ -3,14 +3,18 @@
 // injection library's CUPTI recorder starts, flushes and stops as it would on a GPU. It also plays the CUDA
 // runtime's teardown at exit: after ferry_fake_cupti_teardown() (the fixture registers it with atexit after
 // cuInit, as a statically linked cudart does), any CUPTI call aborts the process, as the real libcupti
-// crashed there (cuptiActivityDisable, SIGSEGV, on an H200). C entry points with the ABI's integer and
-// pointer types: it needs no CUDA header.
+// crashed there (cuptiActivityDisable, SIGSEGV, on an H200); the teardown itself aborts while a CUPTI call
+// is in progress on another thread. FERRY_FAKE_CUPTI_SLOW_FLUSH_MS makes each unforced
+// cuptiActivityFlushAll (the writer thread's) last that long, so a teardown lands inside one. C entry points
+// with the ABI's integer and pointer types: it needs no CUDA header.
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <thread>
 
 #define FERRY_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -22,19 +26,44 @@ constexpr cupti_result invalid_parameter = 1;
 constexpr cupti_result max_limit_reached = 12;  // CUPTI_ERROR_MAX_LIMIT_REACHED: no more records
 
 std::atomic<bool> torn_down{false};
+std::atomic<int> in_progress{0};  // CUPTI calls running now, on any thread
 
-void check(const char* call) {
-  if (!torn_down.load()) return;
-  std::fprintf(stderr, "fake libcupti: %s called after the CUDA runtime's teardown\n", call);
-  std::abort();
+// Counts a call while it runs; aborts when the teardown has come.
+class call {
+ public:
+  explicit call(const char* name) {
+    in_progress.fetch_add(1);
+    if (!torn_down.load()) return;
+    std::fprintf(stderr, "fake libcupti: %s called after the CUDA runtime's teardown\n", name);
+    std::abort();
+  }
+  ~call() { in_progress.fetch_sub(1); }
+  call(const call&) = delete;
+  call& operator=(const call&) = delete;
+  call(call&&) = delete;
+  call& operator=(call&&) = delete;
+};
+
+int slow_flush_ms() {
+  static const int ms = [] {
+    const char* v = std::getenv("FERRY_FAKE_CUPTI_SLOW_FLUSH_MS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  return ms;
 }
 
 }  // namespace
 
-FERRY_FAKE_EXPORT void ferry_fake_cupti_teardown() { torn_down.store(true); }
+FERRY_FAKE_EXPORT void ferry_fake_cupti_teardown() {
+  if (const int n = in_progress.load(); n > 0) {
+    std::fprintf(stderr, "fake libcupti: the CUDA runtime's teardown while %d CUPTI call(s) run\n", n);
+    std::abort();
+  }
+  torn_down.store(true);
+}
 
 FERRY_FAKE_EXPORT cupti_result cuptiGetVersion(std::uint32_t* version) {
-  check("cuptiGetVersion");
+  const call c("cuptiGetVersion");
   *version = 1'000'000;  // newer than any CUPTI_API_VERSION ferry was built with
   return success;
 }
@@ -45,7 +74,7 @@ FERRY_FAKE_EXPORT cupti_result cuptiGetResultString(cupti_result /*result*/, con
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiGetTimestamp(std::uint64_t* timestamp) {
-  check("cuptiGetTimestamp");
+  const call c("cuptiGetTimestamp");
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   *timestamp =
@@ -60,32 +89,34 @@ FERRY_FAKE_EXPORT cupti_result cuptiGetCallbackName(int /*domain*/, std::uint32_
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiSetThreadIdType(int /*type*/) {
-  check("cuptiSetThreadIdType");
+  const call c("cuptiSetThreadIdType");
   return success;
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiActivityRegisterCallbacks(void* /*requested*/, void* /*completed*/) {
-  check("cuptiActivityRegisterCallbacks");
+  const call c("cuptiActivityRegisterCallbacks");
   return success;
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiActivityRegisterTimestampCallback(void* /*callback*/) {
-  check("cuptiActivityRegisterTimestampCallback");
+  const call c("cuptiActivityRegisterTimestampCallback");
   return success;
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiActivityEnable(int /*kind*/) {
-  check("cuptiActivityEnable");
+  const call c("cuptiActivityEnable");
   return success;
 }
 
 FERRY_FAKE_EXPORT cupti_result cuptiActivityDisable(int /*kind*/) {
-  check("cuptiActivityDisable");
+  const call c("cuptiActivityDisable");
   return success;
 }
 
-FERRY_FAKE_EXPORT cupti_result cuptiActivityFlushAll(std::uint32_t /*flag*/) {
-  check("cuptiActivityFlushAll");
+FERRY_FAKE_EXPORT cupti_result cuptiActivityFlushAll(std::uint32_t flag) {
+  const call c("cuptiActivityFlushAll");
+  if (flag == 0 && slow_flush_ms() > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow_flush_ms()));
   return success;  // no buffer holds a record: no callback
 }
 

@@ -217,8 +217,8 @@ def test_the_cuda_driver_contract_holds_and_says_what_cupti_did(tmp_path):
 
 
 @pytest.mark.skipif(not os.environ.get("FERRY_FAKE_CUPTI"),
-                    reason="FERRY_FAKE_CUPTI is not set: ferry was built without the CUDA toolkit, so its "
-                           "injection library has no CUPTI recorder")
+                    reason="FERRY_FAKE_CUPTI is not set (ctest sets it in a build with the CUDA toolkit; "
+                           "without it the injection library has no CUPTI recorder)")
 def test_cupti_stops_when_main_returns_before_the_cuda_runtimes_teardown(tmp_path):
     # A stand-in libcupti that aborts on any call after the CUDA runtime's teardown (an exit handler, as a
     # statically linked cudart registers it after cuInit). On an H200, ferry's own benches crashed there
@@ -231,6 +231,14 @@ def test_cupti_stops_when_main_returns_before_the_cuda_runtimes_teardown(tmp_pat
     assert p["notes"]["cupti"].startswith("recording"), p["notes"]  # the recorder ran, on the stand-in
     assert "cupti_end" not in p["notes"], p["notes"]
     assert p["exit"] == 0
+    # The writer thread inside a slow flush of its own (every millisecond, 20 ms each) when main returns:
+    # the stop waits for it, so no CUPTI call runs across the teardown.
+    for i in range(3):
+        r = record(tmp_path / f"slow{i}", FIXTURE, "cudateardown", fake.name, flags=["--flush-ms", "1"],
+                   env={"LD_LIBRARY_PATH": library_path, "FERRY_FAKE_CUPTI_SLOW_FLUSH_MS": "20"})
+        assert r.returncode == 0, r.stderr
+        [p] = fixture_processes(tmp_path / f"slow{i}")
+        assert p["exit"] == 0
 
 
 def test_python_process_trees_with_every_start_method(tmp_path):

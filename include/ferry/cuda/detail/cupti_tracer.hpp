@@ -52,5 +52,9 @@ void begin(trace::recorder& r, const options& o = {});
 void flush(bool forced) noexcept;
 /// Flushes every buffered record into the recorder, disables the activity kinds and detaches.
 void end();
+/// end(), after which no begin() is taken in this process (it throws logic_error): for a process about to
+/// tear CUDA down, where a CUPTI call would crash it. Waits for a begin(), flush() or end() in progress on
+/// another thread, so none of theirs runs after it. Without a running trace it makes no CUPTI call.
+void close();
 
 }  // namespace ferry::cupti
