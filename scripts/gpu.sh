@@ -703,10 +703,15 @@ cmd_trace_inject() {
   # SMOKE_PARTS: which of bench (ferry's egress and ingest L1, against the in-process recorder), kineto
   # (torch.profiler inside a recorded program), seg and train (the PyTorch examples) run; all by default.
   # Checked before anything is made.
-  local parts=" ${SMOKE_PARTS:-bench kineto seg train} " part
-  for part in $parts; do
+  local parts=" ${SMOKE_PARTS:-bench kineto seg train} " part words
+  read -ra words <<< "$parts"
+  for part in "${words[@]}"; do
     [ "$what" = smoke ] || break
     case $part in bench|kineto|seg|train) ;; *) die "trace-inject smoke: unknown part '$part' in SMOKE_PARTS (bench kineto seg train, separated by spaces)" ;; esac
+  done
+  read -ra words <<< "${TRACE_VARIANTS:-}"
+  for part in "${words[@]}"; do
+    [ "$what" = api ] && [ "$part" = kinetosync ] && die "trace-inject api: variant kinetosync is for cost runs (api_cost.py has only --kineto cuda)"
   done
   # Everything under a work folder; $OUT gets the tarball and the summary only (few files come back).
   final=${OUT:-/tmp/ferry-out}
@@ -772,9 +777,6 @@ cmd_trace_inject() {
     # api: what one CUDA call costs the calling thread (tests/inject/api_cost.py), plain and under each
     # variant of TRACE_VARIANTS, interleaved (ABBA), TRACE_RUNS times.
     local order v
-    for v in ${TRACE_VARIANTS:-}; do
-      [ "$v" = kinetosync ] && die "trace-inject api: variant kinetosync is for cost runs (api_cost.py has only --kineto cuda)"
-    done
     for r in $(seq 1 "${TRACE_RUNS:-4}"); do
       # shellcheck disable=SC2086  # one word per variant
       order=$(printf '%s\n' plain ${TRACE_VARIANTS:-traced nosync lite kineto})
