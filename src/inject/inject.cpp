@@ -182,6 +182,28 @@ void apply_capture(process_state& s, bool on) noexcept {
   }
 }
 
+// True when the program's threads have all ended and only this one (the writer) is left: the thread-group
+// leader is a zombie (main called pthread_exit) and the process counts two threads, that zombie and the
+// writer. Without the writer, glibc would then have ended the process as exit(0) does; the writer's thread
+// alone would keep it alive for ever.
+bool only_the_writer_is_left() noexcept {
+  try {
+    const std::string stat = read_small("/proc/self/stat");
+    const std::size_t close = stat.rfind(')');  // after the command name, which may hold spaces
+    if (close == std::string::npos) return false;
+    std::size_t at = close + 2;  // field 3, the state
+    if (at >= stat.size() || stat[at] != 'Z') return false;
+    for (int field = 3; field < 20; ++field) {  // to field 20, num_threads
+      at = stat.find(' ', at);
+      if (at == std::string::npos) return false;
+      ++at;
+    }
+    return std::strtol(stat.c_str() + at, nullptr, 10) == 2;
+  } catch (...) {
+    return false;  // out of memory: asked again at the next flush
+  }
+}
+
 void writer_loop(process_state* s) {
   const own_call own;
   trace::name_this_thread("ferry trace");
@@ -193,6 +215,10 @@ void writer_loop(process_state* s) {
     }
     // Done once the process has written its exit: nothing of it may be touched while it tears down.
     if (s->exited.load() || s->pid != g_pid.load(std::memory_order_relaxed)) return;
+    if (only_the_writer_is_left()) {  // as glibc at the last thread's end: exit(0), handlers included
+      finish(0);
+      std::exit(0);  // NOLINT(concurrency-mt-unsafe): no other thread of the program is left
+    }
     if (g_sigterm != 0) {
       finish(128 + SIGTERM);
       g_sigterm_done.store(true);

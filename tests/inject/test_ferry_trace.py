@@ -28,12 +28,12 @@ TIMEOUT = 120
 KINDS = ["kernel", "memcpy", "memset", "sync", "api", "range", "stage"]
 
 
-def record(out, *cmd, flags=(), env=None):
+def record(out, *cmd, flags=(), env=None, timeout=TIMEOUT):
     full_env = dict(os.environ, FERRY_INJECT_LIBRARY=LIBRARY)
     full_env.pop("CUDA_INJECTION64_PATH", None)
     full_env.update(env or {})
     return subprocess.run([CLI, "trace", "-o", str(out), *flags, "--", *cmd], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=full_env)
+                          timeout=timeout, env=full_env)
 
 
 def unescape(s):
@@ -160,6 +160,15 @@ def test_the_commands_exit_status_comes_through(tmp_path):
     r = record(tmp_path / "x", str(script), flags=["--force"])
     assert r.returncode == 126 and "Permission denied" in r.stderr, r.stderr
     assert [f.name for f in (tmp_path / "x").iterdir()] == ["kept"], "the folder was touched"
+
+
+def test_a_main_that_calls_pthread_exit_ends_with_its_last_thread(tmp_path):
+    # ferry's writer thread must not keep the process alive once the program's threads have all ended.
+    r = record(tmp_path / "t", FIXTURE, "pthreadexit", timeout=30)
+    assert r.returncode == 0, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert "before pthread_exit" in names(p) and "last thread" in names(p), names(p)
+    assert p["exit"] == 0
 
 
 def test_sigkill_loses_at_most_one_flush_interval(tmp_path):

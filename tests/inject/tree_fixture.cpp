@@ -331,6 +331,19 @@ int cuda_teardown(const char* cupti) {
   return 0;
 }
 
+// main ends with pthread_exit while another thread finishes its work: the process ends with that thread,
+// exit status 0, though ferry's writer thread is still there.
+int pthread_exit_main() {
+  const std::int64_t t0 = now_ns();
+  range()("before pthread_exit", nullptr, t0, t0);  // an event: the writer thread runs
+  std::thread([] {
+    sleep_ms(60);
+    const std::int64_t t1 = now_ns();
+    range()("last thread", nullptr, t1, t1);
+  }).detach();
+  pthread_exit(nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,8 +361,10 @@ int main(int argc, char** argv) {
   if (mode == "nvtxwindow") return nvtx_window();
   if (mode == "cuda") return cuda();
   if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2]);
-  std::fprintf(stderr,
-               "usage: tree_fixture blocking|fork|forkexec|doublefork "
-               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME\n");
+  if (mode == "pthreadexit") return pthread_exit_main();
+  std::fprintf(
+      stderr,
+      "usage: tree_fixture blocking|fork|forkexec|doublefork "
+      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME|pthreadexit\n");
   return 2;
 }
