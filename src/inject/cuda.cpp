@@ -75,16 +75,24 @@ void cupti_start(process_state& s) noexcept {
 #endif
 }
 
-void cupti_stop(process_state& s) noexcept {
 #if FERRY_INJECT_CUPTI
-  if (!s.cupti_on.exchange(false)) return;
+namespace {
+// Runs cupti::end or cupti::close, noting what it threw: a recording problem must not end the program.
+void end_cupti(void (*how)()) noexcept {
   try {
     const own_call own;
-    cupti::end();
+    how();
   } catch (const std::exception& e) {
     note("cupti_end", e.what());
   } catch (...) {
   }
+}
+}  // namespace
+#endif
+
+void cupti_stop(process_state& s) noexcept {
+#if FERRY_INJECT_CUPTI
+  if (s.cupti_on.exchange(false)) end_cupti(cupti::end);
 #else
   static_cast<void>(s);
 #endif
@@ -99,13 +107,7 @@ void cupti_close(process_state& s) noexcept {
   // end() in progress, then ends the session if there is one.
   if (!s.cuda.load()) return;
   s.cupti_on.store(false);
-  try {
-    const own_call own;
-    cupti::close();
-  } catch (const std::exception& e) {
-    note("cupti_end", e.what());
-  } catch (...) {
-  }
+  end_cupti(cupti::close);
 #else
   static_cast<void>(s);
 #endif
