@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -270,9 +271,9 @@ struct session {
   std::unordered_map<std::uint32_t, open_marker> markers;       // NVTX range id -> its start
 };
 
-std::mutex g_begin_end_mu;  // serializes begin(), flush(), end() and close()
-bool g_closed = false;      // guarded by g_begin_end_mu: close() was called, no begin() is taken after it
-std::mutex g_mu;            // guards g_session and its contents
+std::timed_mutex g_begin_end_mu;    // serializes begin(), flush(), end() and close()
+std::atomic<bool> g_closed{false};  // close() or abandon() was called: no begin() is taken after it
+std::mutex g_mu;                    // guards g_session and its contents
 session* g_session = nullptr;
 bool g_callbacks_registered = false;           // guarded by g_begin_end_mu
 std::atomic<std::size_t> g_quiet_left_out{0};  // by the last begin()
@@ -664,7 +665,7 @@ void flush(bool forced) noexcept {
 
 void begin(trace::recorder& r, const options& o) {
   const std::lock_guard begin_end(g_begin_end_mu);
-  if (g_closed)
+  if (g_closed.load())
     throw std::logic_error("CUPTI trace: closed (the process is exiting; see cupti::close): no trace begins");
   {
     const std::lock_guard lock(g_mu);
@@ -774,9 +775,21 @@ void end() {
 }
 
 void close() {
-  const std::lock_guard begin_end(g_begin_end_mu);
-  g_closed = true;
+  g_closed.store(true);
+  // Waited for a second at most: the lock can be held by this very thread (a signal handler that exits,
+  // run inside begin(), flush() or end()) or by one parked in ferry's SIGTERM handler; then CUPTI is left
+  // as it is rather than waited for.
+  std::unique_lock begin_end(g_begin_end_mu, std::defer_lock);
+  if (!begin_end.try_lock_for(std::chrono::seconds(1))) return;
   end_locked();
+}
+
+void abandon() noexcept {
+  g_closed.store(true);
+  const std::lock_guard lock(g_mu);
+  // Left, not freed: a begin(), flush() or end() of another thread may hold it, and a late buffer from
+  // CUPTI finds no session and goes back to the pool.
+  static_cast<void>(std::exchange(g_session, nullptr));  // NOLINT(clang-analyzer-cplusplus.NewDeleteLeaks)
 }
 
 namespace {

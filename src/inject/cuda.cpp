@@ -113,6 +113,21 @@ void cupti_close(process_state& s) noexcept {
 #endif
 }
 
+void cupti_abandon(process_state& s) noexcept {
+  g_closed.store(true);
+#if FERRY_INJECT_CUPTI
+  if (!s.cuda.load()) return;  // a fork child: its parent's session is not its own
+  const bool was_on = s.cupti_on.exchange(false);
+  cupti::abandon();
+  if (was_on)
+    note("cupti_abandoned",
+         "the process exited past main's return and exit() (errx, error, ...), when CUDA may already be torn "
+         "down: CUPTI's last records were dropped rather than risk a crash");
+#else
+  static_cast<void>(s);
+#endif
+}
+
 void cupti_flush(process_state& s, bool forced) noexcept {
 #if FERRY_INJECT_CUPTI
   if (s.cupti_on.load()) cupti::flush(forced);

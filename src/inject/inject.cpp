@@ -42,6 +42,7 @@ namespace ferry::inject {
 namespace {
 
 thread_local bool t_in_ferry = false;
+sigset_t g_program_mask;  // the signal mask of the thread that started the writer, which blocks them all
 
 // Never destroyed: the writer thread and CUPTI's threads may read it while the process exits.
 settings& g_settings = *new settings;  // NOLINT(cert-err58-cpp): at load, out of memory ends the process
@@ -217,6 +218,10 @@ void writer_loop(process_state* s) {
     if (s->exited.load() || s->pid != g_pid.load(std::memory_order_relaxed)) return;
     if (only_the_writer_is_left()) {  // as glibc at the last thread's end: exit(0), handlers included
       finish(0);
+      // The program's exit handlers run here: with the program's signal mask (a child they start
+      // inherits it) and as the program's code, not ferry's.
+      pthread_sigmask(SIG_SETMASK, &g_program_mask, nullptr);
+      t_in_ferry = false;
       std::exit(0);  // NOLINT(concurrency-mt-unsafe): no other thread of the program is left
     }
     if (g_sigterm != 0) {
@@ -274,9 +279,17 @@ void on_sigterm(int) {
 // main's return value, seen through the interposed __libc_start_main: libc then calls exit() from inside
 // itself, past the interposed one.
 std::atomic<int> g_main_status{-1};
+// main returned, or exit() was called through the interposed one: CUPTI was stopped before the exit
+// handlers. Not so for glibc's own calls to exit (errx, error), which only this handler sees.
+std::atomic<bool> g_exit_seen{false};
 
-// A return from main, or an exit nobody saw (-1).
-void at_exit() { finish(g_main_status.load()); }
+// The last exit handler: a return from main, or an exit nobody saw (-1).
+void at_exit() {
+  if (!g_exit_seen.load()) {
+    if (process_state* s = state()) cupti_abandon(*s);
+  }
+  finish(g_main_status.load());
+}
 
 process_state* make_state(bool forked) noexcept {
   while (g_making.test_and_set(std::memory_order_acquire)) {
@@ -378,6 +391,7 @@ void start_writer(process_state& s) noexcept {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  g_program_mask = old;
   try {
     std::thread(writer_loop, &s).detach();
   } catch (...) {
@@ -481,6 +495,7 @@ void finish(int status, bool may_block) noexcept {
 }
 
 void main_returned() noexcept {
+  g_exit_seen.store(true);
   if (!g_settings.active || syscall(SYS_getpid) != g_pid.load(std::memory_order_relaxed)) return;
   process_state* s = state();
   if (s == nullptr) return;
@@ -563,6 +578,7 @@ FERRY_INJECT_EXPORT void _Exit(int status) {
 }
 
 FERRY_INJECT_EXPORT void exit(int status) {
+  ferry::inject::g_exit_seen.store(true);
   finish(status);
   using exit_fn = void (*)(int);
   static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));

@@ -120,6 +120,9 @@ void cupti_flush(process_state& s, bool forced) noexcept;
 /// it after cuInit, so it runs before any handler registered from InitializeInjection), and CUPTI called
 /// after it crashes the process (seen on an H200: cuptiActivityDisable, SIGSEGV).
 void cupti_close(process_state& s) noexcept;
+/// The last exit handler of a process that exited past main's return and exit() (errx, error: glibc calls
+/// its own exit): CUDA's teardown may have run, so the running trace is dropped without a CUPTI call.
+void cupti_abandon(process_state& s) noexcept;
 
 /// Whether this process captures now (the recorder's switch, read without its lock).
 [[nodiscard]] bool capturing() noexcept;

@@ -248,6 +248,12 @@ def test_cupti_stops_when_main_returns_before_the_cuda_runtimes_teardown(tmp_pat
         assert r.returncode == 0, r.stderr
         [p] = fixture_processes(tmp_path / f"slow{i}")
         assert p["exit"] == 0
+    # glibc's errx calls its own exit, which no preload sees: the last exit handler drops CUPTI's trace
+    # without a CUPTI call, and says so.
+    r = record(tmp_path / "errx", FIXTURE, "cudateardown", fake.name, "errx", env={"LD_LIBRARY_PATH": library_path})
+    assert r.returncode == 5 and "ended by errx" in r.stderr, r.stderr
+    [p] = fixture_processes(tmp_path / "errx")
+    assert "cupti_abandoned" in p["notes"], p["notes"]
 
 
 def test_python_process_trees_with_every_start_method(tmp_path):

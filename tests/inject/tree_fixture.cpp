@@ -3,6 +3,7 @@
 // program", and finds the library's Python-facing entry points (ferry_inject_range) through dlsym when
 // it needs a mark of its own.
 #include <dlfcn.h>
+#include <err.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -313,8 +314,9 @@ int cuda() {
 // As a program linked with the static CUDA runtime: its first cuInit (where the driver calls
 // InitializeInjection), then the runtime's teardown registered with atexit, then a return from main. The
 // teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in `cupti`), which aborts on any
-// CUPTI call after it: CUPTI must be stopped before the exit handlers run.
-int cuda_teardown(const char* cupti) {
+// CUPTI call after it: CUPTI must be stopped before the exit handlers run. With `how` "errx" it ends
+// through glibc's errx, whose exit no preload sees.
+int cuda_teardown(const char* cupti, const std::string& how) {
   const char* path = std::getenv("CUDA_INJECTION64_PATH");
   void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
   auto* init = lib != nullptr ? reinterpret_cast<int (*)()>(dlsym(lib, "InitializeInjection")) : nullptr;
@@ -328,6 +330,7 @@ int cuda_teardown(const char* cupti) {
   }
   std::atexit(teardown);
   sleep_ms(120);  // the writer flushes CUPTI meanwhile
+  if (how == "errx") errx(5, "ended by errx");
   return 0;
 }
 
@@ -360,11 +363,11 @@ int main(int argc, char** argv) {
   if (mode == "nvtx") return nvtx();
   if (mode == "nvtxwindow") return nvtx_window();
   if (mode == "cuda") return cuda();
-  if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2]);
+  if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2], argc > 3 ? argv[3] : "");
   if (mode == "pthreadexit") return pthread_exit_main();
   std::fprintf(
       stderr,
       "usage: tree_fixture blocking|fork|forkexec|doublefork "
-      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME|pthreadexit\n");
+      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME [errx]|pthreadexit\n");
   return 2;
 }

@@ -54,7 +54,11 @@ void flush(bool forced) noexcept;
 void end();
 /// end(), after which no begin() is taken in this process (it throws logic_error): for a process about to
 /// tear CUDA down, where a CUPTI call would crash it. Waits for a begin(), flush() or end() in progress on
-/// another thread, so none of theirs runs after it. Without a running trace it makes no CUPTI call.
+/// another thread, so none of theirs runs after it; for a second at most, after which it returns leaving
+/// CUPTI as it is. Without a running trace it makes no CUPTI call.
 void close();
+/// For a process whose CUDA may already be torn down: drops the running trace without a CUPTI call (its
+/// records not yet delivered are lost) and takes no begin() after it.
+void abandon() noexcept;
 
 }  // namespace ferry::cupti
