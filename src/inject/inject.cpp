@@ -285,7 +285,7 @@ std::atomic<bool> g_exit_seen{false};
 
 // The last exit handler: a return from main, or an exit nobody saw (-1).
 void at_exit() {
-  if (!g_exit_seen.load()) {
+  if (!g_exit_seen.load() && syscall(SYS_getpid) == g_pid.load(std::memory_order_relaxed)) {
     if (process_state* s = state()) cupti_abandon(*s);
   }
   finish(g_main_status.load());
