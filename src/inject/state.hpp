@@ -115,10 +115,10 @@ void set_capture(bool on) noexcept;
 void cupti_start(process_state& s) noexcept;
 void cupti_stop(process_state& s) noexcept;
 void cupti_flush(process_state& s, bool forced) noexcept;
-/// Stops the CUPTI recorder for good: no capture window starts it again. Called when main returns, before
-/// the exit handlers run: the CUDA runtime's teardown is among them (a statically linked cudart registers
-/// it after cuInit, so it runs before any handler registered from InitializeInjection), and CUPTI called
-/// after it crashes the process (seen on an H200: cuptiActivityDisable, SIGSEGV).
+/// Stops the CUPTI recorder for good: no capture window starts it again. Called when main returns and from
+/// finish(), before the exit handlers run: the CUDA runtime's teardown is among them (a statically linked
+/// cudart registers it after cuInit, so it runs before this library's own handler), and CUPTI called after
+/// it crashes the process (seen on an H200: cuptiActivityDisable, SIGSEGV).
 void cupti_close(process_state& s) noexcept;
 /// The last exit handler of a process that exited past main's return and exit() (errx, error: glibc calls
 /// its own exit): CUDA's teardown may have run, so the running trace is dropped without a CUPTI call.
