@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from collections import namedtuple
 from pathlib import Path
 
@@ -20,13 +21,10 @@ np = pytest.importorskip("numpy")
 import ferry.torch as ft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(ft.__file__).resolve().parents[2]  # the folder of the ferry package under test
 
 
-def Loader(*args, **kwargs):
-    """ferry.torch.Loader with forked workers unless a test says otherwise: pytest's process has threads,
-    so the default would start a forkserver (slower, and the test datasets need none)."""
-    kwargs.setdefault("start_method", "fork")
-    return ft.Loader(*args, **kwargs)
+Loader = ft.Loader  # its workers are forked (the default on Linux, also in pytest's threaded process)
 Pair = namedtuple("Pair", "image label")
 
 
@@ -165,6 +163,11 @@ class Fails:
                 raise KeyError(f"no sample {i} here")
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == "exit3":
+                os._exit(3)
+            if self.how == "segv":
+                import ctypes
+                ctypes.string_at(0)  # a crash in native code
             if self.how == "shape":
                 return torch.zeros(3, 5, dtype=torch.uint8), i
             if self.how == "dtype":
@@ -419,17 +422,24 @@ def test_a_dataset_exception_is_raised_at_its_batch_with_the_index_and_the_worke
             next(again)
 
 
-def test_a_worker_killed_fails_the_loader_at_once_naming_it():
-    with Loader(Fails(at=17, how="kill"), batch_size=4, workers=3, device="cpu", timeout=30) as loader:
+@pytest.mark.parametrize("how, ended, hint", [
+    ("kill", "was killed by signal SIGKILL", "out-of-memory killer"),
+    ("exit3", "exited with status 3", "its error, if any, is on stderr"),
+    ("segv", "was killed by signal SIGSEGV", "a crash, in native code the dataset ran: the worker's Python stack")])
+def test_a_worker_that_dies_fails_the_loader_at_once_naming_how_it_ended(how, ended, hint, capfd):
+    """The out-of-memory hint only for SIGKILL; another signal or an exit status is named as it is."""
+    with Loader(Fails(at=17, how=how), batch_size=4, workers=3, device="cpu", timeout=30) as loader:
         it = iter(loader)
-        start = time.monotonic()
-        with pytest.raises(RuntimeError, match=r"worker \d \(pid \d+\) was killed by signal SIGKILL") as e:
+        with pytest.raises(RuntimeError, match=r"worker \d \(pid \d+\) " + ended) as e:
             for _ in it:
                 pass
-        assert time.monotonic() - start < 10  # not the 30 s timeout
-        assert "the loader is closed" in str(e.value)
+        assert "the loader is closed" in str(e.value) and hint in str(e.value)
+        assert ("out-of-memory" in str(e.value)) == (how == "kill"), str(e.value)
+        assert "while starting" not in str(e.value)
         with pytest.raises(RuntimeError, match="failed earlier"):
             iter(loader)
+    if how == "segv":  # faulthandler's stack, from the worker's own stderr
+        assert "Fatal Python error: Segmentation fault" in capfd.readouterr().err
 
 
 def test_break_del_close_and_reuse_after_close():
@@ -530,39 +540,109 @@ def test_a_fork_childs_copy_of_the_mapping_unmaps_nothing_of_the_childs():
         assert loader._mm is mapping and mapping.address  # the parent's mapping is untouched
 
 
-DEFAULT_METHOD = textwrap.dedent('''
+# No `if __name__ == "__main__":`, a Dataset in `python -c`'s __main__ and another Python thread running (a
+# TensorBoard writer's, a logging listener's, a Jupyter kernel's): what DataLoader users run on Linux.
+THREADED_MAIN = textwrap.dedent('''
     import sys, threading, torch
     sys.path.insert(0, sys.argv[1])
     import ferry.torch as ft
-    class Two:
-        def __len__(self): return 2
-        def __getitem__(self, i): return torch.tensor(i)
-    if __name__ == "__main__":  # a forkserver's workers import this file as a module
-        with ft.Loader(Two(), batch_size=2, workers=1, device="cpu") as a:
-            one = a.start_method
-        threading.Thread(target=threading.Event().wait, daemon=True).start()
-        with ft.Loader(Two(), batch_size=2, workers=1, device="cpu") as b:
-            print(one, b.start_method, next(iter(b)).tolist())
+    class D:
+        def __len__(self): return 4
+        def __getitem__(self, i): return torch.full((2,), i), i
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    print("main body", flush=True)
+    try:
+        with ft.Loader(D(), batch_size=2, workers=2, device="cpu", start_method=sys.argv[2] or None) as a:
+            print(a.start_method, [y.tolist() for _, y in a])
+    except RuntimeError as e:
+        print("error:", e)
 ''')
 
 
-def test_workers_are_forked_only_where_no_other_python_thread_runs(tmp_path):
-    script = tmp_path / "default_method.py"
-    script.write_text(DEFAULT_METHOD)
-    r = subprocess.run([sys.executable, str(script), str(ROOT / "python")], capture_output=True, text=True,
-                       timeout=120)
+def test_workers_are_forked_by_default_also_while_another_python_thread_runs():
+    r = subprocess.run([sys.executable, "-c", THREADED_MAIN, str(PACKAGE), ""], capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["fork", "forkserver", "[0,", "1]"]
+    assert r.stdout.splitlines() == ["main body", "fork [[0, 1], [2, 3]]"], r.stdout + r.stderr
+
+
+def test_a_worker_that_cannot_start_says_what_to_do():
+    """Under forkserver the worker cannot unpickle a Dataset of `python -c`'s __main__: the error names the
+    main guard, an importable module and start_method='fork', not the out-of-memory killer."""
+    r = subprocess.run([sys.executable, "-c", THREADED_MAIN, str(PACKAGE), "forkserver"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "main body" and out[1].startswith("error: ferry Loader worker "), r.stdout + r.stderr
+    assert "exited with status 1 while starting" in out[1]
+    for text in ("start_method='forkserver'", "if __name__ == \"__main__\":", "importable module",
+                 "start_method='fork'"):
+        assert text in out[1], out[1]
+    assert "out-of-memory" not in out[1]
+    assert "Can't get attribute 'D'" in r.stderr  # the worker's own error
+
+
+def test_a_dataset_that_cannot_be_pickled_to_spawned_workers_says_what_to_do():
+    class Local(Numbers):  # defined in a function: pickle cannot name it
+        pass
+    with pytest.raises(RuntimeError, match=r"worker 0 of 2 could not be started \(\w+Error: .*Local.*\): "
+                                           r"under start_method='spawn' the dataset.*importable module.*"
+                                           r"start_method='fork'"):
+        Loader(Local(), batch_size=2, workers=2, device="cpu", start_method="spawn")
+
+
+def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once(monkeypatch):
+    from ferry.torch import _loader
+    assert _loader._start_method(None) == "fork"
+    monkeypatch.setattr(_loader.sys, "platform", "darwin")
+    monkeypatch.setattr(_loader, "_warned_start_method", False)
+    with pytest.warns(RuntimeWarning, match=r"workers start with 'spawn', not 'fork' \(macOS.*importable module.*"
+                                            r"if __name__ == \"__main__\":.*start_method="):
+        assert _loader._start_method(None) == "spawn"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _loader._start_method(None) == "spawn"  # said once
+        assert _loader._start_method("fork") == "fork"  # chosen: nothing to say
 
 
 def test_bad_arguments_are_refused_naming_the_value():
-    for kwargs, text in (({"batch_size": 0}, "batch_size=0"), ({"batch_size": 2, "workers": 0}, "workers=0"),
+    for kwargs, text in (({"batch_size": 0}, "batch_size=0"),
+                         ({"batch_size": 2, "workers": -1}, r"workers=-1\): expected an integer >= 0 \(0: the samples"),
+                         ({"batch_size": 2, "num_workers": -1}, r"num_workers=-1\): expected an integer >= 0"),
+                         ({"batch_size": 2, "workers": 2, "num_workers": 2}, r"workers=2, num_workers=2\): give one"),
                          ({"batch_size": 2, "depth": 1}, "depth=1"),
-                         ({"batch_size": 2, "start_method": "nope"}, "start_method='nope'")):
+                         ({"batch_size": 2, "start_method": "nope"}, "start_method='nope'"),
+                         ({"batch_size": 2, "workers": 0, "start_method": "nope"}, "start_method='nope'"),
+                         ({"batch_size": 2, "sampler": range(3), "shuffle": True},
+                          "sampler is mutually exclusive with shuffle"),
+                         ({"batch_size": 2, "sampler": range(3), "rank": 0, "world_size": 2},
+                          r"give the rank and world size to it \(DistributedSampler")):
         with pytest.raises(ValueError, match=text):
             Loader(Numbers(), device="cpu", **kwargs)
     with pytest.raises(TypeError, match="no __len__ and __getitem__"):
         Loader(iter(range(3)), batch_size=2, device="cpu")
+    with pytest.raises(TypeError, match="sampler=a int.*not iterable"):
+        Loader(Numbers(), batch_size=2, sampler=3, device="cpu")
+
+    class Stream(torch.utils.data.IterableDataset):  # has __getitem__ (Dataset's, which raises) and __len__
+        def __iter__(self):
+            return iter(range(3))
+
+        def __len__(self):
+            return 3
+    with pytest.raises(TypeError, match="a Stream is an IterableDataset.*DataLoader and ferry.torch.Prefetcher"):
+        Loader(Stream(), batch_size=2, device="cpu")
+
+
+def test_construction_arguments_are_attributes_that_cannot_be_changed_later():
+    with Loader(Numbers(8), batch_size=4, num_workers=1, drop_last=True, device="cpu") as loader:
+        assert (loader.batch_size, loader.drop_last, loader.sampler, loader.workers, loader.num_workers) == \
+            (4, True, None, 1, 1)
+        assert isinstance(loader.dataset, Numbers)
+        for name in ("batch_size", "sampler", "drop_last", "dataset", "shuffle", "workers"):
+            with pytest.raises(ValueError, match=rf"Loader.{name} cannot be changed once the Loader is made"):
+                setattr(loader, name, 2)
+        assert loader.batch_size == 4 and labels_of(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 SCRIPT = textwrap.dedent('''
@@ -611,3 +691,142 @@ def test_ctrl_c_or_a_killed_parent_leaves_no_worker_behind(sig, tmp_path):
         if p.poll() is None:
             p.kill()
         p.communicate()  # reaps it and closes its pipes
+
+
+class Tagged(list):
+    pass
+
+
+class Shapes:
+    """Sample i in each structure a Dataset returns: a tuple, a list subclass, a namedtuple, a dict."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        x, y = torch.full((2,), i, dtype=torch.int32), i
+        return {"tuple": (x, y), "list": Tagged([x, y]), "namedtuple": Pair(x, y), "dict": {"x": x, "y": y}}[self.kind]
+
+
+@pytest.mark.parametrize("kind, batch_type", [("tuple", list), ("list", Tagged), ("namedtuple", Pair), ("dict", dict)])
+def test_a_batch_has_the_structure_default_collate_gives_it(kind, batch_type):
+    """default_collate makes a list of a tuple sample (code assigns into the batch), keeps a list's,
+    namedtuple's and dict's type: so does the Loader."""
+    from torch.utils.data import DataLoader
+    want = next(iter(DataLoader(Shapes(kind), batch_size=3)))
+    with Loader(Shapes(kind), batch_size=3, workers=1, device="cpu") as loader:
+        got = next(iter(loader))
+        assert type(got) is type(want) is batch_type
+        values = got.values() if kind == "dict" else got
+        assert [t.tolist() for t in values] == [[[0, 0], [1, 1], [2, 2]], [0, 1, 2]]
+        if kind in ("tuple", "list"):
+            got[0] = got[0].float()  # a list: assignable, as a DataLoader's batch
+
+
+def test_a_sampler_gives_each_epochs_order_and_set_epoch_reaches_it():
+    from torch.utils.data.distributed import DistributedSampler
+    ds = Numbers(10)
+    shards = []
+    for rank in range(2):
+        sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=3)
+        with Loader(ds, batch_size=2, workers=1, sampler=sampler, device="cpu") as loader:
+            assert loader.sampler is sampler and len(loader) == 3
+            loader.set_epoch(1)
+            assert sampler.epoch == 1  # the Loader's set_epoch is the sampler's too
+            shards.append(sum(labels_of(loader), []))
+            assert shards[-1] == list(sampler)  # epoch 1's order, the sampler's
+    assert sorted(shards[0] + shards[1]) == list(range(10))
+    with Loader(ds, batch_size=4, workers=1, sampler=[3, 1, 4, 1, 5], device="cpu") as loader:
+        assert len(loader) == 2 and labels_of(loader) == [[3, 1, 4, 1], [5]]
+    with Loader(ds, batch_size=4, workers=1, sampler=[2, 10], device="cpu") as loader:
+        with pytest.raises(ValueError, match="the sampler gave index 10 at position 1; the dataset has 10 samples"):
+            iter(loader)
+    with Loader(ds, batch_size=4, workers=1, sampler=iter([1, 2]), device="cpu") as loader:
+        with pytest.raises(TypeError, match="sampler without len"):
+            len(loader)
+
+
+class MainOrWorker(Random):
+    """Random's draws, and what the sample sees of where it runs."""
+
+    def __getitem__(self, i):
+        a, b, c, d = super().__getitem__(i)
+        return a, b, c, d, ft.worker_info() is None, torch.utils.data.get_worker_info() is None
+
+
+def test_workers_0_makes_the_same_bytes_in_this_process_and_keeps_its_random_state():
+    def run(**kwargs):
+        with Loader(MainOrWorker(), batch_size=7, shuffle=True, seed=5, device="cpu", **kwargs) as loader:
+            assert len(loader.stats()["workers"]) == loader.workers
+            return [[t.clone() for t in batch] for batch in loader]
+    import random
+    torch.manual_seed(11), np.random.seed(11), random.seed(11)
+    want = (torch.rand(3), np.random.rand(3), random.random())
+    torch.manual_seed(11), np.random.seed(11), random.seed(11)
+    kids = children()
+    here = run(workers=0)
+    assert children() == kids  # no process started
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[2] == want[2]
+    again = run(num_workers=0)
+    there = run(workers=2)
+    assert len(here) == len(there) == 6
+    for a, b, c in zip(here, there, again):
+        assert all(torch.equal(x, y) for x, y in zip(a[:4], b[:4]))
+        assert all(torch.equal(x, y) for x, y in zip(a, c))
+        assert a[4].all() and a[5].all()  # in this process: worker_info() and get_worker_info() are None
+        assert not b[4].any() and not b[5].any()  # in a worker: both answer
+
+
+def test_workers_0_raises_the_datasets_own_exception_naming_the_sample():
+    with Loader(Fails(at=9), batch_size=4, workers=0, device="cpu") as loader:
+        it = iter(loader)
+        assert [next(it)[1].tolist() for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        with pytest.raises(KeyError) as e:
+            next(it)
+        assert e.value.args == ("no sample 9 here",)  # the dataset's exception itself
+        assert "__getitem__" in str(e.traceback[-1].name)
+        if sys.version_info >= (3, 11):
+            assert "raised at sample 9 (batch 2 of epoch 0, position 1) in this process" in e.value.__notes__[0]
+        with pytest.raises(StopIteration):
+            next(it)  # the epoch ended with it
+        again = iter(loader)
+        assert next(again)[1].tolist() == [0, 1, 2, 3]  # the next epoch runs
+    with Loader(Fails(at=0), batch_size=4, workers=0, device="cpu") as loader:
+        with pytest.raises(KeyError, match="no sample 0 here"):
+            iter(loader)  # the first sample sizes the slots
+        with pytest.raises(KeyError):
+            iter(loader)  # still usable: asked again
+
+
+class TorchWorkerInfo:
+    """What torch.utils.data.get_worker_info() says in the worker, beside ferry's worker_info()."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        info, mine = torch.utils.data.get_worker_info(), ft.worker_info()
+        return (info.id, info.num_workers, info.seed & 0xFFFFFFFF, info.dataset is mine.dataset, mine.id,
+                mine.seed == torch.initial_seed(), _INIT.get("torch_seed", 0) & 0xFFFFFFFF)
+
+
+def record_torch_seed(wid):
+    info = torch.utils.data.get_worker_info()
+    assert info.id == wid and info.seed == torch.initial_seed() == ft.worker_info().seed
+    _INIT["torch_seed"] = info.seed
+
+
+def test_torch_get_worker_info_answers_in_a_worker_with_the_workers_own_seed():
+    assert torch.utils.data.get_worker_info() is None
+    with Loader(TorchWorkerInfo(), batch_size=2, workers=3, worker_init_fn=record_torch_seed, device="cpu") as loader:
+        rows = torch.cat([torch.stack([t.clone() for t in batch], 1) for batch in loader]).tolist()
+    assert torch.utils.data.get_worker_info() is None  # never set in this process
+    seeds = {}
+    for wid, count, seed, same_dataset, mine, sample_seeded, init_seed in rows:
+        assert wid == mine and count == 3 and same_dataset and sample_seeded
+        assert seeds.setdefault(wid, seed) == seed == init_seed  # fixed for the worker's life
+    assert len(set(seeds.values())) == len(seeds) >= 2  # one per worker

@@ -14,20 +14,27 @@ device), at most two chunks per worker at a time, so every worker helps with the
 writes a chunk and answers with one short message. All of it runs in next() on the caller's thread: the
 main process never touches a batch's bytes.
 
+With workers=0 the main process makes each batch's samples in next() and writes them into the same
+slots itself, with the same seeds.
+
 Messages (multiprocessing pipes, pickled tuples). To a worker: ("probe", index, seed, epoch),
 ("layout", fd_size, leaves), ("chunk", k, slot_offset, [(position, index), ...], epoch), or None
-(exit). From a worker: ("spec", template, leaves) | ("done", k, samples, bytes, seconds, write_seconds,
-cpu_seconds) | ("error", k, position, index, type module, type name, message, traceback text).
+(exit). From a worker: ("ready",) first (it got past its start: the unpickling and, under spawn or
+forkserver, the main module's import) | ("spec", template, leaves) | ("done", k, samples, bytes, seconds,
+write_seconds, cpu_seconds) | ("error", k, position, index, type module, type name, message, traceback text).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import math
 import mmap
 import multiprocessing
 import multiprocessing.connection
+import operator
 import os
+import pickle
 import random
 import signal
 import sys
@@ -37,7 +44,7 @@ import traceback
 import warnings
 import weakref
 from ctypes import byref, c_char, c_int, c_int64, c_uint64, c_void_p, addressof
-from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import _runtime
 from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib
@@ -63,6 +70,13 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return _mix64((_mix64((_mix64(seed & _MASK) + epoch) & _MASK) + index) & _MASK)
 
 
+def _worker_seed(seed: int, wid: int) -> int:
+    """Worker `wid`'s own seed: what random, numpy and torch hold while worker_init_fn runs, and the `seed`
+    of torch.utils.data.get_worker_info() there (DataLoader's per-worker base seed); fixed for the
+    worker's life, while each sample is made under its own sample_seed."""
+    return _mix64(((_mix64(seed & _MASK) ^ 0x776F726B6572) + wid) & _MASK)  # "worker": apart from sample seeds
+
+
 class WorkerInfo(NamedTuple):
     """What ferry.torch.worker_info() tells a Dataset inside a Loader worker."""
     id: int
@@ -76,10 +90,64 @@ _worker: Optional[Dict[str, Any]] = None  # set in a worker process
 
 def worker_info() -> Optional[WorkerInfo]:
     """In a ferry.torch.Loader worker process: its id, the number of workers, the current sample's seed
-    and the dataset; None elsewhere (as torch.utils.data.get_worker_info)."""
+    (in worker_init_fn: the worker's own seed) and the dataset; None elsewhere, the main process of a
+    Loader(workers=0) included (as torch.utils.data.get_worker_info)."""
     if _worker is None:
         return None
     return WorkerInfo(_worker["id"], _worker["workers"], _worker["seed"], _worker["dataset"])
+
+
+def _set_torch_worker_info(wid: int, workers: int, seed: int, dataset: Any) -> None:
+    """Makes torch.utils.data.get_worker_info() answer in this worker, as in a DataLoader's: datasets
+    shard or open their files by it. It reads torch.utils.data._utils.worker._worker_info, a WorkerInfo
+    made from keywords (torch 1.13: frozen after __init__; 2.x: a frozen dataclass whose other fields
+    have defaults). A torch whose WorkerInfo takes other arguments leaves it None."""
+    try:
+        from torch.utils.data._utils import worker as torch_worker
+        info = torch_worker.WorkerInfo(id=wid, num_workers=workers, seed=seed, dataset=dataset)
+    except (ImportError, AttributeError, TypeError):
+        return
+    torch_worker._worker_info = info
+
+
+def _seed_all(seed: int) -> None:
+    import numpy as np
+    import torch
+    random.seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)
+    # The CPU generator only: torch.manual_seed also queues a CUDA seeding, with a formatted stack
+    # (torch 1.13), in a process that never initializes CUDA: slow per sample.
+    torch.default_generator.manual_seed(seed)
+
+
+def _make(dataset: Any, transform: Optional[Callable[[Any], Any]], index: int, seed: int) -> Any:
+    """Sample `index`, made with random, numpy and torch seeded by `seed`."""
+    if _worker is not None:
+        _worker["seed"] = seed
+    _seed_all(seed)
+    sample = dataset[index]
+    return transform(sample) if transform is not None else sample
+
+
+@contextlib.contextmanager
+def _random_state_kept() -> Iterator[None]:
+    """The main process's random, numpy and torch CPU generator states, as they were, after the block: a
+    Loader(workers=0) seeds them per sample as a worker does, without changing the program's streams."""
+    import numpy as np
+    import torch
+    states = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.default_generator.set_state(states[2])
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Adds `text` to an exception raised as it is (Python >= 3.11 shows notes under the message)."""
+    if hasattr(e, "add_note"):
+        e.add_note(text)
 
 
 # ---- samples: flattening into leaves -------------------------------------------------------------------
@@ -92,8 +160,9 @@ class _Leaf(NamedTuple):
 
 
 def _leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
-    """A template of a sample (tensors, numpy arrays and numbers in tuples, lists, dicts and
-    namedtuples) with each leaf replaced by its index in `out`; the leaves as tensors."""
+    """A template of a batch of such samples (tensors, numpy arrays and numbers in tuples, lists, dicts
+    and namedtuples) with each leaf replaced by its index in `out`; the leaves as tensors. The batch's
+    structure is default_collate's: a tuple becomes a list; lists, dicts and namedtuples keep their type."""
     import numpy as np
     import torch
     if isinstance(obj, torch.Tensor):
@@ -114,7 +183,10 @@ def _leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
         return type(obj)((k, _leaves_of(v, f"{path}[{k!r}]", out)) for k, v in obj.items())
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_leaves_of(v, f"{path}.{f}", out) for f, v in zip(obj._fields, obj)))
-    elif isinstance(obj, (tuple, list)):
+    elif isinstance(obj, tuple):
+        # A list, as default_collate makes of a tuple (code that assigns into the batch relies on it).
+        return [_leaves_of(v, f"{path}[{i}]", out) for i, v in enumerate(obj)]
+    elif isinstance(obj, list):
         return type(obj)(_leaves_of(v, f"{path}[{i}]", out) for i, v in enumerate(obj))
     else:
         raise TypeError(f"{path} is a {type(obj).__name__}; a Loader sample holds tensors, numpy arrays and "
@@ -190,28 +262,29 @@ def _worker_main(wid: int, workers: int, seed_root: int, dataset: Any,
         gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent(parent)
+    try:
+        results.send(("ready",))
+    except OSError:
+        return  # the main process is gone
     # SIGUSR1 prints this worker's Python stack to stderr: the main process sends it to the workers that
-    # hold a batch past the timeout, so that a stuck dataset (or worker) shows where it is.
+    # hold a batch past the timeout, so that a stuck dataset (or worker) shows where it is; a crash
+    # (SIGSEGV in a dataset's native code) prints it too.
     import faulthandler
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    import numpy as np
+    faulthandler.enable(all_threads=True)
     import torch
     torch.set_num_threads(1)
-    _worker = {"id": wid, "workers": workers, "seed": 0, "dataset": dataset}
+    own_seed = _worker_seed(seed_root, wid)
+    _worker = {"id": wid, "workers": workers, "seed": own_seed, "dataset": dataset}
+    _set_torch_worker_info(wid, workers, own_seed, dataset)
+    _seed_all(own_seed)  # as a DataLoader's worker is seeded before its worker_init_fn
     base = 0  # the address of the slots in this worker
     mm: Optional[mmap.mmap] = None
     leaves: List[_Leaf] = []
     offsets: List[int] = []
 
     def make(index: int, seed: int) -> Any:
-        _worker["seed"] = seed
-        random.seed(seed)
-        np.random.seed(seed & 0xFFFFFFFF)
-        # The CPU generator only: torch.manual_seed also queues a CUDA seeding, with a formatted stack
-        # (torch 1.13), in a process that never initializes CUDA: slow per sample.
-        torch.default_generator.manual_seed(seed)
-        sample = dataset[index]
-        return transform(sample) if transform is not None else sample
+        return _make(dataset, transform, index, seed)
 
     try:
         if worker_init_fn is not None:
@@ -319,7 +392,7 @@ def _write_sample(sample: Any, index: int, position: int, slot: int, leaves: Lis
 
 class _Worker:
     __slots__ = ("id", "pid", "process", "tasks", "results", "outstanding", "samples", "bytes", "seconds",
-                 "cpu_seconds", "write_seconds")
+                 "cpu_seconds", "write_seconds", "started")
 
     def __init__(self, wid: int, process: Any, tasks: Any, results: Any) -> None:
         self.id, self.process, self.tasks, self.results = wid, process, tasks, results
@@ -327,6 +400,7 @@ class _Worker:
         self.outstanding: Deque[Tuple[int, List[Tuple[int, int]]]] = collections.deque()
         self.samples = self.bytes = 0
         self.seconds = self.cpu_seconds = self.write_seconds = 0.0
+        self.started = False  # its ("ready",) was read: it got past unpickling and the main module's import
 
 
 class _Batch:
@@ -356,6 +430,29 @@ class _Epoch(Iterator[Any]):
         return len(self.batches)
 
 
+class _Fixed:
+    """A Loader attribute set once, by __init__: the workers, the order and the slots were made from it,
+    so a later assignment is refused (ValueError, as DataLoader refuses batch_size, sampler, drop_last
+    and dataset after its construction) instead of being silently ignored."""
+
+    def __set_name__(self, owner: Any, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        try:
+            return obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(f"'Loader' object has no attribute {self.name!r} (its __init__ failed)") from None
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if self.name in obj.__dict__:
+            raise ValueError(f"Loader.{self.name} cannot be changed once the Loader is made (its workers, order "
+                             "and slots follow it): make a new Loader")
+        obj.__dict__[self.name] = value
+
+
 class Loader:
     """Batches of `dataset` (any object with __len__ and __getitem__, a torch Dataset) as CUDA tensors,
     made by `workers` worker processes that write every sample straight into a shared, pinned batch slot,
@@ -370,52 +467,84 @@ class Loader:
 
     Samples: dataset[i] (then `transform(sample)`, a per-sample function run in the worker) returns
     tensors, numpy arrays or numbers, alone or in tuples, lists, dicts or namedtuples; a batch has the
-    same structure with each leaf stacked along a new first dimension (numbers become int64, float64 or
-    bool tensors). Every sample must have the first sample's shapes and dtypes: one that differs is
-    refused naming its index, the field and both shapes. For images, return uint8 HWC or CHW and
-    normalise on the GPU.
+    structure default_collate gives it (a tuple becomes a list; lists, dicts and namedtuples keep their
+    type) with each leaf stacked along a new first dimension (numbers become int64, float64 or bool
+    tensors). Every sample must have the first sample's shapes and dtypes: one that differs is refused
+    naming its index, the field and both shapes. For images, return uint8 HWC or CHW and normalise on
+    the GPU.
 
     Order and seeds: epoch e's order is a permutation seeded by (seed, e) when shuffle, else 0..n-1; with
     rank/world_size (default: torch.distributed's when it is initialized) each rank takes every
     world_size-th index of it, the order padded by wrapping to a multiple of world_size as
-    DistributedSampler does. Before each sample, random, numpy and torch are seeded with
-    sample_seed(seed, epoch, index), so a batch's bytes do not depend on the worker count or timing.
-    set_epoch(e) picks the next epoch's number (else they count up from 0). drop_last drops a short
-    final batch.
+    DistributedSampler does. `sampler` (a torch Sampler, a DistributedSampler, any iterable of indices;
+    not with shuffle, rank or world_size) gives the order instead, iterated in the main process at each
+    epoch's start. Before each sample, random, numpy and torch are seeded with sample_seed(seed, epoch,
+    index), so a batch's bytes do not depend on the worker count or timing. set_epoch(e) picks the next
+    epoch's number (else they count up from 0) and calls the sampler's set_epoch(e) where it has one.
+    drop_last drops a short final batch. dataset, batch_size, sampler, drop_last and the other
+    construction arguments are attributes fixed at construction.
 
-    Workers are started here and live until close() (persistent across epochs). `start_method` None
-    forks them where that is safe, when no other Python thread runs (no lock such a thread holds can be
-    copied into a worker; native library threads, OpenBLAS's and CUDA's, are fork-safe or never used by
-    a worker), and else uses a forkserver (workers forked from a clean process that has imported torch;
-    the dataset and transform are pickled to each, and the main module is imported again in each, as
-    under spawn); "fork", "spawn" or "forkserver" choose. Each worker runs
-    worker_init_fn(id) first; ferry.torch.worker_info() tells the dataset where it runs. Workers never
-    touch CUDA.
+    Workers (`workers`, or DataLoader's name `num_workers`; 4 when neither is given) are started here and
+    live until close() (persistent across epochs). `start_method` None forks them, as DataLoader does
+    on Linux, also while other Python threads run; where fork is unsafe (macOS) or missing (Windows)
+    they are spawned, with one warning saying so. Under "spawn" and "forkserver" (ferry preloads torch
+    in the forkserver) each worker imports the main module again and gets the dataset, transform and
+    worker_init_fn pickled: define them in an importable module and guard the script with
+    `if __name__ == "__main__":`. Each worker runs worker_init_fn(id) first, with random, numpy and
+    torch seeded by the worker's own seed; ferry.torch.worker_info() and
+    torch.utils.data.get_worker_info() tell the dataset where it runs (get_worker_info().seed is that
+    per-worker seed, fixed for the worker's life; worker_info().seed is the current sample's). Workers
+    never touch CUDA. workers=0 makes the samples in the main process, in next(), into the same slots
+    with the same seeds (the program's random, numpy and torch states are kept as they were), as
+    DataLoader(num_workers=0) does for debugging: worker_info() and get_worker_info() are None there,
+    worker_init_fn is not run, and a dataset's exception is raised as it is, with a note naming the
+    sample.
 
     Faults: an exception in the dataset is raised by next() at its batch with the sample's index and the
     worker's traceback (the epoch then ends); one in worker_init_fn is raised by next() with the worker's
     id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
-    it at once; the loader is closed then. A batch not made within `timeout` seconds raises RuntimeError
-    naming the workers that hold its samples (pid, state, positions), which print their Python stacks to
-    stderr, and closes the loader. close() (also on `with`, `del` and interpreter exit) stops the
-    workers (killing those that do not exit within a second) and frees the memory: the shared memory has
-    no name, so nothing is left in /dev/shm whatever happens.
+    it and how it ended (its exit status or signal) at once; the loader is closed then. A batch not made
+    within `timeout` seconds raises RuntimeError naming the workers that hold its samples (pid, state,
+    positions), which print their Python stacks to stderr, and closes the loader. close() (also on
+    `with`, `del` and interpreter exit) stops the workers (killing those that do not exit within a
+    second) and frees the memory: the shared memory has no name, so nothing is left in /dev/shm
+    whatever happens.
 
     Lifetime of a batch: as ferry.torch.Prefetcher's: its device slot is reused `depth` batches later,
     so keep a batch for at most depth - 1 further next() calls (.clone() what you keep). On ferry's host
     backend (no GPU) the batches are CPU tensors."""
 
-    def __init__(self, dataset: Any, batch_size: int, *, workers: int = 4, shuffle: bool = False, seed: int = 0,
-                 drop_last: bool = False, depth: int = 2, device: DeviceLike = None, slots: Optional[int] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None,
-                 transform: Optional[Callable[[Any], Any]] = None,
+    dataset = _Fixed()
+    batch_size = _Fixed()
+    sampler = _Fixed()
+    drop_last = _Fixed()
+    shuffle = _Fixed()
+    seed = _Fixed()
+    workers = _Fixed()
+    depth = _Fixed()
+    slots = _Fixed()
+    chunk = _Fixed()
+    rank = _Fixed()
+    world_size = _Fixed()
+    start_method = _Fixed()
+
+    def __init__(self, dataset: Any, batch_size: int, *, workers: Optional[int] = None, shuffle: bool = False,
+                 seed: int = 0, drop_last: bool = False, sampler: Optional[Iterable[Any]] = None, depth: int = 2,
+                 device: DeviceLike = None, slots: Optional[int] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, transform: Optional[Callable[[Any], Any]] = None,
                  worker_init_fn: Optional[Callable[[int], None]] = None, start_method: Optional[str] = None,
-                 chunk: Optional[int] = None, timeout: float = 300.0) -> None:
+                 chunk: Optional[int] = None, timeout: float = 300.0, num_workers: Optional[int] = None) -> None:
         self._closed = True  # until the workers exist: close() and __del__ have nothing to do
-        for name, v, low in (("batch_size", batch_size, 1), ("workers", workers, 1), ("depth", depth, 2)):
+        if workers is not None and num_workers is not None:
+            raise ValueError(f"Loader(workers={workers!r}, num_workers={num_workers!r}): give one (num_workers is "
+                             "DataLoader's name for workers)")
+        workers_name = "workers" if num_workers is None else "num_workers"
+        workers = num_workers if num_workers is not None else (4 if workers is None else workers)
+        for name, v, low in (("batch_size", batch_size, 1), (workers_name, workers, 0), ("depth", depth, 2)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ValueError(f"Loader({name}={v!r}): expected an integer >= {low}" +
-                                 (" (a for loop holds one batch while it asks for the next)" if name == "depth" else ""))
+                raise ValueError(f"Loader({name}={v!r}): expected an integer >= {low}" + {
+                    "depth": " (a for loop holds one batch while it asks for the next)",
+                    workers_name: " (0: the samples are made in the main process)"}.get(name, ""))
         for name, v in (("slots", slots), ("chunk", chunk)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"Loader({name}={v!r}): expected an integer >= 1 or None")
@@ -423,30 +552,40 @@ class Loader:
             raise ValueError(f"Loader(seed={seed!r}): expected an integer")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"Loader(timeout={timeout!r}): expected a positive number of seconds")
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise TypeError(f"Loader: a {type(dataset).__name__} has no __len__ and __getitem__ (a map-style "
-                            "dataset); for an iterable one use a DataLoader and ferry.torch.Prefetcher")
+        if _is_iterable_dataset(dataset) or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            what = "is an IterableDataset" if _is_iterable_dataset(dataset) else "has no __len__ and __getitem__"
+            raise TypeError(f"Loader: a {type(dataset).__name__} {what}; a Loader reads a map-style dataset "
+                            "(__len__ and __getitem__): for an iterable one use a DataLoader and "
+                            "ferry.torch.Prefetcher")
+        if sampler is not None:
+            if shuffle:
+                raise ValueError(f"Loader(sampler=a {type(sampler).__name__}, shuffle={shuffle!r}): sampler is "
+                                 "mutually exclusive with shuffle (the sampler gives the order), as in DataLoader")
+            if rank is not None or world_size is not None:
+                raise ValueError(f"Loader(sampler=a {type(sampler).__name__}, rank={rank!r}, world_size="
+                                 f"{world_size!r}): the sampler picks this rank's indices: give the rank and world "
+                                 "size to it (DistributedSampler(dataset, num_replicas=, rank=)), not to the Loader")
+            if not hasattr(sampler, "__iter__"):
+                raise TypeError(f"Loader(sampler=a {type(sampler).__name__}): not iterable; a sampler yields "
+                                "dataset indices (a torch Sampler, a range, a list)")
         n = len(dataset)
         if n < 1:
             raise ValueError("Loader: the dataset is empty")
-        rank, world_size = _rank_and_world(rank, world_size)
-        methods = multiprocessing.get_all_start_methods()
-        if start_method is None:
-            # fork only where it is safe (_fork_is_safe); else forkserver (workers from a clean process).
-            method = "fork" if "fork" in methods and _fork_is_safe() else (
-                "forkserver" if "forkserver" in methods else "spawn")
+        rank, world_size = _rank_and_world(rank, world_size) if sampler is None else (0, 1)
+        if workers == 0:
+            _start_method(start_method)  # checked all the same
+            method = None  # no worker process
         else:
-            method = start_method
-        if method not in methods:
-            raise ValueError(f"Loader(start_method={start_method!r}): this platform has {', '.join(methods)}")
+            method = _start_method(start_method)
         self._pid = _runtime.current_pid()
-        self.dataset, self.batch_size, self.workers = dataset, batch_size, workers
+        self.dataset, self.batch_size, self.workers, self.sampler = dataset, batch_size, workers, sampler
         self.shuffle, self.seed, self.drop_last, self.depth = bool(shuffle), seed, bool(drop_last), depth
         self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
         self.slots = slots if slots is not None else depth + min(16, max(2, math.ceil(2 * workers * 8 / batch_size)))
-        self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * workers))))
+        self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * max(workers, 1)))))
         self.device: Any = None  # resolved after the workers start: ferry's device starts threads
-        self._length = len(self._shard(0))  # indices per epoch for this rank
+        self._transform = transform  # for workers=0; the workers get their own
+        self._length = math.ceil(n / world_size)  # indices per epoch for this rank (without a sampler)
         self._next_epoch: Optional[int] = None
         self._epochs_started = 0
         self._epoch_ref: Optional["weakref.ref[_Epoch]"] = None  # the current epoch (not kept alive by it)
@@ -482,10 +621,17 @@ class Loader:
             self.close()
             raise
 
+    @property
+    def num_workers(self) -> int:
+        """DataLoader's name for `workers`."""
+        return self.workers
+
     # ---- order ------------------------------------------------------------------------------------
 
     def _shard(self, epoch: int) -> List[int]:
         n = len(self.dataset)
+        if self.sampler is not None:
+            return [_sampled_index(i, position, n) for position, i in enumerate(self.sampler)]
         if self.shuffle:
             import numpy as np
             order = np.random.default_rng([self.seed & _MASK, epoch]).permutation(n).tolist()
@@ -505,22 +651,32 @@ class Loader:
         return batches
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank."""
-        full, rest = divmod(self._length, self.batch_size)
+        """Batches per epoch on this rank (with a sampler: of len(sampler) indices)."""
+        samples = self._length
+        if self.sampler is not None:
+            if not hasattr(self.sampler, "__len__"):
+                raise TypeError(f"Loader over a sampler without len() (a {type(self.sampler).__name__}) has no len()")
+            samples = len(self.sampler)
+        full, rest = divmod(samples, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
     def __bool__(self) -> bool:
         return True
 
     def set_epoch(self, epoch: int) -> None:
-        """The number of the next epoch (its shuffle and its samples' seeds), as DistributedSampler's."""
+        """The number of the next epoch (its shuffle and its samples' seeds), as DistributedSampler's; a
+        sampler with a set_epoch (a DistributedSampler) gets it too."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"Loader.set_epoch({epoch!r}): expected an integer >= 0")
         self._next_epoch = epoch
+        if self.sampler is not None and callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)
 
     # ---- workers ----------------------------------------------------------------------------------
 
     def _start_workers(self, transform: Any, worker_init_fn: Any) -> None:
+        if self.workers == 0:
+            return
         ctx = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":
             _preload_forkserver()
@@ -546,29 +702,56 @@ class Loader:
                     finally:
                         if collect:
                             gc.enable()
-            except BaseException:
+            except BaseException as e:
                 for end in (task_r, task_w, result_r, result_w):
                     end.close()
+                if isinstance(e, Exception):
+                    raise self._start_failed(wid, e) from e
                 raise
             task_r.close()  # the child's ends: EOF on the results pipe then means the worker died
             result_w.close()
             self._workers.append(_Worker(wid, p, task_w, result_r))
 
+    def _start_failed(self, wid: int, e: Exception) -> RuntimeError:
+        what = f"ferry Loader: worker {wid} of {self.workers} could not be started ({type(e).__name__}: {e})"
+        if self.start_method != "fork" and isinstance(e, (pickle.PicklingError, AttributeError, TypeError)):
+            return RuntimeError(f"{what}: under start_method={self.start_method!r} the dataset, transform and "
+                                "worker_init_fn are pickled to each worker: define them at the top level of an "
+                                "importable module (not inside a function, `python -c` or a notebook), or pass "
+                                "start_method='fork' (Linux)")
+        if isinstance(e, OSError):
+            return RuntimeError(f"{what}: the system refused another process; lower workers= (now "
+                                f"{self.workers}), or workers=0 to make the samples in this process")
+        return RuntimeError(f"{what}; start_method={self.start_method!r}: another start method may work "
+                            "(start_method='fork', 'spawn' or 'forkserver'), or workers=0 to make the samples in "
+                            "this process")
+
     def _worker_died(self, w: _Worker, holding: str) -> RuntimeError:
         w.process.join(0.05)
         code = w.process.exitcode
+        hint = ""
         if code is None:
             how = "is still running but closed its pipe"
         elif code < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:  # a real-time signal has no name
-                how = f"was killed by signal {-code}"
+            how = f"was killed by signal {_signal_name(-code)}"
+            if -code == signal.SIGKILL:
+                hint = ("; SIGKILL is often the kernel's out-of-memory killer (dmesg says): lower workers= or "
+                        "what each worker holds")
+            elif -code in _CRASHES:
+                hint = "; a crash, in native code the dataset ran: the worker's Python stack is on stderr"
         else:
-            how = f"exited with status {code} (its error, if any, is on stderr)"
+            how = f"exited with status {code}"
+            hint = "; its error, if any, is on stderr (a dataset that calls sys.exit() or os._exit() ends its worker)"
+        if not w.started:
+            how += " while starting"
+            if self.start_method != "fork" and code is not None and code > 0:
+                hint = (f"; its error is on stderr. Under start_method={self.start_method!r} a worker imports the "
+                        "main module again and unpickles the dataset (a Dataset defined in `python -c` or a "
+                        "notebook cannot be): guard the script with `if __name__ == \"__main__\":`, define the "
+                        "dataset, transform and worker_init_fn in an importable module, or pass "
+                        "start_method='fork' (Linux)")
         held = f" {holding}" if holding else ""
-        return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is "
-                            "closed (a worker killed by SIGKILL is often the kernel's out-of-memory killer)")
+        return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is closed{hint}")
 
     def _send(self, w: _Worker, msg: Any) -> None:
         try:
@@ -592,34 +775,21 @@ class Loader:
         except (EOFError, OSError):
             held = ", ".join(f"batch {k} positions {items[0][0]}-{items[-1][0]}" for k, items in w.outstanding)
             raise self._fail(self._worker_died(w, f"while it held {held}" if held else "")) from None
-        if msg[0] == "error" and msg[1] == _INIT:
+        if msg[0] == "ready":
+            w.started = True
+        elif msg[0] == "error" and msg[1] == _INIT:
             raise self._init_failed(w, msg)
         return msg
 
-    # ---- the layout, from worker 0's first sample -----------------------------------------------------
+    # ---- the layout, from the first sample -------------------------------------------------------------
 
     def _set_up(self, first_index: int, epoch: int) -> None:
         import torch
-        w = self._workers[0]
-        self._send(w, ("probe", first_index, sample_seed(self.seed, epoch, first_index), epoch))
-        self._probes += 1
-        deadline = time.monotonic() + self.timeout
-        msg: Any = None
-        while self._probe_replies < self._probes:  # an interrupted set-up's reply comes first: skipped
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._fail(RuntimeError(
-                    f"ferry Loader: worker 0 (pid {w.pid}, {_ask_for_stack(w.pid)}) made no sample {first_index} "
-                    f"within timeout={self.timeout} s"))
-            if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
-                msg = self._receive(w)
-                if msg[0] == "spec" or msg[1] == -1:
-                    self._probe_replies += 1
-        if msg[0] == "error":
-            # The loader stays usable: the next iter() asks for the first sample again.
-            raise _reraise(msg, f"in ferry Loader worker 0 (pid {w.pid}) at sample {first_index}, the first, which "
-                                "sizes the slots (raised by iter())")
-        _, template, spec = msg
+        seed = sample_seed(self.seed, epoch, first_index)
+        if self._workers:
+            template, spec = self._probe(first_index, seed, epoch)
+        else:
+            template, spec = self._probe_here(first_index, seed)
         self._template = template
         self._leaves, self._offsets, self._crossing = [], [], []
         offset = 0
@@ -649,6 +819,42 @@ class Loader:
         # later, keeping the memory alive after close() for as long as they run.
         os.close(self._memfd)
         self._memfd = -1
+
+    def _probe(self, first_index: int, seed: int, epoch: int) -> Tuple[Any, List[Tuple[str, Any, Tuple[int, ...]]]]:
+        """The first sample's structure and leaves, from worker 0."""
+        w = self._workers[0]
+        self._send(w, ("probe", first_index, seed, epoch))
+        self._probes += 1
+        deadline = time.monotonic() + self.timeout
+        msg: Any = None
+        while self._probe_replies < self._probes:  # an interrupted set-up's reply comes first: skipped
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(RuntimeError(
+                    f"ferry Loader: worker 0 (pid {w.pid}, {_ask_for_stack(w.pid)}) made no sample {first_index} "
+                    f"within timeout={self.timeout} s"))
+            if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
+                msg = self._receive(w)
+                if msg[0] == "spec" or (msg[0] == "error" and msg[1] == -1):
+                    self._probe_replies += 1
+        if msg[0] == "error":
+            # The loader stays usable: the next iter() asks for the first sample again.
+            raise _reraise(msg, f"in ferry Loader worker 0 (pid {w.pid}) at sample {first_index}, the first, which "
+                                "sizes the slots (raised by iter())")
+        return msg[1], msg[2]
+
+    def _probe_here(self, first_index: int, seed: int) -> Tuple[Any, List[Tuple[str, Any, Tuple[int, ...]]]]:
+        """The first sample's structure and leaves, made in this process (workers=0)."""
+        flat: List[Tuple[str, Any]] = []
+        try:
+            with _random_state_kept():
+                template = _leaves_of(_make(self.dataset, self._transform, first_index, seed), "sample", flat)
+        except Exception as e:
+            # The loader stays usable: the next iter() makes the first sample again.
+            _note(e, f"raised by the dataset at sample {first_index}, the first, which sizes the slots, in this "
+                     "process (ferry Loader with workers=0; raised by iter())")
+            raise
+        return template, [(p, t.dtype, tuple(t.shape)) for p, t in flat]
 
     def _open_pipeline(self) -> None:
         """ferry's prefetcher over the slots (registered as pinned by it) and its slot-writable eventfd."""
@@ -785,8 +991,8 @@ class Loader:
                                         "the loader is closed"))
 
     def _collect(self, w: _Worker, msg: Any) -> None:
-        if msg[0] == "spec" or msg[1] == -1:
-            return  # a first-sample reply left by an interrupted set-up
+        if msg[0] in ("ready", "spec") or msg[1] == -1:
+            return  # a worker's start, or a first-sample reply left by an interrupted set-up
         k = msg[1]
         for i, (held, _) in enumerate(w.outstanding):
             if held == k:  # a worker answers its chunks in the order it got them: this is the oldest of k
@@ -813,6 +1019,8 @@ class Loader:
 
     def _pump(self, k: int) -> _Batch:
         """Dispatches and collects until batch k is complete (or failed); returns it."""
+        if not self._workers:
+            return self._make_here(k)
         deadline = time.monotonic() + self.timeout
         while True:
             self._dispatch()
@@ -832,6 +1040,37 @@ class Loader:
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
         self._dispatch()
+        return b
+
+    def _make_here(self, k: int) -> _Batch:
+        """Batch k made in this process (workers=0) into its slot, as a worker would: the same seeds, the
+        same bytes; a dataset's exception is kept in the batch, as it is, with a note naming the sample."""
+        i, epoch = k - self._plan_k0, self._plan_epoch
+        b = _Batch(k, epoch, i, list(enumerate(self._plan_batches[i])))
+        self._batches[k] = b
+        self._dispatch_next = k + 1
+        writable = c_int()
+        check(lib.ferry_prefetch_slot_wait(self._handle, c_uint64(k), c_int64(math.ceil(self.timeout * 1000)),
+                                           byref(writable)))
+        if not writable.value:
+            raise self._fail(RuntimeError(f"ferry Loader: batch {i} of epoch {epoch}: its slot did not come free "
+                                          f"within timeout={self.timeout} s"))
+        slot = self._mm.address + (k % self.slots) * self._slot_bytes
+        position = index = -1
+        try:
+            with _random_state_kept():
+                for position, index in b.items:
+                    sample = _make(self.dataset, self._transform, index, sample_seed(self.seed, epoch, index))
+                    _write_sample(sample, index, position, slot, self._leaves, self._offsets)
+        except Exception as e:
+            _note(e, f"raised at sample {index} (batch {i} of epoch {epoch}, position {position}) in this process "
+                     "(ferry Loader with workers=0)")
+            b.error = e
+            return b
+        try:
+            check(lib.ferry_prefetch_slot_ready(self._handle, c_uint64(k)))
+        finally:
+            b.readied = True
         return b
 
     def _show_holders(self, k: int) -> str:
@@ -1026,15 +1265,61 @@ def _ask_for_stack(pid: int) -> str:
         return "gone"
 
 
-def _fork_is_safe() -> bool:
-    """Whether forking the workers from here is safe: no Python thread runs but this one. A lock another
-    thread holds at the fork stays held in the child forever; Python threads (the program's, a
-    DataLoader's pin thread, a logger's) can hold the locks a worker's Python code takes. The native
-    threads that every torch program has are not counted: numpy's OpenBLAS pool (started by `import
-    torch`, one per core; it shuts down around fork), OpenMP's (a worker computes with one thread,
-    torch.set_num_threads(1), so it never enters a parallel region) and the CUDA driver's (a worker never
-    calls CUDA), as a DataLoader's forked workers rely on."""
-    return threading.active_count() == 1
+_warned_start_method = False
+_CRASHES = frozenset(int(getattr(signal, n)) for n in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT")
+                     if hasattr(signal, n))
+
+
+def _start_method(asked: Optional[str]) -> str:
+    """The start method of a Loader's workers: `asked`, else fork, as DataLoader on Linux (also while
+    other Python threads run: a worker runs only the dataset's Python code, never CUDA, and multiprocessing
+    and logging renew their locks in a fork child), where fork is safe; elsewhere spawn, said once (a
+    warning naming why, and start_method=)."""
+    methods = multiprocessing.get_all_start_methods()
+    if asked is not None:
+        if asked not in methods:
+            raise ValueError(f"Loader(start_method={asked!r}): this platform has {', '.join(methods)}")
+        return asked
+    if "fork" in methods and sys.platform != "darwin":
+        return "fork"
+    why = ("macOS's system libraries are not safe in a fork child; Python's default there is spawn"
+           if "fork" in methods else "this platform cannot fork")
+    global _warned_start_method
+    if not _warned_start_method:
+        _warned_start_method = True
+        warnings.warn(f"ferry Loader: workers start with 'spawn', not 'fork' ({why}): each worker imports the main "
+                      "module again and gets the dataset, transform and worker_init_fn pickled, so define them in an "
+                      "importable module and guard the script with `if __name__ == \"__main__\":`; pass "
+                      "start_method= to choose (and silence this)", RuntimeWarning, stacklevel=3)
+    return "spawn"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal has no name
+        return str(number)
+
+
+def _is_iterable_dataset(dataset: Any) -> bool:
+    try:
+        from torch.utils.data import IterableDataset
+    except ImportError:
+        return False
+    return isinstance(dataset, IterableDataset)
+
+
+def _sampled_index(i: Any, position: int, n: int) -> int:
+    """The dataset index a sampler gave at `position`, checked: an integer in [0, n)."""
+    try:
+        index = operator.index(i)
+    except TypeError:
+        raise TypeError(f"Loader: the sampler gave {i!r} (a {type(i).__name__}) at position {position}; a Loader's "
+                        f"sampler yields dataset indices, integers in [0, {n})") from None
+    if not 0 <= index < n:
+        raise ValueError(f"Loader: the sampler gave index {index} at position {position}; the dataset has {n} "
+                         f"samples (indices 0 to {n - 1})")
+    return index
 
 
 def _preload_forkserver() -> None:
