@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -62,6 +63,74 @@ def _shape_2d(shape: Any) -> tuple:
     return (int(shape[0]), n // int(shape[0]))
 
 
+# DDP's constructor arguments that DataParallel does not take: the value that means what ferry does anyway
+# (accepted), and what to do instead of any other.
+_DDP_ARGUMENTS = {
+    "dim": (0, "ferry's module runs on one device per process and scatters no input"),
+    "process_group": (None, "ferry builds its own group over torch.distributed's store; for another set of "
+                            "processes pass store=, rank= and world_size="),
+    "check_reduction": (False, "DDP ignores it (deprecated)"),
+    "delay_all_reduce_named_params": (None, "ferry reduces every parameter's gradient in its buckets"),
+    "param_to_hook_all_reduce": (None, "ferry reduces every parameter's gradient in its buckets"),
+    "mixed_precision": (None, "use autocast (float32 gradients) or a bfloat16/float16 module with "
+                              "reduce_dtype="),
+    "device_mesh": (None, "ferry's group is one dimension of every process of the job"),
+    "skip_all_reduce_unused_params": (False, "find_unused_parameters=True leaves globally unused gradients "
+                                             "untouched"),
+}
+
+
+def _refuse_ddp_arguments(given: Dict[str, Any]) -> None:
+    for name, value in given.items():
+        if name not in _DDP_ARGUMENTS:
+            raise TypeError(f"DataParallel() got an unexpected keyword argument {name!r}")
+        accepted, instead = _DDP_ARGUMENTS[name]
+        if name == "process_group" and value is not None and _is_default_group(value):
+            continue
+        if value is not accepted and value != accepted:
+            raise ValueError(f"DataParallel({name}={value!r}): not supported ({instead}); DDP's argument is "
+                             f"accepted as {accepted!r} only")
+
+
+def _is_default_group(group: Any) -> bool:
+    """Whether `group` is torch.distributed's default group (every process of the job, as ferry's)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return group is dist.group.WORLD or group is dist.distributed_c10d._get_default_group()
+
+
+def _check_device_ids(device_ids: Any, output_device: Any, device: Any) -> List[Any]:
+    """DDP's device_ids and output_device, for a module on `device`: [that device] or None (a CPU module)."""
+    def same(d: Any) -> bool:
+        d = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        return d.type == device.type and (d.index or 0) == (device.index or 0)
+
+    if device.type != "cuda":
+        raise ValueError(f"DataParallel(device_ids={device_ids!r}, output_device={output_device!r}): the module's "
+                         f"parameters are on {device}; as DDP, device_ids and output_device are for a module on "
+                         "one GPU (leave them out for a CPU module)")
+    ids = list(device_ids) if device_ids is not None else [device]
+    if len(ids) != 1 or not same(ids[0]) or (output_device is not None and not same(output_device)):
+        raise ValueError(f"DataParallel(device_ids={device_ids!r}, output_device={output_device!r}): the module's "
+                         f"parameters are on {device}; ferry runs one device per process: pass [{device.index}] "
+                         "or leave them out")
+    return ids
+
+
+def _to_device(obj: Any, device: Any) -> Any:
+    """The forward's arguments with every tensor moved to `device` (what DDP does when given device_ids)."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.device == device else obj.to(device, non_blocking=True)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_to_device(v, device) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(v, device) for v in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_device(v, device)) for k, v in obj.items())
+    return obj
+
+
 class DataParallel(torch.nn.Module):
     """Wraps `module` for data-parallel training over the processes of a job, one device each.
 
@@ -69,10 +138,13 @@ class DataParallel(torch.nn.Module):
     of bucket_cap_mb, in the order gradients became ready in the first step, as DDP).
     lossy: let the automatic plan send buckets as bf16 or fp16 (averages then carry the codec's rounding
     error, see ferry/comm/codec.hpp); only with plan="auto".
-    find_unused_parameters: parameters that get no gradient in a step are reduced as zeros at the end of
-    backward; without it such a step raises an error naming them.
-    broadcast_buffers: rank 0's buffers (batch-norm statistics) are copied to every rank before each
-    forward, as DDP does.
+    find_unused_parameters: a parameter that gets no gradient in a step is averaged with the other ranks'
+    gradients as its own stands (zeros where None), and keeps its .grad as it was where no rank used it, as
+    DDP; without it such a step raises an error naming them.
+    broadcast_buffers: rank 0's buffers (batch-norm statistics) are copied to every rank before the first
+    forward after a synced one, under no_grad too, as DDP does.
+    device_ids, output_device, init_sync, gradient_as_bucket_view, static_graph and DDP's other arguments:
+    python/README.md's table of DDP's behaviours says which mean what they mean to DDP and which are refused.
     timeout: seconds a collective may take before the group is aborted on every rank.
     reduce_dtype: for a model trained in bfloat16 or float16 (its parameters, hence its gradients, of that
     type): None averages the gradients in their own type (half the bytes of float32, rounded at each
@@ -81,12 +153,19 @@ class DataParallel(torch.nn.Module):
     in float32. Every parameter that requires grad must have the same dtype.
     """
 
-    def __init__(self, module: Any, *, plan: str = "auto", lossy: bool = False, bucket_cap_mb: float = 25.0,
-                 first_bucket_mb: float = 1.0, find_unused_parameters: bool = False,
-                 broadcast_buffers: bool = True, timeout: float = 300.0, learn_steps: int = 3,
-                 store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 reduce_dtype: Any = None) -> None:
+    def __init__(self, module: Any, device_ids: Any = None, output_device: Any = None, *, plan: str = "auto",
+                 lossy: bool = False, bucket_cap_mb: float = 25.0, first_bucket_mb: float = 1.0,
+                 find_unused_parameters: bool = False, broadcast_buffers: bool = True, timeout: float = 300.0,
+                 learn_steps: int = 3, store: Any = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, reduce_dtype: Any = None, init_sync: bool = True,
+                 gradient_as_bucket_view: Optional[bool] = None, static_graph: bool = False,
+                 **ddp_arguments: Any) -> None:
         super().__init__()
+        _refuse_ddp_arguments(ddp_arguments)
+        if gradient_as_bucket_view is False:
+            warnings.warn("ferry.torch.DataParallel(gradient_as_bucket_view=False): ferry's gradients are always "
+                          "views of its buckets (as DDP's gradient_as_bucket_view=True); clone a .grad you keep "
+                          "across steps", stacklevel=2)
         if plan not in ("auto", "fixed"):
             raise ValueError(f"plan {plan!r}: expected 'auto' or 'fixed'")
         if lossy and plan != "auto":
@@ -106,8 +185,19 @@ class DataParallel(torch.nn.Module):
         self._params: List[Any] = []
         self._step_open = False
         self._marks = 0
-        self._find_unused = bool(find_unused_parameters)
+        # static_graph=True lets DDP meet parameters that never get a gradient without find_unused_parameters;
+        # ferry's reducer learns the backward either way, and treats them as find_unused_parameters does.
+        self._find_unused = bool(find_unused_parameters) or bool(static_graph)
         self._broadcast_buffers = bool(broadcast_buffers)
+        self._forward_sync = True  # DDP's require_forward_param_sync: buffers go out before the next forward
+        self._device_ids: Optional[List[Any]] = None
+        for name, sub in module.named_modules():
+            if isinstance(sub, torch.nn.SyncBatchNorm):
+                raise ValueError(f"DataParallel: {name or 'the module'} is a SyncBatchNorm, whose backward runs "
+                                 "torch's collectives beside ferry's bucket all-reduces on another communicator "
+                                 "(they can deadlock): keep BatchNorm (rank 0's statistics reach every rank "
+                                 "before the forward, broadcast_buffers=True), or wrap the model in torch's DDP "
+                                 "with ferry.torch.comm_hook")
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("DataParallel: the module has no parameter that requires grad")
@@ -132,6 +222,8 @@ class DataParallel(torch.nn.Module):
         if len(devices) != 1:
             raise ValueError(f"DataParallel: parameters on {sorted(map(str, devices))}; one device per process")
         self._torch_device = next(iter(devices))
+        if device_ids is not None or output_device is not None:
+            self._device_ids = _check_device_ids(device_ids, output_device, self._torch_device)
         self._cuda_index = self._torch_device.index if self._torch_device.index is not None else 0
         self._dev: Device = resolve_device(self._torch_device)
         self._cuda = self._dev.backend == "cuda"
@@ -145,7 +237,8 @@ class DataParallel(torch.nn.Module):
         self.rank, self.world_size, self.backend = self._group.rank, self._group.world_size, self._group.backend
         self._closed = False
         try:
-            self._set_up(plan, lossy, learn_steps, first_bucket_mb, bucket_cap_mb, grad_dtype, reduce_dtype)
+            self._set_up(plan, lossy, learn_steps, first_bucket_mb, bucket_cap_mb, grad_dtype, reduce_dtype,
+                         bool(init_sync))
         except BaseException:
             self._abort("setting up DataParallel failed on this rank")
             self.close()
@@ -153,13 +246,14 @@ class DataParallel(torch.nn.Module):
         _runtime.register(self)
 
     def _set_up(self, plan: str, lossy: bool, learn_steps: int, first_bucket_mb: float,
-                bucket_cap_mb: float, grad_dtype: Any, reduce_dtype: Any) -> None:
+                bucket_cap_mb: float, grad_dtype: Any, reduce_dtype: Any, init_sync: bool) -> None:
         handle = self._comm
         module = self.module
 
-        # Every rank starts from rank 0's parameters and buffers.
-        with torch.no_grad():
-            self._broadcast([p.detach() for p in self._params] + list(module.buffers()))
+        # Every rank starts from rank 0's parameters and buffers (init_sync=False: from its own, as DDP).
+        if init_sync:
+            with torch.no_grad():
+                self._broadcast([p.detach() for p in self._params] + list(module.buffers()))
 
         # The reducer over the parameters' gradients.
         rows = (c_int64 * len(self._params))()
@@ -191,6 +285,8 @@ class DataParallel(torch.nn.Module):
         self._step_open = False
         self._marked = [False] * len(self._params)
         self._marks = 0
+        self._used_unsynced = [False] * len(self._params)
+        self._dropped: List[int] = []
         self._callback_queued = False
         self._error: Optional[str] = None
         self._hooks = [self._hook(i, p) for i, p in enumerate(self._params)]
@@ -204,14 +300,22 @@ class DataParallel(torch.nn.Module):
             self._fail("the previous backward stopped part way (an exception or an interrupt during it), after "
                        f"{self._marks} of {len(self._params)} gradients; the ranks' collectives no longer match")
         grad_sync = self._sync and torch.is_grad_enabled()
-        if self._broadcast_buffers and self.world_size > 1 and grad_sync:
+        # Rank 0's buffers before the first forward after a synced one, whatever the grad mode (DDP's
+        # require_forward_param_sync): the evaluation under no_grad that follows a step sees the same
+        # batch-norm statistics on every rank, and each rank broadcasts once per synced step however many
+        # forwards it runs in between.
+        if self._forward_sync and self._broadcast_buffers and self.world_size > 1:
             buffers = list(self.module.buffers())
             if buffers:
                 with torch.no_grad():
                     self._broadcast(buffers)
         if grad_sync and not self._step_open:
             self._begin_step()
-        return self.module(*args, **kwargs)
+        if self._device_ids is not None:
+            args, kwargs = _to_device((args, kwargs), self._torch_device)
+        out = self.module(*args, **kwargs)
+        self._forward_sync = grad_sync
+        return out
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -223,7 +327,24 @@ class DataParallel(torch.nn.Module):
         finally:
             self._sync = before
 
+    def join(self, *args: Any, **kwargs: Any) -> Any:
+        """DDP's context manager for uneven inputs: not supported (python/README.md's table of DDP's
+        behaviours)."""
+        raise RuntimeError("ferry.torch.DataParallel has no join(): give every rank the same number of batches "
+                           "(DistributedSampler(..., drop_last=True), or ferry.torch.Loader, which splits each "
+                           "epoch evenly); a rank that stops early fails the others within `timeout`, naming the "
+                           "collective")
+
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        """DDP's comm hooks: not supported on DataParallel, whose reducer owns each bucket's reduction."""
+        raise RuntimeError("ferry.torch.DataParallel takes no comm hook: lossy=True lets its automatic plan send "
+                           "buckets as bf16 or fp16 where that pays; to keep a hook, keep torch's DDP (ferry's "
+                           "codecs go in as ferry.torch.comm_hook)")
+
     def _begin_step(self) -> None:
+        # The gradients that are None before the step (a new layout seats them too): given back as None
+        # if no rank uses them (find_unused_parameters).
+        self._dropped = [i for i, p in enumerate(self._params) if p.grad is None]
         generation, pending = c_uint64(), c_int()
         lib.ferry_reducer_layout(self._red, byref(generation), byref(pending))
         keep = None
@@ -326,6 +447,8 @@ class DataParallel(torch.nn.Module):
     def _ready(self, i: int) -> None:
         """Parameter i's gradient is complete (its accumulation hook, on the autograd thread)."""
         if not self._step_open:
+            # A backward under no_sync(): the gradient counts as used at the next synced step.
+            self._used_unsynced[i] = True
             return
         if self._marked[i]:
             self._fail(f"parameter {self._names[i]} got a second gradient in one backward after its bucket was "
@@ -373,13 +496,28 @@ class DataParallel(torch.nn.Module):
             names = ", ".join(self._names[i] for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
             self._fail(f"{len(missing)} parameter(s) got no gradient in this backward: {names}. Every parameter "
                        "that requires grad must take part in the loss on every rank, or pass "
-                       "find_unused_parameters=True (they are then reduced as zeros)")
+                       "find_unused_parameters=True (a parameter unused on some ranks is then averaged with "
+                       "their gradients as they stand, one unused on every rank keeps its .grad untouched)")
         stream = self._stream()
+        # What each locally unused gradient was before this backward, given back if no rank used it (DDP
+        # leaves a globally unused parameter's .grad untouched: None stays None): (True, its values) when it
+        # is its view, (False, the tensor or None) otherwise.
+        before: Dict[int, Tuple[bool, Any]] = {}
+        dropped = set(self._dropped)
         with torch.no_grad():
             for i in missing:
                 p, v = self._params[i], self._views[i]
-                if p.grad is None or p.grad.data_ptr() != v.data_ptr():
-                    v.zero_()
+                g = p.grad
+                if g is not None and g.data_ptr() == v.data_ptr():
+                    # Seated at this step's forward over a None (its zeros are reduced), or the view as it was.
+                    before[i] = (False, None) if i in dropped else (True, v.clone())
+                else:
+                    # Another tensor (a gradient made under no_sync) is reduced as it stands, None as zeros.
+                    before[i] = (False, g)
+                    if g is None:
+                        v.zero_()
+                    else:
+                        v.copy_(g)
                     p.grad = v
                 self._marked[i] = True
                 lib.ferry_reducer_mark_ready(self._red, i, stream)
@@ -390,8 +528,39 @@ class DataParallel(torch.nn.Module):
                 pending.clear()
         lib.ferry_reducer_finish(self._red, stream)
         self._step_open = False
+        used = self._reduce_used(missing, stream) if self._find_unused else None
         if not self._cuda:
             lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+        if used is not None and missing:
+            self._restore_unused(missing, before, used)
+
+    def _reduce_used(self, missing: List[int], stream: int) -> Any:
+        """How many ranks used each parameter in this step (in its backward, or in one under no_sync() since
+        the last synced step): one all-reduce of an int32 map after the last bucket, made on every rank so
+        that the collectives match; read back only where this rank has an unused parameter."""
+        unused = set(missing)
+        local = [int(unsynced or i not in unused) for i, unsynced in enumerate(self._used_unsynced)]
+        self._used_unsynced = [False] * len(self._params)
+        counts = torch.tensor(local, dtype=torch.int32).to(self._torch_device)
+        lib.ferry_comm_all_reduce(self._comm, counts.data_ptr(), counts.data_ptr(), counts.numel(), b"i32", b"sum",
+                                  stream)
+        return counts
+
+    def _restore_unused(self, missing: List[int], before: Dict[int, Tuple[bool, Any]], counts: Any) -> None:
+        """Gives the parameters that no rank used their .grad of before the backward (reading the map back is
+        a host synchronization, as DDP's)."""
+        if self._cuda:
+            torch.cuda.current_stream(self._torch_device).synchronize()
+        used = counts.tolist()
+        with torch.no_grad():
+            for i in missing:
+                if used[i]:
+                    continue
+                is_view, kept = before[i]
+                if is_view:
+                    self._views[i].copy_(kept)
+                else:
+                    self._params[i].grad = kept
 
     def _abort(self, why: str) -> None:
         """Aborts the group: the other ranks' pending and later collectives fail at once, naming `why`."""
