@@ -70,6 +70,50 @@ def test_a_dataloader_with_worker_processes_feeds_it(device):
     assert seen == list(range(40))
 
 
+def test_the_loaders_attributes_are_read_through_the_prefetcher(device):
+    """imagenet's distributed validate() reads len(val_loader.sampler) and len(val_loader.dataset); the DDP
+    tutorial calls train_data.sampler.set_epoch(epoch): on a wrapped DataLoader too."""
+    from torch.utils.data.distributed import DistributedSampler
+    ds = Squares()
+    sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=0)
+    p = Prefetcher(DataLoader(ds, batch_size=8, sampler=sampler, drop_last=True), device=device)
+    assert p.sampler is sampler and p.dataset is ds and p.batch_size == 8 and p.drop_last is True
+    assert len(p.sampler) == 20 and len(p.dataset) == 40 and len(p) == 2
+    p.sampler.set_epoch(3)
+    seen = sum((y.cpu().tolist() for _, y in p), [])
+    sampler.set_epoch(3)
+    assert seen == list(sampler)[:16]  # the epoch the sampler was set to
+    assert p.depth == 2 and p.workers == 4  # the Prefetcher's own attributes come first
+    with pytest.raises(AttributeError, match=r"'Prefetcher' object has no attribute 'no_such', nor has its source "
+                                             r"\(a DataLoader\)"):
+        p.no_such
+    with pytest.raises(AttributeError):
+        p._iterator  # a DataLoader's private attribute: not forwarded
+    p.close()
+
+
+def test_a_half_made_prefetcher_forwards_nothing_and_does_not_recurse():
+    """Before __init__ stored the source (a failed __init__, __del__ then, unpickling) no name is forwarded."""
+    import pickle
+    half = Prefetcher.__new__(Prefetcher)
+    assert not hasattr(half, "sampler") and not hasattr(half, "_source")
+    half.__del__()
+    copy = pickle.loads(pickle.dumps(half))
+    assert not hasattr(copy, "batch_size")
+    with pytest.raises(ValueError, match="depth=1"):
+        Prefetcher([1], depth=1)  # its __del__ runs on a half-made object
+
+
+def test_a_batch_keeps_the_structure_its_source_gave(device):
+    """A DataLoader's default_collate gives lists (of tuple samples): the Prefetcher yields lists; a
+    collate_fn's tuple stays a tuple."""
+    listed = next(iter(Prefetcher(DataLoader(Squares(), batch_size=4), device=device)))
+    assert type(listed) is list and listed[1].cpu().tolist() == [0, 1, 2, 3]
+    tupled = next(iter(Prefetcher(DataLoader(Squares(), batch_size=4, collate_fn=lambda b: tuple(
+        torch.utils.data.default_collate(b))), device=device)))
+    assert type(tupled) is tuple and tupled[1].cpu().tolist() == [0, 1, 2, 3]
+
+
 def test_a_batch_kept_past_its_window_raises_naming_it_then_recovers(device):
     src = batches(6)
     it = iter(Prefetcher(src, depth=2, device=device))

@@ -17,6 +17,7 @@ from ._common import DeviceLike, resolve_device, shape_text, stream_handle, tens
 
 _ALIGN = 256
 T = TypeVar("T")
+_NO_SOURCE = object()
 
 
 class _Leaf:
@@ -225,6 +226,10 @@ class Prefetcher(Generic[T]):
     (starting the first). An exception raised by the source is raised at the batch where it happened,
     after the batches before it; on Python >= 3.11 it carries a note naming that batch.
 
+    Attributes the Prefetcher has not are the source's: `prefetcher.sampler`, `.dataset`, `.batch_size` of
+    a DataLoader (public names only). Each batch keeps the structure the source gave it (a DataLoader's
+    lists stay lists, a collate_fn's tuples tuples).
+
     Fields: numpy arrays become tensors; tensors that require grad are detached; bool tensors (which
     DLPack refuses on older torch) cross as their bytes; a field that cannot cross (sparse, non-contiguous,
     an object array) is refused with its place in the batch, as in `batch[1]` or `batch['mask']`.
@@ -296,6 +301,21 @@ class Prefetcher(Generic[T]):
 
     def __bool__(self) -> bool:
         return True  # not len(): a Prefetcher over a source without len() is still an object, not empty
+
+    def __getattr__(self, name: str) -> Any:
+        """The source's attribute, for a name the Prefetcher has not: a DataLoader's sampler, dataset,
+        batch_size, drop_last... (`len(loader.sampler)`, `loader.sampler.set_epoch(epoch)` keep working
+        once the loader is wrapped). Only public names, and only once __init__ has stored the source: a
+        private or special name, or any name while the object is half made (in __init__, __del__ after
+        a failed __init__, unpickling), is the Prefetcher's own, so nothing recurses."""
+        source = self.__dict__.get("_source", _NO_SOURCE) if not name.startswith("_") else _NO_SOURCE
+        if source is _NO_SOURCE:
+            raise AttributeError(f"'Prefetcher' object has no attribute {name!r}")
+        try:
+            return getattr(source, name)
+        except AttributeError:
+            raise AttributeError(f"'Prefetcher' object has no attribute {name!r}, nor has its source (a "
+                                 f"{type(source).__name__})") from None
 
     def _start_epoch(self) -> _EpochState:
         self._check_usable("__iter__")
