@@ -259,3 +259,60 @@ def test_the_store_adapter_survives_waits_that_time_out():
     assert writer._erase(None, b"ferry/t/a") == 0
     assert get(b"ferry/t/a") == 1
     assert reader.error is None
+
+
+def test_ddps_constructor_arguments_are_taken_where_they_mean_what_ferry_does_and_refused_by_name_otherwise():
+    """A DDP line swapped for DataParallel keeps its arguments: those that mean what ferry does anyway are
+    accepted, the others refused with what to do (python/README.md's table of DDP's behaviours)."""
+    import warnings
+    import ferry.torch
+    m = torch.nn.Linear(4, 2)
+    dp = ferry.torch.DataParallel(m, dim=0, process_group=None, check_reduction=False, static_graph=True,
+                                  gradient_as_bucket_view=True, init_sync=True)
+    try:
+        assert dp.world_size == 1 and list(dp.state_dict()) == ["module.weight", "module.bias"]
+        with pytest.raises(RuntimeError, match=r"has no join\(\): give every rank the same number of batches"):
+            dp.join()
+        with pytest.raises(RuntimeError, match=r"takes no comm hook: lossy=True"):
+            dp.register_comm_hook(None, lambda state, bucket: None)
+    finally:
+        dp.close()
+    for kwargs, message in [({"dim": 1}, r"DataParallel\(dim=1\): not supported"),
+                            ({"process_group": object()}, r"process_group=<object.*pass store=, rank= and world_size="),
+                            ({"mixed_precision": object()}, r"mixed_precision=.*use autocast"),
+                            ({"delay_all_reduce_named_params": [("w", m.weight)]}, r"delay_all_reduce_named_params"),
+                            ({"device_ids": [0]}, r"parameters are on cpu; as DDP, device_ids and output_device "
+                                                  r"are for a module on one GPU")]:
+        with pytest.raises(ValueError, match=message):
+            ferry.torch.DataParallel(m, **kwargs)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'bucket_cap'"):
+        ferry.torch.DataParallel(m, bucket_cap=25)
+    with pytest.raises(ValueError, match=r"0 is a SyncBatchNorm, whose backward runs torch's collectives"):
+        ferry.torch.DataParallel(torch.nn.Sequential(torch.nn.SyncBatchNorm(4), torch.nn.Linear(4, 2)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ferry.torch.DataParallel(m, gradient_as_bucket_view=False).close()
+    assert any("always views of its buckets" in str(w.message) for w in seen)
+
+
+def test_static_graph_meets_a_parameter_that_never_gets_a_gradient_as_ddp_does():
+    """DDP with static_graph=True trains a model with a layer its forward never calls; so does
+    DataParallel (as find_unused_parameters=True: the layer's .grad stays None)."""
+    import ferry.torch
+
+    class Partly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.idle = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.used(x)
+
+    dp = ferry.torch.DataParallel(Partly(), static_graph=True, plan="fixed")
+    try:
+        for _ in range(2):
+            dp.zero_grad(set_to_none=True)
+            dp(torch.ones(3, 4)).sum().backward()
+            assert dp.module.idle.weight.grad is None and dp.module.used.weight.grad is not None
+    finally:
+        dp.close()
