@@ -316,3 +316,47 @@ def test_static_graph_meets_a_parameter_that_never_gets_a_gradient_as_ddp_does()
             assert dp.module.idle.weight.grad is None and dp.module.used.weight.grad is not None
     finally:
         dp.close()
+
+
+@pytest.mark.skipif("cuda" not in os.environ.get("FERRY_TEST_BACKENDS", "host").split(",")
+                    or not torch.cuda.is_available(), reason="needs FERRY_TEST_BACKENDS=cuda and a GPU")
+def test_on_one_gpu_a_ddp_line_trains_as_the_model_alone():
+    """DDP's usual line on one GPU (world size 1, ferry's NCCL group of one): device_ids=[0] moves CPU
+    inputs to the GPU as DDP does, a layer no rank uses keeps .grad None under find_unused_parameters (its
+    used-map all-reduced on the GPU and read back), an eval forward under no_grad runs, and the parameters
+    equal those of the model trained alone (the average over one rank is the gradient itself)."""
+    import copy
+    import ferry.torch
+
+    class Partly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 2))
+            self.idle = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.body(x)
+
+    torch.manual_seed(0)
+    alone = Partly().cuda()
+    wrapped = ferry.torch.DataParallel(copy.deepcopy(alone), device_ids=[0], find_unused_parameters=True,
+                                       plan="fixed")
+    try:
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+                for m in (alone, wrapped)]
+        g = torch.Generator().manual_seed(3)
+        for step in range(4):
+            x = torch.randn(6, 8, generator=g)
+            for m, opt in zip((alone, wrapped), opts):
+                m.train()
+                opt.zero_grad(set_to_none=True)
+                m(x.cuda() if m is alone else x).square().sum().backward()  # CPU input: device_ids moves it
+                opt.step()
+                m.eval()
+                with torch.no_grad():
+                    m(torch.ones(2, 8, device="cuda"))
+            assert wrapped.module.idle.weight.grad is None
+        for a, b in zip(alone.state_dict().values(), wrapped.module.state_dict().values()):
+            assert torch.equal(a, b)
+    finally:
+        wrapped.close()
