@@ -4,10 +4,44 @@ ferry must give what DDP gives, rank by rank: the same parameters, gradients, bu
 bit: both average the same float32 gradients, and with 2 ranks x/2 + y/2 and (x + y)/2 round the same), the
 same None where DDP leaves a .grad None, the same state_dict keys; and its ranks agree where DDP's do.
 
-Sources: torch/testing/_internal/distributed/distributed_test.py (pytorch/pytorch at commit
-004e615403b6ee99c21093830ebfd454fb7a0199) and test/distributed/test_c10d_gloo.py (at commit
-005a6a0b9ec22601279bf00a3f32e8696eee3b68); each case names its test(s) in the worker's @case(source=...)
-and in the report. The cases' names come from the worker (read here without importing it).
+Sources: torch/testing/_internal/distributed/distributed_test.py ("dt", pytorch/pytorch at commit
+004e615403b6ee99c21093830ebfd454fb7a0199) and test/distributed/test_c10d_gloo.py ("gloo", at commit
+005a6a0b9ec22601279bf00a3f32e8696eee3b68); the worker's @case(source=...) says what each case keeps.
+  net_manual_steps_as_ddp_niter          dt test_DistributedDataParallelCPU (_test_DDP_niter)
+  sgd_momentum_weight_decay              dt _test_ddp_hook_with_optimizer_parity_sgd, test_ddp_join_model_equivalence
+  adam                                   dt test_ddp_hook_with_optimizer_parity_adam, test_ddp_apply_optim_in_backward
+  uneven_batch_sizes                     dt test_DistributedDataParallel_SyncBatchNorm_Diff_Input_Sizes_gradient
+  no_sync_accumulation                   dt test_accumulate_gradients_no_sync
+  gradient_accumulation                  issue 36's list (no torch test of its own)
+  no_sync_then_sync_with_rank_dependent_unused  dt test_grads_same_across_ranks_with_no_sync (torch 1.13's
+                                         DDP fails it: ferry is held to the test's assertions)
+  two_forwards_then_one_backward         issue 36's list
+  tied_weights, shared_parameter_unused  dt test_ddp_shared_grad_acc_unused_params
+  frozen_parameters                      dt DDP_NET, test_ddp_build_debug_param_to_name_mapping_requires_grad
+  parameter_unused_on_one_rank           gloo test_find_unused_parameters_when_unused_parameters_empty
+  globally_unused_parameter_untouched    gloo test_global_local_unused_params_grad
+  control_flow_different_across_ranks    dt test_ddp_control_flow_different_across_ranks
+  output_unused_in_loss                  dt test_output_unused_in_loss_tuple_module
+  unused_parameter_refused               dt test_ddp_unused_params_rebuild_buckets_exception
+  batchnorm_buffers_each_step            DDP's note on buffers; dt test_DistributedDataParallel_SyncBatchNorm's net
+  batchnorm_broadcast_buffers_false      dt _test_ddp_new_tensor_in_fwd, _test_ddp_buffer_hook_allreduce
+  eval_under_no_grad_after_a_step        issue 36 item 1; DDP's require_forward_param_sync
+  eval_forward_counts_differ_per_rank    dt test_ddp_inference
+  buffers_with_no_sync_accumulation      DDP's require_forward_param_sync; dt _run_uneven_inputs_test's no_sync
+  clip_grad_norm                         issue 36's list
+  zero_grad_both_ways                    dt _test_ddp_native_mixed_precision, _test_ddp_apply_optim_in_backward
+  state_dict_and_checkpoint_reload       gloo test_save_load_checkpoint
+  construction_broadcasts_rank0_state    dt test_ddp_sync_module_states
+  grads_are_none_before_training         dt _test_DistributedDataParallel_with_amp, gloo
+                                         test_global_local_unused_params_grad
+  autocast_bf16                          dt _test_DistributedDataParallel_with_amp (bf16 autocast on the CPU)
+  summed_loss_grad_is_averaged           dt test_DistributedDataParallel_non_default_stream,
+                                         test_ddp_uneven_input_join_disable
+  ignored_output                         gloo test_ignored_output, test_ignored_output_with_unused_parameters
+  structured_inputs_and_outputs          dt test_ddp_namedtuple, test_ddp_static_graph_nested_types,
+                                         test_ddp_returns_tensor_with_no_grad, test_ddp_new_tensor_in_fwd
+  module_attribute                       DDP's `module` attribute (used throughout dt)
+The cases' names come from the worker (read here without importing it).
 
 The job starts once for the module (one torch import per rank, every case in turn, one JSON report per
 rank); a case that raises on a rank is that case's failure, not the job's."""
@@ -79,7 +113,7 @@ def records(job, name):
     recs = []
     for r, (code, rep, err) in enumerate(job):
         if rep is None or name not in rep["cases"]:
-            pytest.fail(f"rank {r} reported nothing for {name} (exit status {code}):\n{err[-3000:]}")
+            pytest.fail(f"rank {r} reported nothing for {name} (exit status {code}):\n{err[-1500:]}")
         recs.append(rep["cases"][name])
     return recs
 
@@ -116,6 +150,11 @@ def differences(a, b, tol, path=""):
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [line for i, (x, y) in enumerate(zip(a, b)) for line in differences(x, y, tol, f"{path}[{i}]")]
     return [] if a == b else [f"{path}: {show(a)} against {show(b)}"]
+
+
+def test_this_docstring_names_every_case_of_the_worker():
+    named = set(re.findall(r"\w+", __doc__))
+    assert [n for n in CASES if n not in named] == []
 
 
 def test_the_job_ran_every_case_on_every_rank(job):
