@@ -73,8 +73,9 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 def _worker_seed(seed: int, wid: int) -> int:
     """Worker `wid`'s own seed: what random, numpy and torch hold while worker_init_fn runs, and the `seed`
     of torch.utils.data.get_worker_info() there (DataLoader's per-worker base seed); fixed for the
-    worker's life, while each sample is made under its own sample_seed."""
-    return _mix64(((_mix64(seed & _MASK) ^ 0x776F726B6572) + wid) & _MASK)  # "worker": apart from sample seeds
+    worker's life, while each sample is made under its own sample_seed. Below 2**63, as DataLoader's (an
+    int64 holds it)."""
+    return _mix64(((_mix64(seed & _MASK) ^ 0x776F726B6572) + wid) & _MASK) >> 1  # "worker": apart from sample seeds
 
 
 class WorkerInfo(NamedTuple):
