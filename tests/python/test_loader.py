@@ -591,6 +591,15 @@ def test_a_dataset_that_cannot_be_pickled_to_spawned_workers_says_what_to_do():
         Loader(Local(), batch_size=2, workers=2, device="cpu", start_method="spawn")
 
 
+def test_a_loader_made_while_a_spawned_worker_imports_the_main_module_names_the_main_guard(monkeypatch):
+    """A script without `if __name__ == "__main__":` under spawn runs its body again in each worker, which
+    makes a Loader there: multiprocessing marks such a process (_inheriting) and refuses to start one."""
+    import multiprocessing
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(RuntimeError, match=r"imports the main module again.*outside `if __name__ == \"__main__\":`"):
+        Loader(Numbers(), batch_size=2, workers=1, device="cpu", start_method="spawn")
+
+
 def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once(monkeypatch):
     from ferry.torch import _loader
     assert _loader._start_method(None) == "fork"

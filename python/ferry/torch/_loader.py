@@ -678,6 +678,12 @@ class Loader:
     def _start_workers(self, transform: Any, worker_init_fn: Any) -> None:
         if self.workers == 0:
             return
+        if self.start_method != "fork" and getattr(multiprocessing.current_process(), "_inheriting", False):
+            # multiprocessing's mark of a spawned process importing the main module, where it refuses to
+            # start another (the script's body reruns in each worker).
+            raise RuntimeError("ferry Loader: made while this process starts as a worker of a spawn or forkserver "
+                               "start method and imports the main module again: the main module makes a Loader "
+                               "outside `if __name__ == \"__main__\":`; put the script's code under it")
         ctx = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":
             _preload_forkserver()
