@@ -250,10 +250,11 @@ class DataParallel(torch.nn.Module):
         handle = self._comm
         module = self.module
 
-        # Every rank starts from rank 0's parameters and buffers (init_sync=False: from its own, as DDP).
+        # Every rank starts from rank 0's parameters, frozen ones included, and buffers (init_sync=False:
+        # from its own, as DDP).
         if init_sync:
             with torch.no_grad():
-                self._broadcast([p.detach() for p in self._params] + list(module.buffers()))
+                self._broadcast([p.detach() for p in module.parameters()] + list(module.buffers()))
 
         # The reducer over the parameters' gradients.
         rows = (c_int64 * len(self._params))()
@@ -327,6 +328,11 @@ class DataParallel(torch.nn.Module):
         finally:
             self._sync = before
 
+    def _set_static_graph(self) -> None:
+        """DDP's late form of static_graph=True: parameters that never get a gradient are then handled as
+        with find_unused_parameters=True."""
+        self._find_unused = True
+
     def join(self, *args: Any, **kwargs: Any) -> Any:
         """DDP's context manager for uneven inputs: not supported (python/README.md's table of DDP's
         behaviours)."""
@@ -342,8 +348,8 @@ class DataParallel(torch.nn.Module):
                            "codecs go in as ferry.torch.comm_hook)")
 
     def _begin_step(self) -> None:
-        # The gradients that are None before the step (a new layout seats them too): given back as None
-        # if no rank uses them (find_unused_parameters).
+        # The gradients that are None before the step: given back as None if no rank uses them
+        # (find_unused_parameters).
         self._dropped = [i for i, p in enumerate(self._params) if p.grad is None]
         generation, pending = c_uint64(), c_int()
         lib.ferry_reducer_layout(self._red, byref(generation), byref(pending))
@@ -396,7 +402,9 @@ class DataParallel(torch.nn.Module):
         self._bucket_generation = generation
 
     def _point_grads(self, keep: Optional[List[Any]]) -> None:
-        """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout)."""
+        """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout), holding
+        keep[i]; a gradient whose keep[i] is None stays None (as DDP leaves it until backward: the next
+        synced forward seats it)."""
         from torch.utils.dlpack import from_dlpack
         generation = c_uint64()
         lib.ferry_reducer_layout(self._red, byref(generation), None)
@@ -414,9 +422,12 @@ class DataParallel(torch.nn.Module):
             for i, p in enumerate(self._params):
                 lib.ferry_reducer_place(self._red, i, byref(offset), byref(count))
                 v = flat[offset.value:offset.value + count.value].view(p.shape)
-                if keep is not None and keep[i] is not None:
-                    v.copy_(keep[i])
-                p.grad = v
+                if keep is None or keep[i] is not None:
+                    if keep is not None:
+                        v.copy_(keep[i])
+                    p.grad = v
+                else:
+                    p.grad = None
                 views.append(v)
         self._flat = flat
         self._views = views
