@@ -59,63 +59,6 @@ def params_of(m) -> list:
     return [p.detach().float().reshape(-1).tolist() for p in m.parameters()]
 
 
-def gathered(t):
-    """Every rank's `t`, as lists (gloo's all_gather)."""
-    out = [torch.empty_like(t) for _ in range(WORLD)]
-    dist.all_gather(out, t.contiguous())
-    return [o.reshape(-1).tolist() for o in out]
-
-
-def parity_cases(wrap) -> dict:
-    """Two cases that once differed between DDP and ferry, run through `wrap` (DDP or DataParallel)."""
-    seen = {}
-    # Buffers reach every rank before the first forward after a synced step, under no_grad too (an
-    # evaluation); the ranks run different numbers of eval forwards between steps.
-    torch.manual_seed(0)
-    m = wrap(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(5)
-    evals = []
-    for step in range(3):
-        m.train()
-        opt.zero_grad()
-        m(torch.randn(8, 4, generator=g) + RANK).sum().backward()
-        opt.step()
-        m.eval()
-        with torch.no_grad():
-            for _ in range(1 + RANK * step):
-                out = m(torch.ones(2, 4))
-        evals.append(gathered(out))
-    seen["buffers_eval"] = {"evals": evals, "buffers": [b.reshape(-1).tolist() for b in m.module.buffers()]}
-    if hasattr(m, "close"):
-        m.close()
-
-    # find_unused_parameters: `b` is used on no rank (its .grad stays as it was: None), `c` on rank 0
-    # only (averaged with rank 1's zeros, or with rank 1's gradient as it stands).
-    class Heads(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b, self.c = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
-
-        def forward(self, x):
-            return self.a(x) + (self.c(x) if RANK == 0 else 0)
-
-    torch.manual_seed(1)
-    m = wrap(Heads(), find_unused_parameters=True)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
-    steps = []
-    for step in range(4):
-        opt.zero_grad(set_to_none=step % 2 == 0)
-        m(torch.randn(3, 4, generator=g) * (RANK + 1)).square().sum().backward()
-        grads = {n: (None if p.grad is None else p.grad.reshape(-1).tolist()) for n, p in m.module.named_parameters()}
-        opt.step()
-        steps.append({"grads": grads, "params": params_of(m.module)})
-    seen["unused_global"] = steps
-    if hasattr(m, "close"):
-        m.close()
-    return seen
-
-
 def main() -> int:
     # nccl: one GPU per rank, torch's own NCCL group beside ferry's (its collectives between the steps).
     nccl = SCENARIO == "nccl"
@@ -144,13 +87,6 @@ def main() -> int:
             report(error=str(e))
             return 0
         report(params=params_of(model.module), error=None)
-        return 0
-
-    if SCENARIO == "ddp_parity":
-        # The same cases under torch's DDP and under ferry, in one job: what each rank saw, for the test to
-        # compare (issue 36's minimal cases).
-        report(ddp=parity_cases(torch.nn.parallel.DistributedDataParallel),
-               ferry=parity_cases(ferry.torch.DataParallel), error=None)
         return 0
 
     if SCENARIO.startswith("hook_"):
