@@ -34,6 +34,7 @@
 #include <string>
 #include <thread>
 
+#include "ferry/trace/inject.h"
 #include "ferry/trace/process_trace.hpp"
 #include "state.hpp"
 
@@ -71,32 +72,35 @@ long long env_number(const char* name, long long fallback, long long lo, long lo
 void read_settings() {
   settings& s = g_settings;
   // NOLINTBEGIN(concurrency-mt-unsafe): read once, when the library loads
-  const char* dir = std::getenv("FERRY_TRACE_DIR");
+  const char* dir = std::getenv(FERRY_TRACE_ENV_DIR);
   if (dir == nullptr || *dir == '\0') return;
   s.dir = dir;
-  if (const char* c = std::getenv("FERRY_TRACE_CONTROL")) s.control = c;
-  if (const char* c = std::getenv("FERRY_TRACE_CAPTURE")) s.capture_at_start = std::strcmp(c, "off") != 0;
-  if (const char* l = std::getenv("FERRY_TRACE_LITE")) s.lite = std::strcmp(l, "1") == 0;
-  if (const char* y = std::getenv("FERRY_TRACE_SYNCS")) s.syncs = std::strcmp(y, "0") != 0;
-  if (const char* a = std::getenv("FERRY_TRACE_ALL_CALLS")) s.all_calls = std::strcmp(a, "1") == 0;
-  if (const char* d = std::getenv("FERRY_TRACE_DEFER_CONVERSION"))
+  if (const char* c = std::getenv(FERRY_TRACE_ENV_CONTROL)) s.control = c;
+  if (const char* c = std::getenv(FERRY_TRACE_ENV_CAPTURE)) s.capture_at_start = std::strcmp(c, "off") != 0;
+  if (const char* l = std::getenv(FERRY_TRACE_ENV_LITE)) s.lite = std::strcmp(l, "1") == 0;
+  if (const char* y = std::getenv(FERRY_TRACE_ENV_SYNCS)) s.syncs = std::strcmp(y, "0") != 0;
+  if (const char* a = std::getenv(FERRY_TRACE_ENV_ALL_CALLS)) s.all_calls = std::strcmp(a, "1") == 0;
+  if (const char* d = std::getenv(FERRY_TRACE_ENV_DEFER_CONVERSION))
     s.defer_conversion = std::strcmp(d, "1") == 0;
-  if (const char* st = std::getenv("FERRY_TRACE_STEPS")) {
+  if (const char* st = std::getenv(FERRY_TRACE_ENV_STEPS)) {
     long long a = -1, b = -1;
     if (std::sscanf(st, "%lld:%lld", &a, &b) == 2 && a >= 0 && b >= a) {
       s.steps_first = a;
       s.steps_last = b;
     }
   }
-  if (const char* n = std::getenv("FERRY_TRACE_NVTX_CAPTURE"); n != nullptr && *n != '\0') {
+  if (const char* n = std::getenv(FERRY_TRACE_ENV_NVTX_CAPTURE); n != nullptr && *n != '\0') {
     const std::string v = n;
     const std::size_t at = v.rfind('@');
     s.nvtx_capture = at == std::string::npos ? v : v.substr(0, at);
     s.nvtx_capture_domain = at == std::string::npos ? "" : v.substr(at + 1);
   }
   // NOLINTEND(concurrency-mt-unsafe)
-  s.block_ns = env_number("FERRY_TRACE_BLOCK_US", 100, 1, 10'000'000) * 1000;
-  s.flush_ns = env_number("FERRY_TRACE_FLUSH_MS", 50, 1, 10'000) * 1'000'000;
+  s.block_ns =
+      env_number(FERRY_TRACE_ENV_BLOCK_US, FERRY_TRACE_DEFAULT_BLOCK_US, 1, FERRY_TRACE_MAX_BLOCK_US) * 1000;
+  s.flush_ns =
+      env_number(FERRY_TRACE_ENV_FLUSH_MS, FERRY_TRACE_DEFAULT_FLUSH_MS, 1, FERRY_TRACE_MAX_FLUSH_MS) *
+      1'000'000;
   s.active = true;
 }
 

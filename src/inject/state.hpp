@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/trace/inject.h"
 #include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/timeline.hpp"
 
@@ -45,17 +46,18 @@ struct process_state {
 
 /// Settings from the environment `ferry trace` sets, read once when the library loads.
 struct settings {
-  bool active = false;                 // FERRY_TRACE_DIR is set: this process records
-  std::string dir;                     // FERRY_TRACE_DIR
-  std::string control;                 // FERRY_TRACE_CONTROL: the capture switch file ("on"/"off")
-  bool capture_at_start = true;        // FERRY_TRACE_CAPTURE=off waits for the switch
-  bool lite = false;                   // FERRY_TRACE_LITE=1: kernels, copies and memsets only
-  bool syncs = true;                   // FERRY_TRACE_SYNCS=0: no synchronization records (--no-syncs)
-  bool all_calls = false;              // FERRY_TRACE_ALL_CALLS=1: every runtime call (--all-runtime-calls)
-  bool defer_conversion = false;       // FERRY_TRACE_DEFER_CONVERSION=1: cupti::options::defer_conversion
-  std::int64_t block_ns = 100'000;     // FERRY_TRACE_BLOCK_US: blocking calls at least this long
-  std::int64_t flush_ns = 50'000'000;  // FERRY_TRACE_FLUSH_MS
-  long long steps_first = -1;          // FERRY_TRACE_STEPS=A:B: capture steps A..B
+  bool active = false;            // FERRY_TRACE_DIR is set: this process records
+  std::string dir;                // FERRY_TRACE_DIR
+  std::string control;            // FERRY_TRACE_CONTROL: the capture switch file ("on"/"off")
+  bool capture_at_start = true;   // FERRY_TRACE_CAPTURE=off waits for the switch
+  bool lite = false;              // FERRY_TRACE_LITE=1: kernels, copies and memsets only
+  bool syncs = true;              // FERRY_TRACE_SYNCS=0: no synchronization records (--no-syncs)
+  bool all_calls = false;         // FERRY_TRACE_ALL_CALLS=1: every runtime call (--all-runtime-calls)
+  bool defer_conversion = false;  // FERRY_TRACE_DEFER_CONVERSION=1: cupti::options::defer_conversion
+  std::int64_t block_ns =
+      FERRY_TRACE_DEFAULT_BLOCK_US * 1000LL;  // FERRY_TRACE_BLOCK_US: calls at least this long
+  std::int64_t flush_ns = FERRY_TRACE_DEFAULT_FLUSH_MS * 1'000'000LL;  // FERRY_TRACE_FLUSH_MS
+  long long steps_first = -1;  // FERRY_TRACE_STEPS=A:B: capture steps A..B
   long long steps_last = -1;
   std::string nvtx_capture;  // FERRY_TRACE_NVTX_CAPTURE=NAME[@DOMAIN]: capture inside this range
   std::string nvtx_capture_domain;

@@ -15,6 +15,42 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "python" / "ferry" / "_trace_site"
 
+HEADER = ROOT / "include" / "ferry" / "trace" / "inject.h"
+
+
+def sitecustomize_constants():
+    """sitecustomize.py's protocol constants (_ENV_* and _FUNCTIONS), read without running it."""
+    import ast
+    out = {}
+    for node in ast.parse((SITE / "sitecustomize.py").read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name.startswith("_ENV_") or name == "_FUNCTIONS":
+                out[name] = ast.literal_eval(node.value)
+    return out
+
+
+def test_sitecustomize_speaks_the_protocol_of_the_header():
+    """Its environment names are the header's, and its ctypes declarations of ferry_inject_* are the
+    header's declarations in the header's order (as test_header.py proves ferry/_c.py against ferry.h)."""
+    import re
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    env = dict(re.findall(r'#define FERRY_TRACE_ENV_(\w+) "(\w+)"', text))
+    ours = sitecustomize_constants()
+    names = {k[len("_ENV_"):]: v for k, v in ours.items() if k.startswith("_ENV_")}
+    assert names and all(env.get(k) == v for k, v in names.items()), (names, env)
+    c_types = {"void": None, "int": "c_int", "const char*": "c_char_p", "long long": "c_longlong"}
+
+    def ctype(t):
+        return c_types[re.sub(r"\s*\*", "*", " ".join(t.split()))]
+
+    declared = []
+    for ret, name, args in re.findall(r"^(\w[\w ]*?)\s+(ferry_inject_\w+)\(([^)]*)\);", text, flags=re.M):
+        params = [] if args.strip() == "void" else [re.sub(r"\s*\b\w+$", "", a.strip()) for a in args.split(",")]
+        declared.append((name, ctype(ret), tuple(ctype(p) for p in params)))
+    assert len(declared) == 3 and tuple(declared) == ours["_FUNCTIONS"], (declared, ours["_FUNCTIONS"])
+
+
 STUB = r"""
 #include <fcntl.h>
 #include <stdio.h>

@@ -45,6 +45,7 @@
 #include "ferry/analyze/analyze.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text.hpp"
+#include "ferry/trace/inject.h"
 #include "ferry/trace/process_trace.hpp"
 #include "ferry/trace/trace_io.hpp"
 #include "flags.hpp"
@@ -66,8 +67,8 @@ struct trace_command_flags {
   bool lite = false;
   bool no_syncs = false;
   bool all_calls = false;
-  std::int64_t block_us = 100;
-  std::int64_t flush_ms = 50;
+  std::int64_t block_us = FERRY_TRACE_DEFAULT_BLOCK_US;
+  std::int64_t flush_ms = FERRY_TRACE_DEFAULT_FLUSH_MS;
   std::int64_t sample_ms = 100;
   double wait_s = 60;
   std::string python = "auto";
@@ -172,7 +173,7 @@ fs::path inject_library() {
 
 // ferry's sitecustomize folder (python/ferry/_trace_site), or empty when not found (no Python ranges).
 fs::path site_dir() {
-  const std::string env = getenv_or("FERRY_TRACE_SITE");
+  const std::string env = getenv_or(FERRY_TRACE_ENV_SITE);
   if (!env.empty()) return fs::absolute(env);
   const fs::path here = self_dir();
   return first_existing({here / "_trace_site", here / "../../../../python/ferry/_trace_site"});
@@ -392,22 +393,22 @@ int run_trace(const trace_command_flags& f) {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     // NOLINTBEGIN(concurrency-mt-unsafe): the child, before exec, has one thread
-    ::setenv("FERRY_TRACE_DIR", dir.c_str(), 1);
-    ::setenv("FERRY_TRACE_CONTROL", control.c_str(), 1);
-    ::setenv("FERRY_TRACE_CAPTURE", start_on ? "on" : "off", 1);
-    ::setenv("FERRY_TRACE_LITE", f.lite ? "1" : "0", 1);
-    ::setenv("FERRY_TRACE_SYNCS", f.no_syncs ? "0" : "1", 1);
-    ::setenv("FERRY_TRACE_ALL_CALLS", f.all_calls ? "1" : "0", 1);
-    ::setenv("FERRY_TRACE_BLOCK_US", std::to_string(f.block_us).c_str(), 1);
-    ::setenv("FERRY_TRACE_FLUSH_MS", std::to_string(f.flush_ms).c_str(), 1);
-    if (first >= 0) ::setenv("FERRY_TRACE_STEPS", f.steps.c_str(), 1);
-    if (!f.nvtx_capture.empty()) ::setenv("FERRY_TRACE_NVTX_CAPTURE", f.nvtx_capture.c_str(), 1);
-    ::setenv("FERRY_TRACE_INJECT", lib.c_str(), 1);
+    ::setenv(FERRY_TRACE_ENV_DIR, dir.c_str(), 1);
+    ::setenv(FERRY_TRACE_ENV_CONTROL, control.c_str(), 1);
+    ::setenv(FERRY_TRACE_ENV_CAPTURE, start_on ? "on" : "off", 1);
+    ::setenv(FERRY_TRACE_ENV_LITE, f.lite ? "1" : "0", 1);
+    ::setenv(FERRY_TRACE_ENV_SYNCS, f.no_syncs ? "0" : "1", 1);
+    ::setenv(FERRY_TRACE_ENV_ALL_CALLS, f.all_calls ? "1" : "0", 1);
+    ::setenv(FERRY_TRACE_ENV_BLOCK_US, std::to_string(f.block_us).c_str(), 1);
+    ::setenv(FERRY_TRACE_ENV_FLUSH_MS, std::to_string(f.flush_ms).c_str(), 1);
+    if (first >= 0) ::setenv(FERRY_TRACE_ENV_STEPS, f.steps.c_str(), 1);
+    if (!f.nvtx_capture.empty()) ::setenv(FERRY_TRACE_ENV_NVTX_CAPTURE, f.nvtx_capture.c_str(), 1);
+    ::setenv(FERRY_TRACE_ENV_INJECT, lib.c_str(), 1);
     ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     ::setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
     prepend_env("LD_PRELOAD", lib.string());
     if (!site.empty()) {
-      ::setenv("FERRY_TRACE_PYTHON", "1", 1);
+      ::setenv(FERRY_TRACE_ENV_PYTHON, "1", 1);
       prepend_env("PYTHONPATH", site.string());
     }
     // NOLINTEND(concurrency-mt-unsafe)
@@ -574,10 +575,14 @@ std::function<int()> add_trace_command(CLI::App& app) {
   cmd->add_flag("--all-runtime-calls", f->all_calls,
                 "Every CUDA runtime call; by default the queries made around every kernel (cudaGetDevice, "
                 "cudaGetLastError, ...) are left out: most of the calls, and what recording them costs");
-  add_int_flag(*cmd, "--block-us", f->block_us, 1, 10'000'000,
-               "Record blocking calls (munmap, read, poll, waits) at least this long (default 100)");
-  add_int_flag(*cmd, "--flush-ms", f->flush_ms, 1, 10'000,
-               "How often each process appends to its file: what a killed process loses (default 50)");
+  add_int_flag(
+      *cmd, "--block-us", f->block_us, 1, FERRY_TRACE_MAX_BLOCK_US,
+      fmt::format("Record blocking calls (munmap, read, poll, waits) at least this long (default {})",
+                  FERRY_TRACE_DEFAULT_BLOCK_US));
+  add_int_flag(
+      *cmd, "--flush-ms", f->flush_ms, 1, FERRY_TRACE_MAX_FLUSH_MS,
+      fmt::format("How often each process appends to its file: what a killed process loses (default {})",
+                  FERRY_TRACE_DEFAULT_FLUSH_MS));
   add_double_flag(*cmd, "--wait-s", f->wait_s, 0, 1e6,
                   "After CMD exits, wait this long for the processes it left running (default 60)");
   add_int_flag(*cmd, "--sample-ms", f->sample_ms, 10, 10'000,

@@ -3,7 +3,7 @@
 `ferry trace -- CMD` puts this folder first on PYTHONPATH, so every Python process of the recorded
 program (DataLoader workers under fork, spawn or forkserver included) imports this module at start-up.
 It first runs the sitecustomize it shadows, then, only when FERRY_TRACE_PYTHON=1, FERRY_TRACE_INJECT
-names libferry_inject.so and that library says this process records, patches torch as the program
+names libferry_inject.so (the names of include/ferry/trace/inject.h) and that library says this process records, patches torch as the program
 imports it (torch itself is never imported here) and hands finished ranges to the library:
 
   "wait for a batch (DataLoader)"   the loop waits in the DataLoader iterator's _next_data
@@ -54,8 +54,20 @@ def _run_shadowed_sitecustomize() -> None:
 
 _run_shadowed_sitecustomize()
 
+# The protocol with the launcher and the library, include/ferry/trace/inject.h: its environment names and
+# the ferry_inject_* functions in its order, (name, return type, argument types) as ctypes names (ctypes is
+# imported only in a process that records). tests/python/test_trace_site.py proves them against the header.
+_ENV_PYTHON = "FERRY_TRACE_PYTHON"
+_ENV_INJECT = "FERRY_TRACE_INJECT"
+_ENV_DEBUG = "FERRY_TRACE_DEBUG"
+_FUNCTIONS = (
+    ("ferry_inject_recording", "c_int", ()),
+    ("ferry_inject_range", None, ("c_char_p", "c_char_p", "c_longlong", "c_longlong")),
+    ("ferry_inject_step", None, ("c_longlong", "c_longlong", "c_longlong")),
+)
+
 _DOMAIN = b"ferry.python"
-_debug = os.environ.get("FERRY_TRACE_DEBUG") == "1"
+_debug = os.environ.get(_ENV_DEBUG) == "1"
 _told = False
 _on = False  # read by every wrapper: False passes calls straight through
 
@@ -73,7 +85,7 @@ def _disable(exc: BaseException) -> None:
     _say(f"{type(exc).__name__}: {exc}")
 
 
-if os.environ.get("FERRY_TRACE_PYTHON") == "1" and os.path.isfile(os.environ.get("FERRY_TRACE_INJECT", "")):
+if os.environ.get(_ENV_PYTHON) == "1" and os.path.isfile(os.environ.get(_ENV_INJECT, "")):
     import functools
     import threading
     import time
@@ -447,15 +459,15 @@ if os.environ.get("FERRY_TRACE_PYTHON") == "1" and os.path.isfile(os.environ.get
 
         # PyDLL keeps the GIL across the call: a CDLL call would release it, and taking it back while
         # another Python thread runs can cost the training loop a whole switch interval (5 ms).
-        lib = ctypes.PyDLL(os.environ["FERRY_TRACE_INJECT"])
-        _recording = lib.ferry_inject_recording
-        _recording.argtypes, _recording.restype = [], ctypes.c_int
-        _range_fn = lib.ferry_inject_range
-        _range_fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_longlong, ctypes.c_longlong]
-        _range_fn.restype = None
-        _step_fn = lib.ferry_inject_step
-        _step_fn.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_longlong]
-        _step_fn.restype = None
+        lib = ctypes.PyDLL(os.environ[_ENV_INJECT])
+        fns = {}
+        for name, restype, argtypes in _FUNCTIONS:
+            fn = getattr(lib, name)
+            fn.restype = None if restype is None else getattr(ctypes, restype)
+            fn.argtypes = [getattr(ctypes, a) for a in argtypes]
+            fns[name] = fn
+        _recording, _range_fn, _step_fn = (fns["ferry_inject_recording"], fns["ferry_inject_range"],
+                                           fns["ferry_inject_step"])
         if _recording() != 1:
             _say("the library does not record this process")
             return
