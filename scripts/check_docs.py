@@ -11,6 +11,7 @@ Each of README.md, python/README.md and every .md under docs/ is parsed with a C
   - a relative link or image whose file is not in the repository,
   - a path cited in prose or in `code` that names a file of the repository's tree (docs/..., scripts/...,
     a bare NAME.md) but does not exist: a reference to a file the repository does not hold.
+And docs/ARCHITECTURE.md's table of targets has a row for every target of scripts/check_layers.py's LAYERS.
 
 Usage: check_docs.py [FILE.md ...]   (default: the files above; exit status 1 on any finding)
        check_docs.py --self-test         (each kind of breakage above is found, and a sound file passes)
@@ -147,6 +148,24 @@ SOUND = ("# t\n\n```sh\nls   # a comment\n## also a comment\n```\n\nSee [the REA
          "`scripts/check_docs.py` and [the web](https://example.org/x.md).\n")
 
 
+def layer_problems(architecture, layers):
+    """The layered targets (scripts/check_layers.py's LAYERS) that docs/ARCHITECTURE.md's table of targets
+    does not give a row: each must name its folder as `src/TARGET`."""
+    rows = [line for line in architecture.splitlines() if line.startswith("|")]
+    return [f"docs/ARCHITECTURE.md: the layered target {t!r} (scripts/check_layers.py) has no row naming "
+            f"`src/{t}` in the table of targets" for t in sorted(layers)
+            if not any(f"`src/{t}`" in row for row in rows)]
+
+
+def architecture_problems():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_layers", os.path.join(ROOT, "scripts", "check_layers.py"))
+    layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers)
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md")) as f:
+        return layer_problems(f.read(), layers.LAYERS)
+
+
 def self_test():
     import tempfile
     failures = []
@@ -160,6 +179,14 @@ def self_test():
             print(f"{'ok  ' if ok else 'FAIL'} {name}: {found or 'no problems'}")
             if not ok:
                 failures.append(name)
+    table = "| target | folder |\n| --- | --- |\n| `ferry::core` | `src/core` |\n"
+    for name, layers, expect in [("a layered target without a row", {"core": set(), "inject": {"core"}}, "'inject'"),
+                                 ("every layered target with a row", {"core": set()}, None)]:
+        found = layer_problems(table, layers)
+        ok = not found if expect is None else any(expect in p for p in found)
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {found or 'no problems'}")
+        if not ok:
+            failures.append(name)
     return 1 if failures else 0
 
 
@@ -170,6 +197,8 @@ def main(argv):
     problems = []
     for doc in files:
         problems += check_file(doc)
+    if not argv:
+        problems += architecture_problems()
     for p in problems:
         print(p)
     print(f"check_docs: {len(files)} files, {len(problems)} problems")
