@@ -34,9 +34,10 @@ LAYERS: dict[str, set[str]] = {
     "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
     "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
     "inject": {"trace", "shim", "cuda"},
+    "launch": {"trace"},
 }
 # Targets that must build without the CUDA toolkit (docs/ARCHITECTURE.md: host-only layers).
-HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress"}
+HOST_ONLY = {"core", "trace", "analyze", "report", "device", "ingest", "egress", "launch"}
 # Folders that are not a target's but may use any of them.
 TOP = {"tools", "examples"}
 # Test folders that are not named after a target, and the target they test.

@@ -1,4 +1,4 @@
-/* The protocol between `ferry trace` (the launcher, tools/ferry/trace_command.cpp), the library it injects
+/* The protocol between `ferry trace` (the launcher, src/launch/launch.cpp), the library it injects
  * into every process of the recorded program (libferry_inject.so, src/inject) and that library's Python
  * side (python/ferry/_trace_site/sitecustomize.py): the environment each process starts with, its
  * defaults, and the functions the Python side calls. The one owner of these names: the C++ parts include
