@@ -5,19 +5,23 @@ read by `torch.distributed.init_process_group()`'s default env:// and by ferry.t
 For the machines where torchrun cannot run: Debian's torch 1.13 under Python 3.11 stops in torchrun's own
 start-up. The first process that fails ends the others (SIGTERM, then SIGKILL after `--grace` seconds), and
 the launcher exits with its status (128 + the signal for one killed by a signal), as a shell would; Ctrl-C
-reaches every process (one process group), and the launcher waits for them as it does at a failure. No
-restarts, no rendezvous across machines: that is torchrun's.
+reaches every process (one process group), and the launcher waits for them as it does at a failure; a
+second Ctrl-C (or a SIGTERM or SIGHUP then) kills them at once. SIGTERM or SIGHUP sent to the launcher
+ends them the same way. A launcher killed by SIGKILL leaves them running. No restarts, no rendezvous
+across machines: that is torchrun's.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 
 def _free_port() -> int:
@@ -54,63 +58,94 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return a
 
 
-def _end(procs: List[subprocess.Popen], grace: float) -> None:
-    """SIGTERM to every process still running, SIGKILL to those left after `grace` seconds; reaps them."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in procs:
+class _Ranks:
+    """The started processes, each waited for by a thread of its own, so that their exits are seen in the
+    order they happen (one poll of every process could not tell which of two exits came first)."""
+
+    def __init__(self) -> None:
+        self.procs: List[subprocess.Popen] = []
+        self.exits: "queue.Queue[Tuple[int, int]]" = queue.Queue()  # (rank, returncode), in exit order
+        self._threads: List[threading.Thread] = []
+
+    def start(self, command: List[str], env: dict) -> None:
+        p = subprocess.Popen(command, env=env)
+        rank = len(self.procs)
+        self.procs.append(p)
+        t = threading.Thread(target=lambda: self.exits.put((rank, p.wait())), daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def running(self) -> List[subprocess.Popen]:
+        return [p for p, t in zip(self.procs, self._threads) if t.is_alive()]
+
+    def end(self, grace: float) -> None:
+        """SIGTERM to every process still running, SIGKILL to those left after `grace` seconds or at a
+        further SIGINT, SIGTERM or SIGHUP (a second Ctrl-C); returns once every process is reaped."""
+        hurry = threading.Event()
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, lambda *_: hurry.set())
         try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            for p in self.running():
+                p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self.running() and not hurry.is_set() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            for p in self.running():
+                p.kill()
+            for t in self._threads:
+                t.join()
 
 
 class _Terminated(Exception):
-    """The launcher got SIGTERM: its processes are ended before it exits."""
+    """The launcher got SIGTERM or SIGHUP: its processes are ended before it exits."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated()
+def _on_terminate(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = _parse(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _on_terminate)
     port = a.port if a.port is not None else _free_port()
     command = [sys.executable] + (["-m", a.script] if a.module else [a.script]) + list(a.args)
-    procs: List[subprocess.Popen] = []
+    ranks = _Ranks()
     try:
         for rank in range(a.nproc):
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(a.nproc),
                        LOCAL_WORLD_SIZE=str(a.nproc), GROUP_RANK="0", MASTER_ADDR=a.addr, MASTER_PORT=str(port))
             try:
-                procs.append(subprocess.Popen(command, env=env))
+                ranks.start(command, env)
             except OSError as e:
                 print(f"ferry.launch: cannot start {command[0]}: {e}", file=sys.stderr)
-                _end(procs, a.grace)
+                ranks.end(a.grace)
                 return 127
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
+        for _ in range(a.nproc):
+            while True:
+                try:  # a wait in slices, so that a signal's handler runs while the ranks run
+                    rank, code = ranks.exits.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    pass
+            if code != 0:
                 print(f"ferry.launch: rank {rank} exited with status {_status(code)}; ending the others",
                       file=sys.stderr)
-                _end(procs, a.grace)
+                ranks.end(a.grace)
                 return _status(code)
-            if all(c == 0 for c in codes):
-                return 0
-            time.sleep(0.05)
+        return 0
     except KeyboardInterrupt:
         # The processes got the same Ctrl-C (one process group): give them the grace to stop.
-        _end(procs, a.grace)
-        return 130
-    except _Terminated:
-        _end(procs, a.grace)
-        return 128 + signal.SIGTERM
+        ranks.end(a.grace)
+        return 128 + signal.SIGINT
+    except _Terminated as t:
+        ranks.end(a.grace)
+        return 128 + t.signum
 
 
 if __name__ == "__main__":

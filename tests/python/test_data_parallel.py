@@ -251,6 +251,8 @@ def test_ddps_constructor_arguments_are_taken_where_they_mean_what_ferry_does_an
         assert dp.world_size == 1 and list(dp.state_dict()) == ["module.weight", "module.bias"]
         with pytest.raises(RuntimeError, match=r"has no join\(\): give every rank the same number of batches"):
             dp.join()
+        with dp.join(enable=False):  # `with model.join(enable=args.uneven):` runs when it is off
+            dp(torch.ones(2, 4)).sum().backward()
         with pytest.raises(RuntimeError, match=r"takes no comm hook: lossy=True"):
             dp.register_comm_hook(None, lambda state, bucket: None)
     finally:

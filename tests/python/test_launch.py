@@ -3,8 +3,10 @@ under Python 3.11): a torchrun-style script gets its rank and world in the envir
 first rank that fails ends the others and the launcher exits with its status."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,35 @@ def test_the_first_failing_rank_ends_the_others_and_gives_its_status(tmp_path):
 def test_bad_arguments_are_refused_naming_the_value():
     r = launch("--nproc-per-node", "0", "x.py", timeout=60)
     assert r.returncode == 2 and "--nproc-per-node 0: expected 1 to 1024 processes" in r.stderr
+
+
+def test_a_second_ctrl_c_kills_ranks_that_ignore_the_first_and_none_is_left(tmp_path):
+    """Ranks stuck past Ctrl-C and SIGTERM (the launcher's grace is long): a second Ctrl-C ends them with
+    SIGKILL at once, and the launcher returns only once every rank is gone."""
+    out = tmp_path / "pid"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    launcher = subprocess.Popen([sys.executable, "-m", "ferry.launch", "--nproc-per-node", "2", "--grace", "600",
+                                 str(WORKER), "stubborn", str(out)], env=env, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # its own process group, as a terminal's job
+    try:
+        deadline = time.monotonic() + 60
+        while not all(Path(f"{out}.{r}").exists() for r in range(2)):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        pids = [int(Path(f"{out}.{r}").read_text()) for r in range(2)]
+        os.killpg(launcher.pid, signal.SIGINT)  # Ctrl-C: the ranks ignore it, the launcher asks them to end
+        time.sleep(0.5)
+        assert launcher.poll() is None  # waiting out its grace for them
+        os.killpg(launcher.pid, signal.SIGINT)  # the second Ctrl-C
+        _, err = launcher.communicate(timeout=60)  # well inside the 600 s grace: the second one killed them
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    for pid in pids:  # reaped by the launcher: no such process, not even a zombie
+        try:
+            os.kill(pid, 0)
+            left = True
+        except ProcessLookupError:
+            left = False
+        assert not left, f"rank process {pid} outlived the launcher"

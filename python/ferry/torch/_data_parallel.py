@@ -121,7 +121,7 @@ def _check_device_ids(device_ids: Any, output_device: Any, device: Any) -> List[
 def _to_device(obj: Any, device: Any) -> Any:
     """The forward's arguments with every tensor moved to `device` (what DDP does when given device_ids)."""
     if isinstance(obj, torch.Tensor):
-        return obj if obj.device == device else obj.to(device, non_blocking=True)
+        return obj if obj.device == device else obj.to(device)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_to_device(v, device) for v in obj))
     if isinstance(obj, (list, tuple)):
@@ -333,9 +333,12 @@ class DataParallel(torch.nn.Module):
         with find_unused_parameters=True."""
         self._find_unused = True
 
-    def join(self, *args: Any, **kwargs: Any) -> Any:
+    def join(self, divide_by_initial_world_size: bool = True, enable: bool = True,
+             throw_on_early_termination: bool = False) -> Any:
         """DDP's context manager for uneven inputs: not supported (python/README.md's table of DDP's
-        behaviours)."""
+        behaviours); join(enable=False) is a context that does nothing, as DDP's."""
+        if not enable:
+            return contextlib.nullcontext()
         raise RuntimeError("ferry.torch.DataParallel has no join(): give every rank the same number of batches "
                            "(DistributedSampler(..., drop_last=True), or ferry.torch.Loader, which splits each "
                            "epoch evenly); a rank that stops early fails the others within `timeout`, naming the "
@@ -552,7 +555,10 @@ class DataParallel(torch.nn.Module):
         unused = set(missing)
         local = [int(unsynced or i not in unused) for i, unsynced in enumerate(self._used_unsynced)]
         self._used_unsynced = [False] * len(self._params)
-        counts = torch.tensor(local, dtype=torch.int32).to(self._torch_device)
+        counts = torch.tensor(local, dtype=torch.int32)
+        if self._cuda:
+            # From pinned memory, asynchronously: a pageable copy would wait for the last bucket here.
+            counts = counts.pin_memory().to(self._torch_device, non_blocking=True)
         lib.ferry_comm_all_reduce(self._comm, counts.data_ptr(), counts.data_ptr(), counts.numel(), b"i32", b"sum",
                                   stream)
         return counts
