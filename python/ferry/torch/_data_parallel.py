@@ -10,7 +10,8 @@ How it works. Every parameter's .grad is a view into ferry's flat gradient buffe
 each parameter's gradient-accumulation hook tells the reducer its gradient is complete on the current
 stream, and the reducer launches each bucket's all-reduce on its own stream as soon as the bucket is full,
 in the same order on every rank. At the end of backward the current stream waits for the last bucket, so
-the optimizer reads averaged gradients with no host synchronization. With plan="auto" the reducer learns
+the optimizer reads averaged gradients with no host synchronization (with find_unused_parameters, one in
+the steps where this rank has a parameter without a gradient: whether another rank used it decides its .grad). With plan="auto" the reducer learns
 the backward over its first 1 + 3 * learn_steps steps (one bucket, then DDP's 25 MB buckets), measures the
 link, and then chooses the buckets (and, with lossy=True, a bf16 or fp16 codec per bucket) that leave the
 least communication exposed after backward.
