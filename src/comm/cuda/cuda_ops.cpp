@@ -1,27 +1,15 @@
 // comm's device ops on the cuda backend: the kernels of codec_kernels.cu on the caller's stream
-// (stream_view::native() is the cudaStream_t). The stream's device is made current first, because a
-// process may drive several GPUs from one thread.
+// (stream_view::native() is the cudaStream_t). The stream's device is made current first (select,
+// current_device.hpp), because a process may drive several GPUs from one thread.
 #include <cuda_runtime_api.h>
 
+#include "current_device.hpp"
 #include "ferry/comm/detail/device_ops.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
 #include "kernels.hpp"
 
 namespace ferry::comm::detail {
 namespace {
-
-cudaStream_t native(stream_view s) { return static_cast<cudaStream_t>(s.native()); }
-
-// Makes the stream's device current on this thread (a kernel launches on the current device).
-cudaStream_t select(stream_view s) {
-  const cudaStream_t stream = native(s);
-  int want = 0;
-  FERRY_CUDA_TRY(cudaStreamGetDevice(stream, &want));
-  int current = 0;
-  FERRY_CUDA_TRY(cudaGetDevice(&current));
-  if (current != want) FERRY_CUDA_TRY(cudaSetDevice(want));
-  return stream;
-}
 
 cuda_kernels::wire wire_of(codec_kind c) { return static_cast<cuda_kernels::wire>(c); }
 

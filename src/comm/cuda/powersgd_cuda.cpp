@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "current_device.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/detail/powersgd_work.hpp"
 #include "ferry/core/error.hpp"
@@ -32,19 +33,6 @@ using shim::cublas_op;
 
 // cuBLAS's workspace for this object's handle (its products are skinny: r <= a few columns).
 constexpr std::size_t workspace_bytes = std::size_t{4} << 20;
-
-cudaStream_t native(stream_view s) { return static_cast<cudaStream_t>(s.native()); }
-
-// Makes the stream's device current on this thread (kernels and cuBLAS run on the current device).
-cudaStream_t select(stream_view s) {
-  const cudaStream_t stream = native(s);
-  int want = 0;
-  FERRY_CUDA_TRY(cudaStreamGetDevice(stream, &want));
-  int current = 0;
-  FERRY_CUDA_TRY(cudaGetDevice(&current));
-  if (current != want) FERRY_CUDA_TRY(cudaSetDevice(want));
-  return stream;
-}
 
 void cublas_try(shim::cublas_status status, const char* call) {
   if (status != shim::cublas_success) {

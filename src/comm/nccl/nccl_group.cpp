@@ -9,35 +9,13 @@
 #include <string_view>
 #include <utility>
 
+#include "../cuda/current_device.hpp"
 #include "ferry/core/error.hpp"
 
 namespace ferry::comm::nccl_backend {
 namespace {
 
-// Makes `ordinal` the calling thread's current GPU for the guard's life (NCCL enqueues on the current
-// device's context), then restores the caller's. Never throws: a failure shows in the NCCL call after it.
-class device_guard {
- public:
-  explicit device_guard(int ordinal) noexcept {
-    if (cudaGetDevice(&saved_) != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      saved_ = -1;
-    }
-    if (saved_ != ordinal) {
-      if (cudaSetDevice(ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
-      changed_ = saved_ >= 0;
-    }
-  }
-  device_guard(const device_guard&) = delete;
-  device_guard& operator=(const device_guard&) = delete;
-  ~device_guard() {
-    if (changed_ && cudaSetDevice(saved_) != cudaSuccess) static_cast<void>(cudaGetLastError());
-  }
-
- private:
-  int saved_ = -1;
-  bool changed_ = false;
-};
+using detail::device_scope;
 
 shim::nccl_data_type to_nccl(dtype t) noexcept {
   switch (t) {
@@ -82,11 +60,11 @@ nccl_group::nccl_group(const shim::nccl_api& api, const std::vector<device*>& de
   // one another, and for the other processes' ranks); nonblocking, so none of them can hang this thread.
   std::string failure;
   {
-    const device_guard restore(ordinals.front());
+    device_scope on_rank(ordinals.front());
     shim::nccl_result r = api_.group_start();
     for (int k = 0; k < n && r == shim::nccl_success; ++k) {
       rank_state& rs = *ranks_[static_cast<std::size_t>(k)];
-      if (cudaSetDevice(rs.ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      on_rank.to(rs.ordinal);
       shim::nccl_config config = shim::nccl_config_initializer();
       config.blocking = 0;
       r = api_.comm_init_rank_config(&rs.comm, world_, id, global(k), &config);
@@ -142,7 +120,7 @@ nccl_group::~nccl_group() {
   // process finalize so, one after the other).
   for (const auto& rs : ranks_) {
     if (rs->comm == nullptr) continue;
-    const device_guard on(rs->ordinal);
+    const device_scope on(rs->ordinal);
     const shim::nccl_result r = api_.comm_finalize(rs->comm);
     FERRY_ASSERT_NOTHROW(
         r == shim::nccl_success || r == shim::nccl_in_progress,
@@ -156,7 +134,7 @@ nccl_group::~nccl_group() {
   }
   for (const auto& rs : ranks_) {
     if (rs->comm == nullptr) continue;
-    const device_guard on(rs->ordinal);
+    const device_scope on(rs->ordinal);
     const shim::nccl_result r = api_.comm_destroy(rs->comm);
     FERRY_ASSERT_NOTHROW(r == shim::nccl_success, fmt::format("ncclCommDestroy of rank {} failed: {}",
                                                               &rs - ranks_.data(), api_.error_string(r)));
@@ -196,10 +174,10 @@ std::string nccl_group::make_blocking(clock::time_point deadline) {
   for (std::size_t k = 0; k < n; ++k) parents[k] = ranks_[k]->comm;
   std::string failure;
   {
-    const device_guard restore(ranks_.front()->ordinal);
+    device_scope on_rank(ranks_.front()->ordinal);
     shim::nccl_result r = api_.group_start();
     for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
-      if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+      on_rank.to(ranks_[k]->ordinal);
       shim::nccl_config config = shim::nccl_config_initializer();
       config.blocking = 1;
       r = api_.comm_split(parents[k], 0, global(static_cast<int>(k)), &children[k], &config);
@@ -219,20 +197,20 @@ std::string nccl_group::make_blocking(clock::time_point deadline) {
   if (!failure.empty()) {
     for (std::size_t k = 0; k < n; ++k) {
       if (children[k] == nullptr) continue;
-      const device_guard on(ranks_[k]->ordinal);
+      const device_scope on(ranks_[k]->ordinal);
       static_cast<void>(api_.comm_abort(children[k]));
     }
     return failure;  // the parents are still the ranks' communicators: the caller aborts them
   }
   // The parents are done with: finalized together (nonblocking), then destroyed.
   for (std::size_t k = 0; k < n; ++k) {
-    const device_guard on(ranks_[k]->ordinal);
+    const device_scope on(ranks_[k]->ordinal);
     static_cast<void>(api_.comm_finalize(parents[k]));
     ranks_[k]->comm = children[k];
   }
   failure = settle_comms("finalizing the nonblocking communicators", parents, deadline);
   for (std::size_t k = 0; k < n; ++k) {
-    const device_guard on(ranks_[k]->ordinal);
+    const device_scope on(ranks_[k]->ordinal);
     static_cast<void>(failure.empty() ? api_.comm_destroy(parents[k]) : api_.comm_abort(parents[k]));
   }
   if (!failure.empty()) return failure;
@@ -269,10 +247,10 @@ std::string nccl_group::warm_up(clock::time_point deadline) {
     calls.push_back({collective::broadcast, nullptr, nullptr, largest, dtype::f32, reduce_op::sum, 0});
     for (const call& proto : calls) {
       // Every local rank's part in one NCCL group: a blocking call of one rank may wait for the others.
-      const device_guard restore(ranks_.front()->ordinal);
+      device_scope on_rank(ranks_.front()->ordinal);
       shim::nccl_result r = api_.group_start();
       for (std::size_t k = 0; k < n && r == shim::nccl_success; ++k) {
-        if (cudaSetDevice(ranks_[k]->ordinal) != cudaSuccess) static_cast<void>(cudaGetLastError());
+        on_rank.to(ranks_[k]->ordinal);
         call c = proto;
         c.recv = data[k].data();
         // An all-gather in place: this rank's part is its slot of the result.
@@ -463,7 +441,7 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
     call_lock.unlock();
     fail_aborted(rank, c.op, seq);
   }
-  const device_guard on(rs.ordinal);
+  const device_scope on(rs.ordinal);
   rec.start.record(s);
   shim::nccl_result r = issue(rs, c, s.native());
   // A nonblocking communicator may answer ncclInProgress (while it connects to its peers, say): the
@@ -542,7 +520,7 @@ void nccl_group::abort_communicators() noexcept {
     rank_state& rs = *ranks_[k];
     const std::lock_guard call(rs.call_mu);
     if (rs.comm == nullptr) continue;
-    const device_guard on(rs.ordinal);
+    const device_scope on(rs.ordinal);
     const shim::nccl_result r = api_.comm_abort(rs.comm);
     FERRY_ASSERT_NOTHROW(r == shim::nccl_success,
                          fmt::format("ncclCommAbort of rank {} failed: {}", global(static_cast<int>(k)),
