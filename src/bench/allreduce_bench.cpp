@@ -144,10 +144,11 @@ std::vector<std::uint64_t> allreduce_sizes(const allreduce_options& o) {
   FERRY_EXPECTS(o.warmup >= 0, fmt::format("allreduce warmup {} must not be negative", o.warmup));
   FERRY_EXPECTS(!o.codecs.empty(), "allreduce needs at least one codec (fp32, bf16, fp16)");
   for (const codec_kind c : o.codecs)
-    FERRY_EXPECTS(
-        c != codec_kind::powersgd,
-        "allreduce runs fp32, bf16 and fp16; PowerSGD needs the gradients' shapes and state between "
-        "steps, so it runs in the reducer only (bench ddp's powersgd level)");
+    FERRY_EXPECTS(comm::has_error_bound(c),
+                  fmt::format("allreduce runs the element-wise codecs (fp32, bf16, fp16) and checks their "
+                              "results against their bound; {} has none, so it runs in the reducer only "
+                              "(bench ddp)",
+                              to_string(c)));
   std::vector<std::uint64_t> out;
   for (std::uint64_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
     out.push_back(s / sizeof(float) * sizeof(float));

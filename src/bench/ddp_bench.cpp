@@ -117,7 +117,7 @@ const std::vector<level_entry>& level_table() {
       {{"powersgd",
         "PowerSGD rank 1 (error feedback, warm start) over DDP's 25 MiB buckets: two all-reduces a bucket",
         "its products and orthogonalization beside backward, and the last buckets", "exposed_comm"},
-       {level_kind::fixed, 1 * MiB, 25 * MiB, codec_kind::powersgd}},
+       {level_kind::fixed, 1 * MiB, 25 * MiB, comm::powersgd_kind}},
       {{"auto",
         "ferry's automatic plan, lossless: buckets chosen from the measured link and the learned backward",
         "the last bucket's all-reduce after backward, and the model's error", "compute_bound"},
@@ -307,7 +307,7 @@ class rank_model {
         plan_first_ = o.plan.first_bucket_bytes;
         plan_cap_ = o.plan.bucket_cap_bytes;
       }
-      o.powersgd.rank = 1;
+      o.codec_options[comm::powersgd_kind] = comm::powersgd_options{.rank = 1};
       red_.emplace(comm_, run_.shapes, o);
     }
     // Auto levels: the reducer learns and decides over its first steps (1 + 3 x learn_steps; none at one
@@ -454,7 +454,7 @@ class rank_model {
       if (red_) {
         const std::size_t b = red_->plan().places[p].bucket;
         codec_kind c = red_->codecs()[b];
-        if (c == codec_kind::powersgd) {
+        if (c == comm::powersgd_kind) {
           // A compressed matrix is a rank-1 approximation (checked across ranks only, by the checksums);
           // what PowerSGD sends whole comes back as the exact fp32 mean.
           const std::vector<std::size_t>& in = red_->plan().buckets[b].params;

@@ -17,8 +17,10 @@
 #include "ferry/comm/bootstrap.hpp"
 #include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/codec.hpp"
+#include "ferry/comm/codec_cache.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/group.hpp"
+#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "ferry/core/error.hpp"
 #include "interop.hpp"
@@ -64,12 +66,15 @@ struct comm_state {
   std::shared_ptr<device_state> dev;
   std::unique_ptr<comm::communicator> comm;
   std::string backend;
-  // ferry_comm_all_reduce_mean's wire buffer, and the end of its last use (a call on another stream
-  // waits for it before it writes the buffer again).
+  // ferry_comm_all_reduce_mean's codecs (one per codec and bucket size, kept: Note [Loose buckets reuse
+  // their codec] in docs/COMM.md), their wire buffer, and the end of its last use (a call on another
+  // stream waits for it before it writes the buffer again); all under wire_mu.
   std::mutex wire_mu;
+  std::unique_ptr<comm::codec_cache> codecs;
   buffer wire;
   event wire_free;
   ~comm_state() {
+    codecs.reset();
     comm.reset();
     wire_free = event();
     wire = buffer();
@@ -107,6 +112,7 @@ ferry_comm* make_comm(ferry_device* dev, std::shared_ptr<ferry::comm::bootstrap>
   auto st = std::make_shared<ferry::c_api::comm_state>();
   st->dev = d.state;
   st->comm = ferry::comm::open_group(std::move(job), *d.state->dev, o);
+  st->codecs = std::make_unique<ferry::comm::codec_cache>(*st->comm);
   st->backend = std::string(st->comm->backend_name());
   return new ferry_comm{std::move(st)};
 }
@@ -151,7 +157,9 @@ ferry::comm::reducer_options reducer_options_of(const char* json, int world) {
     } else if (key == "timing") {
       o.timing = value.get<bool>();
     } else if (key == "powersgd_rank") {
-      o.powersgd.rank = value.get<std::size_t>();
+      ferry::comm::powersgd_options p;
+      p.rank = value.get<int>();
+      o.codec_options[ferry::comm::powersgd_kind] = p;
     } else if (key == "grad_dtype") {
       o.grad_type = ferry::comm::parse_dtype(value.get<std::string>());
     } else if (key == "reduce_dtype") {
@@ -240,18 +248,19 @@ int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const ch
     auto& st = *checked(c, "ferry_comm_all_reduce_mean").state;
     FERRY_EXPECTS(codec != nullptr, "ferry_comm_all_reduce_mean: the codec is NULL");
     const ferry::comm::codec_kind k = ferry::comm::parse_codec(codec);
-    FERRY_EXPECTS(k != ferry::comm::codec_kind::powersgd,
-                  "ferry_comm_all_reduce_mean: powersgd keeps state per gradient matrix, so it runs in the "
-                  "reducer (DataParallel(lossy=True)), not per bucket; expected none, bf16 or fp16");
+    FERRY_EXPECTS(
+        ferry::comm::stateless(k),
+        fmt::format("ferry_comm_all_reduce_mean: {} keeps state per bucket of a reducer's plan, so "
+                    "it runs in the reducer (DataParallel(lossy=True)), not per bucket (the stateless "
+                    "codecs: {})",
+                    ferry::comm::to_string(k), ferry::comm::codec_names(ferry::comm::stateless)));
     const ferry::mem_view bucket = view_of(st, data, count, ferry::comm::dtype::f32);
     const ferry::stream_view s = ferry::c_api::producer_view(*st.dev, stream);
-    // The reducer's own per-bucket exchange (bucket_codec.hpp), made for this bucket: a heap object a call,
-    // beside the collective's own events.
-    const ferry::comm::powersgd_options no_options{};
-    const std::unique_ptr<ferry::comm::bucket_codec> exchange =
-        ferry::comm::make_bucket_codec({k, *st.comm, count, {}, {}, no_options});
     const std::lock_guard lock(st.wire_mu);
-    const std::size_t bytes = exchange->scratch_bytes();
+    // The reducer's own per-bucket exchange (bucket_codec.hpp), made at the first call for this codec and
+    // size and kept (Note [Loose buckets reuse their codec]).
+    ferry::comm::bucket_codec& exchange = st.codecs->get(k, count);
+    const std::size_t bytes = exchange.scratch_bytes();
     const bool used = !st.wire_free.empty() && st.wire_free.recorded();
     if (st.wire.size() < bytes) {
       if (used) st.wire_free.synchronize();
@@ -260,7 +269,7 @@ int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const ch
       s.wait(st.wire_free);
     }
     ferry::comm::reduce_marks marks;
-    exchange->reduce_async(bucket, bytes > 0 ? st.wire.view(0, bytes) : ferry::mem_view{}, s, marks);
+    exchange.reduce_async(bucket, bytes > 0 ? st.wire.view(0, bytes) : ferry::mem_view{}, s, marks);
     if (st.wire_free.empty()) st.wire_free = st.dev->dev->make_event();
     st.wire_free.record(s);
     // The caller's stream waits for the exchange through the same event (a wait takes the record it sees).

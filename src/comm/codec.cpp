@@ -26,30 +26,25 @@ struct codec_row {
   double max_finite;  // largest finite value of the wire type
 };
 
-constexpr std::array<codec_row, 4> rows{{
+constexpr std::array<codec_row, 3> rows{{
     {"none", dtype::f32, 4, 0x1p-24, 0x1p-150, 3.4028234663852886e38},
     {"fp16", dtype::f16, 2, 0x1p-11, 0x1p-25, 65504.0},
     {"bf16", dtype::bf16, 2, 0x1p-8, 0x1p-134, 3.3895313892515355e38},
-    // PowerSGD's wire is fp32 (P, Q and the whole tensors); its bytes depend on the shapes and the rank.
-    {"powersgd", dtype::f32, 4, 0x1p-24, 0x1p-150, 3.4028234663852886e38},
 }};
 
 bool in_table(codec_kind c) noexcept { return static_cast<std::size_t>(c) < rows.size(); }
 
 void expect_elementwise(codec_kind c, std::string_view call) {
-  FERRY_EXPECTS(c != codec_kind::powersgd,
-                fmt::format("{}(powersgd): PowerSGD is not an element-wise codec; its bucket codec runs it "
-                            "(powersgd.hpp)",
-                            call));
   FERRY_EXPECTS(in_table(c),
-                fmt::format("{}({}): only none, fp16 and bf16 are this table's element-wise "
-                            "codecs; a registered codec runs as its bucket codec (bucket_codec.hpp)",
-                            call, to_string(c)));
+                fmt::format("{}({}): {} is not an element-wise codec of this table (none, fp16, bf16); it "
+                            "runs as its bucket codec (bucket_codec.hpp)",
+                            call, to_string(c), to_string(c)));
 }
 
-// Codecs outside the table read as PowerSGD's row: fp32 on the wire, fp32's roundoff.
+// Codecs outside the table read as none's row: fp32 on the wire, fp32's roundoff (PowerSGD sends P, Q
+// and the tensors it leaves whole as fp32).
 const codec_row& row(codec_kind c) noexcept {
-  return rows[in_table(c) ? static_cast<std::size_t>(c) : static_cast<std::size_t>(codec_kind::powersgd)];
+  return rows[in_table(c) ? static_cast<std::size_t>(c) : static_cast<std::size_t>(codec_kind::none)];
 }
 
 void expect_world(int world_size, std::string_view what) {
@@ -74,6 +69,8 @@ void expect_floats(mem_view v, std::size_t count, std::size_t element_bytes, std
 }
 
 }  // namespace
+
+bool has_error_bound(codec_kind c) noexcept { return in_table(c); }
 
 // A registered element-wise codec outside the table puts its own wire type on the wire.
 dtype wire_type(codec_kind c) noexcept {

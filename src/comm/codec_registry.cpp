@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ferry/comm/bucket_codec.hpp"
+#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/core/error.hpp"
 
 namespace ferry::comm {
@@ -30,12 +31,13 @@ struct builtin {
   codec_entry (*entry)();
 };
 
-// Registration order is the automatic plan's order of candidates (bf16 before fp16).
+// Each built-in codec's fixed value (plans broadcast them) and its entry. Registration order is the
+// automatic plan's order of candidates (bf16 before fp16).
 constexpr std::array<builtin, 4> builtins{{
     {codec_kind::none, detail::none_codec_entry},
     {codec_kind::bf16, detail::bf16_codec_entry},
     {codec_kind::fp16, detail::fp16_codec_entry},
-    {codec_kind::powersgd, detail::powersgd_codec_entry},
+    {powersgd_kind, detail::powersgd_codec_entry},
 }};
 
 constexpr std::size_t slots = 256;
@@ -117,6 +119,11 @@ class registry {
                   fmt::format("register_codec(\"{}\"): an automatic codec needs element-wise parts with "
                               "encode and decode (the automatic plan measures and models them)",
                               entry.name));
+    FERRY_EXPECTS(!entry.check_options || entry.options.has_value(),
+                  fmt::format("register_codec(\"{}\"): check_options without options: give the defaults "
+                              "(their type is the options' type)",
+                              entry.name));
+    if (!entry.make) entry.stateless = true;  // made from its element-wise parts
     entries_[static_cast<std::size_t>(id)] = std::make_unique<const codec_entry>(std::move(entry));
     order_.push_back(id);
     return id;
@@ -149,14 +156,44 @@ std::vector<codec_kind> registered_codecs() { return codecs().all(); }
 
 std::vector<codec_kind> automatic_codecs() { return codecs().automatic(); }
 
+bool stateless(codec_kind c) noexcept {
+  const codec_entry* e = codecs().find(c);
+  return e != nullptr && e->stateless;
+}
+
+std::string codec_names(bool (*has)(codec_kind) noexcept) {
+  std::vector<std::string_view> names;
+  for (const codec_kind c : registered_codecs()) {
+    if (has(c)) names.push_back(to_string(c));
+  }
+  std::string out;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    if (k > 0) out += k + 1 == names.size() ? " and " : ", ";
+    out += names[k];
+  }
+  return out;
+}
+
+void check_codec_options(codec_kind c, const std::any& options) {
+  const codec_entry& e = codec_info(c);
+  FERRY_EXPECTS(e.options.has_value(), fmt::format("options for codec {}, which takes none", e.name));
+  FERRY_EXPECTS(
+      options.type() == e.options.type(),
+      fmt::format("options for codec {} of another type than its entry's (its defaults' type)", e.name));
+  if (e.check_options) e.check_options(options);
+}
+
 std::unique_ptr<bucket_codec> make_bucket_codec(const bucket_setup& setup) {
   const codec_entry& e = codec_info(setup.kind);
   FERRY_EXPECTS(setup.kind == codec_kind::none || setup.grad == dtype::f32,
                 fmt::format("codec {} for {} gradients: it compresses f32 gradients; {} ones are reduced by "
                             "none",
                             e.name, to_string(setup.grad), to_string(setup.grad)));
-  if (e.make) return e.make(setup);
-  return detail::make_elementwise_codec(setup, *e.elementwise);
+  if (setup.options != nullptr) check_codec_options(setup.kind, *setup.options);
+  bucket_setup resolved = setup;
+  if (resolved.options == nullptr) resolved.options = &e.options;
+  if (e.make) return e.make(resolved);
+  return detail::make_elementwise_codec(resolved, *e.elementwise);
 }
 
 std::string_view to_string(codec_kind c) noexcept {

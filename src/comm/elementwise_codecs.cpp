@@ -128,6 +128,7 @@ codec_entry none_codec_entry() {
   e.name = "none";
   e.aliases = {"fp32", "f32"};
   e.lossy = false;
+  e.stateless = true;
   e.make = [](const bucket_setup& setup) { return std::make_unique<plain_codec>(setup); };
   return e;
 }

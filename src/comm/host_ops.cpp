@@ -29,7 +29,6 @@ void encode_loop(codec_kind c, const float* src, void* wire, std::size_t count, 
         out[i] = float_to_bf16(scale_saturate(src[i], p.scale, p.limit));
       return;
     }
-    case codec_kind::powersgd: return;  // refused by encode_async: not element-wise
   }
 }
 
@@ -46,7 +45,6 @@ void decode_loop(codec_kind c, const void* wire, float* dst, std::size_t count) 
       for (std::size_t i = 0; i < count; ++i) dst[i] = bf16_to_float(in[i]);
       return;
     }
-    case codec_kind::powersgd: return;  // refused by decode_async: not element-wise
   }
 }
 

@@ -33,14 +33,18 @@ class powersgd::host_work final : public detail::powersgd_work {
   detail::powersgd_layout l_;
 };
 
-powersgd::powersgd(communicator& comm, std::span<const matrix_shape> shapes,
-                   std::span<const std::size_t> offsets, std::size_t bucket_elements,
-                   powersgd_options options)
-    : comm_(&comm), options_(options), bucket_elements_(bucket_elements) {
+void check(const powersgd_options& options) {
   FERRY_EXPECTS(options.rank >= 1, fmt::format("powersgd_options::rank = {}: must be >= 1", options.rank));
   FERRY_EXPECTS(
       options.min_compression_rate > 0,
       fmt::format("powersgd_options::min_compression_rate = {}: must be > 0", options.min_compression_rate));
+}
+
+powersgd::powersgd(communicator& comm, std::span<const matrix_shape> shapes,
+                   std::span<const std::size_t> offsets, std::size_t bucket_elements,
+                   powersgd_options options)
+    : comm_(&comm), options_(options), bucket_elements_(bucket_elements) {
+  check(options);
   FERRY_EXPECTS(shapes.size() == offsets.size(),
                 fmt::format("powersgd of {} shapes and {} offsets: give one offset per matrix", shapes.size(),
                             offsets.size()));

@@ -1,7 +1,9 @@
 // PowerSGD's bucket codec: the bucket's parameters as matrices at their offsets within the bucket, and
-// the powersgd object that reduces them and keeps their state between steps.
+// the powersgd object that reduces them and keeps their state between steps; its registry entry with its
+// options (powersgd_options) and their check.
 #include "ferry/comm/powersgd_codec.hpp"
 
+#include <any>
 #include <memory>
 
 namespace ferry::comm {
@@ -11,7 +13,8 @@ class powersgd_codec final : public bucket_codec {
  public:
   explicit powersgd_codec(const bucket_setup& setup)
       : bucket_codec(setup.kind),
-        state_(setup.comm, setup.shapes, setup.offsets, setup.elements, setup.powersgd) {}
+        state_(setup.comm, setup.shapes, setup.offsets, setup.elements,
+               std::any_cast<const powersgd_options&>(*setup.options)) {}
 
   // Its two all-reduces are timed as one: all of PowerSGD's work.
   void reduce_async(mem_view bucket, mem_view /*scratch*/, stream_view s, reduce_marks& marks) override {
@@ -43,6 +46,8 @@ codec_entry powersgd_codec_entry() {
   codec_entry e;
   e.name = "powersgd";
   e.make = [](const bucket_setup& setup) { return std::make_unique<powersgd_codec>(setup); };
+  e.options = powersgd_options{};
+  e.check_options = [](const std::any& o) { check(std::any_cast<const powersgd_options&>(o)); };
   return e;
 }
 

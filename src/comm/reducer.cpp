@@ -39,8 +39,8 @@ namespace {
 constexpr std::size_t max_producers = 8;
 
 // One scratch buffer lent to every bucket's codec, sized for the largest need: the buckets' work runs one
-// after another on the communication stream, so they never use it at once. Empty when no codec needs one
-// (none, PowerSGD).
+// after another on the communication stream, so they never use it at once (docs/COMM.md, Note [One
+// scratch for every bucket]). Empty when no codec needs one (none of f32, PowerSGD).
 buffer make_scratch(device& dev, const std::vector<const bucket_codec*>& codecs) {
   std::size_t bytes = 0;
   for (const bucket_codec* c : codecs) bytes = std::max(bytes, c->scratch_bytes());
@@ -130,8 +130,7 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
   check(options_.plan);
   FERRY_EXPECTS(registered(options_.codec),
                 fmt::format("reducer_options::codec = {} is not a codec", static_cast<int>(options_.codec)));
-  FERRY_EXPECTS(options_.powersgd.rank >= 1,
-                fmt::format("reducer_options::powersgd.rank = {}: must be >= 1", options_.powersgd.rank));
+  for (const auto& [c, o] : options_.codec_options) check_codec_options(c, o);
   const bool automatic = options_.automatic.enabled;
   // The automatic plan's own plans until its decision: one bucket of every gradient (the rebuild too).
   if (automatic) {
@@ -162,7 +161,8 @@ reducer::reducer(communicator& comm, std::span<const matrix_shape> param_shapes,
 
 reducer::~reducer() {
   // Buffers are freed after this: the communication stream must be done with them. An error of the group
-  // (an aborted collective) is rethrown by synchronize; a destructor reports it instead.
+  // (an aborted collective) is rethrown by synchronize; a destructor reports it instead (docs/COMM.md,
+  // Note [Errors surface where the caller can act]).
   try {
     comm_stream_.synchronize();
   } catch (const std::exception& e) {
@@ -232,8 +232,10 @@ std::unique_ptr<bucket_codec> reducer::make_codec(const bucket_plan& plan, std::
     offsets.push_back(plan.places[p].offset - k.offset);
   }
   const dtype reduce = options_.reduce_type.value_or(options_.grad_type);
+  const auto given = options_.codec_options.find(c);
+  const std::any* o = given != options_.codec_options.end() ? &given->second : nullptr;
   return make_bucket_codec(
-      bucket_setup{c, *comm_, k.elements, shapes, offsets, options_.powersgd, options_.grad_type, reduce});
+      bucket_setup{c, *comm_, k.elements, shapes, offsets, o, options_.grad_type, reduce});
 }
 
 void reducer::set_plan(bucket_plan plan, std::vector<codec_kind> codecs) {
@@ -311,7 +313,7 @@ void reducer::apply_pending() {
   if (pending_->plan == plan_) {
     cs.synchronize();  // the last step's buckets may still use the scratch
     // Codec state (PowerSGD's feedback and Q) is kept where a bucket keeps its codec, made afresh where
-    // the codec changes.
+    // the codec changes (docs/COMM.md, Note [A codec lives as long as its bucket]).
     std::vector<std::unique_ptr<bucket_codec>> states(buckets_.size());
     std::vector<const bucket_codec*> next;
     next.reserve(buckets_.size());

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <any>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -128,7 +131,7 @@ void expect_mean(reducer& r, std::uint64_t step, int ranks, stream_view s) {
 
 TEST(bucket_codec, a_codec_registered_by_the_test_runs_every_bucket_of_a_plan_set_by_hand) {
   const codec_kind negate = negate_kind();
-  EXPECT_GT(static_cast<int>(negate), static_cast<int>(codec_kind::powersgd));
+  EXPECT_GT(static_cast<int>(negate), static_cast<int>(powersgd_kind));
   EXPECT_EQ(to_string(negate), "test-negate");
   EXPECT_EQ(parse_codec("test-negate"), negate);
   EXPECT_EQ(parse_codec("test-neg"), negate);
@@ -251,7 +254,7 @@ TEST(bucket_codec, the_registry_refuses_taken_names_and_entries_it_cannot_make) 
   // The built-ins keep their names, and the automatic plan's candidates stay bf16 then fp16.
   EXPECT_EQ(parse_codec("fp32"), codec_kind::none);
   EXPECT_EQ(parse_codec("half"), codec_kind::fp16);
-  EXPECT_EQ(to_string(codec_kind::powersgd), "powersgd");
+  EXPECT_EQ(to_string(powersgd_kind), "powersgd");
   EXPECT_EQ(automatic_codecs(), (std::vector<codec_kind>{codec_kind::bf16, codec_kind::fp16}));
   EXPECT_TRUE(lossy(codec_kind::bf16));
   EXPECT_FALSE(lossy(codec_kind::none));
@@ -260,6 +263,109 @@ TEST(bucket_codec, the_registry_refuses_taken_names_and_entries_it_cannot_make) 
   reducer r(ranks[0], sizes, small_buckets());
   EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { r.set_plan(r.plan(), {static_cast<codec_kind>(250)}); }),
                      "codec 250 is not a codec");
+}
+
+// A codec with options of its own type: its factory reads them from the setup (the reducer's, or its
+// entry's defaults), and its check refuses a factor <= 0.
+struct scale_options {
+  double factor = 1.0;
+};
+
+// The test makes these codecs to read the options they were given; it runs no step with them.
+class scaled_codec final : public bucket_codec {
+ public:
+  explicit scaled_codec(const bucket_setup& s)
+      : bucket_codec(s.kind), factor_(std::any_cast<const scale_options&>(*s.options).factor) {}
+  void reduce_async(mem_view /*bucket*/, mem_view /*scratch*/, stream_view /*s*/,
+                    reduce_marks& /*marks*/) override {
+    throw logic_error("test-scaled: the test runs no step with it");
+  }
+  [[nodiscard]] std::size_t wire_bytes() const noexcept override { return 0; }
+  [[nodiscard]] double factor() const noexcept { return factor_; }
+
+ private:
+  double factor_;
+};
+
+codec_kind scaled_kind() {
+  static const codec_kind k = [] {
+    codec_entry e;
+    e.name = "test-scaled";
+    e.make = [](const bucket_setup& s) { return std::make_unique<scaled_codec>(s); };
+    e.options = scale_options{};
+    e.check_options = [](const std::any& o) {
+      const double f = std::any_cast<const scale_options&>(o).factor;
+      FERRY_EXPECTS(f > 0, fmt::format("scale_options::factor = {}: must be > 0", f));
+    };
+    return register_codec(std::move(e));
+  }();
+  return k;
+}
+
+double factor_of(const bucket_codec& c) { return dynamic_cast<const scaled_codec&>(c).factor(); }
+
+TEST(bucket_codec, a_codecs_options_travel_from_the_reducer_or_its_entry_to_its_factory_checked) {
+  const codec_kind scaled = scaled_kind();
+  host_ranks ranks(1, unmodelled(std::chrono::seconds(5)), 4);
+  reducer_options o = small_buckets(scaled);
+  {
+    reducer r(ranks[0], sizes, o);
+    EXPECT_EQ(factor_of(r.codec(0)), 1.0) << "no options given: the entry's defaults";
+  }
+  o.codec_options[scaled] = scale_options{2.5};
+  {
+    reducer r(ranks[0], sizes, o);
+    for (std::size_t b = 0; b < r.plan().buckets.size(); ++b) EXPECT_EQ(factor_of(r.codec(b)), 2.5);
+  }
+  const std::any three = scale_options{3.0};
+  EXPECT_EQ(factor_of(*make_bucket_codec({scaled, ranks[0], 16, {}, {}, &three})), 3.0);
+  // Refused at construction, before any codec is made: a bad value, options of another type, options
+  // for a codec that takes none.
+  o.codec_options[scaled] = scale_options{0};
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer r(ranks[0], sizes, o); }),
+                     "scale_options::factor = 0: must be > 0");
+  o.codec_options[scaled] = 2.5;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer r(ranks[0], sizes, o); }),
+                     "options for codec test-scaled of another type");
+  o.codec_options.erase(scaled);
+  o.codec_options[codec_kind::bf16] = scale_options{};
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer r(ranks[0], sizes, o); }),
+                     "options for codec bf16, which takes none");
+  // PowerSGD's options are its entry's the same way.
+  o.codec_options.clear();
+  o.codec_options[powersgd_kind] = 1;
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer r(ranks[0], sizes, o); }),
+                     "options for codec powersgd of another type");
+  EXPECT_NO_THROW(check_codec_options(powersgd_kind, powersgd_options{.rank = 2}));
+  // An entry's check needs defaults to check against.
+  codec_entry half;
+  half.name = "test-check-only";
+  half.make = [](const bucket_setup& s) { return std::make_unique<negate_codec>(s); };
+  half.check_options = [](const std::any&) {};
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(register_codec(half)); }),
+                     "check_options without options");
+}
+
+TEST(bucket_codec, stateless_and_error_bound_are_properties_of_the_entry_not_of_a_name) {
+  EXPECT_TRUE(stateless(codec_kind::none));
+  EXPECT_TRUE(stateless(codec_kind::fp16));
+  EXPECT_TRUE(stateless(codec_kind::bf16));
+  EXPECT_FALSE(stateless(powersgd_kind));
+  EXPECT_TRUE(stateless(parts_kind())) << "a codec made from element-wise parts keeps nothing";
+  EXPECT_FALSE(stateless(negate_kind())) << "a factory's codec is stateless only when its entry says so";
+  EXPECT_FALSE(stateless(static_cast<codec_kind>(250)));
+  for (const codec_kind c : {codec_kind::none, codec_kind::fp16, codec_kind::bf16})
+    EXPECT_TRUE(has_error_bound(c));
+  EXPECT_FALSE(has_error_bound(powersgd_kind));
+  EXPECT_FALSE(has_error_bound(parts_kind()));
+  EXPECT_EQ(codec_names(has_error_bound), "none, fp16 and bf16");
+  // The stateless codecs by name: the built-ins and the test's element-wise one, in codec_kind order.
+  const std::string names = codec_names(stateless);
+  EXPECT_EQ(names.rfind("none, fp16, bf16", 0), 0U) << names;
+  EXPECT_NE(names.find("test-parts"), std::string::npos) << names;
+  EXPECT_EQ(names.find("powersgd"), std::string::npos) << names;
+  EXPECT_EQ(wire_bytes(powersgd_kind, 10), 40U) << "a codec outside the table counts fp32 on the wire";
+  EXPECT_EQ(wire_type(powersgd_kind), dtype::f32);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/detail/codec_math.hpp"
 #include "ferry/comm/powersgd.hpp"
+#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/cuda/cuda.hpp"
@@ -181,7 +182,7 @@ TEST(powersgd_gpu, cuda_matches_the_host_implementation_step_by_step) {
   }
 }
 
-// The reducer with codec_kind::powersgd (rank 2, two buckets, the second fp32 after set_plan) on the
+// The reducer with powersgd_kind (rank 2, two buckets, the second fp32 after set_plan) on the
 // GPUs and on host ranks, the same gradients: every step's buffer within fp32 tolerance of the host's,
 // the same bytes on every GPU rank.
 TEST(powersgd_gpu, the_reducer_on_gpus_matches_the_host_reducer_and_ranks_agree) {
@@ -195,8 +196,8 @@ TEST(powersgd_gpu, the_reducer_on_gpus_matches_the_host_reducer_and_ranks_agree)
   reducer_options o;
   o.plan.first_bucket_bytes = 64 * KiB;
   o.plan.bucket_cap_bytes = 160 * KiB;
-  o.codec = codec_kind::powersgd;
-  o.powersgd.rank = 2;
+  o.codec = powersgd_kind;
+  o.codec_options[powersgd_kind] = powersgd_options{.rank = 2};
   o.rebuild = false;
   auto run_reducer = [&](auto comm_of) {
     std::vector<std::vector<std::vector<float>>> flats(n);  // [rank][step]
@@ -209,7 +210,7 @@ TEST(powersgd_gpu, the_reducer_on_gpus_matches_the_host_reducer_and_ranks_agree)
       ASSERT_GE(red.plan().buckets.size(), 2U) << red.plan().describe();
       for (int t = 0; t < steps; ++t) {
         if (t == 2) {
-          std::vector<codec_kind> codecs(red.plan().buckets.size(), codec_kind::powersgd);
+          std::vector<codec_kind> codecs(red.plan().buckets.size(), powersgd_kind);
           codecs[1] = codec_kind::none;
           red.set_plan(red.plan(), codecs);
         }

@@ -1,4 +1,4 @@
-// The reducer with codec_kind::powersgd over 2-3 host ranks: gradients whose mean is of rank r come back
+// The reducer with powersgd_kind over 2-3 host ranks: gradients whose mean is of rank r come back
 // exactly (and the tensors PowerSGD sends whole as the exact mean); over several steps each rank's
 // error feedback holds what the approximation left out and the sum over steps is kept; every rank ends
 // every step with the same bytes; set_plan mixes powersgd with other codecs per bucket and keeps the
@@ -39,9 +39,8 @@ reducer_options options(int rank) {
   reducer_options o;
   o.plan.first_bucket_bytes = 4 * KiB;
   o.plan.bucket_cap_bytes = 16 * KiB;
-  o.codec = codec_kind::powersgd;
-  o.powersgd.rank = rank;
-  o.powersgd.seed = 3;
+  o.codec = powersgd_kind;
+  o.codec_options[powersgd_kind] = powersgd_options{.rank = rank, .seed = 3};
   o.rebuild = false;
   return o;
 }
@@ -223,7 +222,7 @@ TEST(reducer_powersgd, set_plan_mixes_codecs_per_bucket_and_keeps_the_state_whil
     ASSERT_GE(buckets, 2U);
     for (std::size_t b = 0; b < buckets; ++b) EXPECT_EQ(powersgd_state(red.codec(b)), nullptr);
     std::vector<codec_kind> codecs(buckets, codec_kind::bf16);
-    codecs[0] = codec_kind::powersgd;
+    codecs[0] = powersgd_kind;
     red.set_plan(red.plan(), codecs);
     auto step = [&](std::uint64_t t) {
       red.begin_step();
@@ -266,19 +265,19 @@ TEST(reducer_powersgd, set_plan_mixes_codecs_per_bucket_and_keeps_the_state_whil
 TEST(reducer_powersgd, refuses_bad_options_and_element_wise_calls_naming_the_value) {
   host_ranks ranks(1, testing::unmodelled(), 44);
   reducer_options o = options(0);
-  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer red(ranks[0], shapes, o); }), "powersgd.rank = 0");
-  EXPECT_EQ(parse_codec("powersgd"), codec_kind::powersgd);
-  EXPECT_EQ(to_string(codec_kind::powersgd), "powersgd");
-  EXPECT_TRUE(lossy(codec_kind::powersgd));
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { reducer red(ranks[0], shapes, o); }),
+                     "powersgd_options::rank = 0");
+  EXPECT_EQ(parse_codec("powersgd"), powersgd_kind);
+  EXPECT_EQ(to_string(powersgd_kind), "powersgd");
+  EXPECT_TRUE(lossy(powersgd_kind));
   device& dev = ranks.dev(0);
   const buffer a = dev.alloc_device(64);
   const stream s = dev.make_stream();
   EXPECT_MESSAGE_HAS(
-      message_of<logic_error>([&] { encode_async(codec_kind::powersgd, a.view(), a.view(), 4, 1, s); }),
+      message_of<logic_error>([&] { encode_async(powersgd_kind, a.view(), a.view(), 4, 1, s); }),
       "not an element-wise codec");
-  EXPECT_MESSAGE_HAS(
-      message_of<logic_error>([&] { static_cast<void>(error_bound(codec_kind::powersgd, 2, 1.0)); }),
-      "not an element-wise codec");
+  EXPECT_MESSAGE_HAS(message_of<logic_error>([&] { static_cast<void>(error_bound(powersgd_kind, 2, 1.0)); }),
+                     "not an element-wise codec");
 }
 
 }  // namespace

@@ -172,11 +172,11 @@ std::vector<comm::codec_kind> parse_codecs(const std::string& text) {
     } catch (const logic_error& e) {
       throw flag_error(fmt::format("--codec {}: {}", escape_control(text), escape_control(e.what())));
     }
-    if (out.back() == comm::codec_kind::powersgd)
+    if (!comm::has_error_bound(out.back()))
       throw flag_error(
-          fmt::format("--codec {}: powersgd runs in the reducer only (bench ddp's powersgd level); "
-                      "expected fp32, bf16 or fp16",
-                      escape_control(text)));
+          fmt::format("--codec {}: {} runs in the reducer only (bench ddp); expected fp32, bf16 or "
+                      "fp16",
+                      escape_control(text), comm::to_string(out.back())));
   }
   if (out.empty()) throw flag_error("--codec: empty; expected a list such as fp32,bf16,fp16");
   return out;

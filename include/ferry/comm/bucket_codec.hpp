@@ -1,25 +1,21 @@
 // ferry::comm bucket codecs: how one bucket of a plan travels, as one open interface (PyTorch c10d's
-// comm hook is the model).
+// comm hook is the model). The design and its reasons: docs/COMM.md, Note [Codecs are registry entries]
+// and Note [One scratch for every bucket].
 //
 // A bucket_codec is made once per bucket of a plan, when the plan takes effect, and runs that bucket's
-// whole exchange on the communication stream each step: the element-wise codecs (none, fp16, bf16;
-// codec.hpp) encode into a wire buffer, all-reduce it and decode it back; PowerSGD (powersgd.hpp) runs
-// its two all-reduces and keeps its error feedback and warm-start Q in its codec object between steps.
-// The reducer knows nothing else of a codec: it lends every bucket's codec one shared scratch buffer (the
-// buckets run one after another on the communication stream, so they never use it at once) of the
-// largest scratch_bytes() among them, and marks timing around the call.
-//
-// Codecs are registered, keyed by codec_kind (the identifier that plans, the broadcast plan words, the C
-// ABI and the CLI use) and by name. The built-in codecs are one table of src/comm/codec_registry.cpp, each
-// implemented in its own file; a new codec is one new file and one line of that table, or, outside the
-// library, one register_codec call before the reducers that use it are made (a test does so). The reducer,
-// the automatic plan's candidates (entries marked `automatic`), parse_codec and to_string read the
-// registry and need no edit.
+// whole exchange on the communication stream each step. Codecs are registered, keyed by codec_kind (the
+// value that plans, the broadcast plan words, the C ABI and the CLI use) and by name; an entry carries
+// everything a caller may ask of a codec (its factory, its options' defaults and check, whether it is
+// lossy, stateless or a candidate of the automatic plan), so that no caller names a codec. The built-in
+// codecs are one table of src/comm/codec_registry.cpp, each implemented in its own file; a new codec is
+// one new file and one line of that table, or, outside the library, one register_codec call before the
+// reducers that use it are made.
 //
 // Threads: register_codec and the look-ups below take one lock and may be called from any thread;
 // entries are never removed, so the references and names they hand out stay valid for the program's life.
 #pragma once
 
+#include <any>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -30,19 +26,29 @@
 
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
-#include "ferry/comm/powersgd.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
 
-/// What a codec's factory gets for one bucket of a plan. The spans are valid during the call only.
+/// The 2-D shape of a gradient as a codec sees it, a row-major rows x cols matrix (a 1-D tensor of n
+/// elements is {n, 1}; a higher-dimensional one {first dimension, the product of the others}).
+struct matrix_shape {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  [[nodiscard]] std::size_t elements() const noexcept { return rows * cols; }
+};
+
+/// What a codec's factory gets for one bucket of a plan. The spans and `options` are valid during the
+/// call only.
 struct bucket_setup {
   codec_kind kind;                       // the codec being made
   communicator& comm;                    // the group; it outlives the codec
   std::size_t elements = 0;              // 4-byte slots of the bucket (padding included): its f32 elements
   std::span<const matrix_shape> shapes;  // the bucket's parameters, in the bucket's order
   std::span<const std::size_t> offsets;  // their element offsets within the bucket
-  const powersgd_options& powersgd;      // options of the codecs that take some (reducer_options)
+  /// The codec's options (a value of its entry's options type), or null for its entry's defaults;
+  /// make_bucket_codec checks them and hands the factory the ones that apply, never null.
+  const std::any* options = nullptr;
   /// The gradients' type (reducer_options::grad_type) and the type none averages them in. A codec other
   /// than none is made for f32 gradients only (make_bucket_codec refuses the others).
   dtype grad = dtype::f32;
@@ -89,7 +95,7 @@ class bucket_codec {
   /// Bytes of the reducer's shared scratch the codec needs (0: none).
   [[nodiscard]] virtual std::size_t scratch_bytes() const noexcept { return 0; }
   /// State a codec keeps between steps in the bucket's layout (PowerSGD's error feedback); an empty view
-  /// for stateless codecs. Read it after the stream passed the reduce that wrote it.
+  /// for codecs that keep none there. Read it after the stream passed the reduce that wrote it.
   [[nodiscard]] virtual mem_view error_feedback() const noexcept { return {}; }
 
   [[nodiscard]] codec_kind kind() const noexcept { return kind_; }
@@ -122,6 +128,16 @@ struct codec_entry {
   std::optional<elementwise_parts> elementwise;
   /// Makes the codec of one bucket; empty for an element-wise codec made from `elementwise`.
   codec_factory make;
+  /// The codec keeps nothing between reduce_async calls and reads neither setup.shapes nor setup.offsets,
+  /// so one object made for a bucket size serves every bucket of that size, in any order (codec_cache).
+  /// Codecs made from `elementwise` are stateless whatever this says.
+  bool stateless = false;
+  /// The options the factory reads when its caller gives none (setup.options): a copyable value of the
+  /// codec's own options type; empty for a codec that takes none. Options given must be of this type.
+  std::any options;
+  /// Throws logic_error, naming the field and its limit, for options of that type the codec cannot
+  /// take; empty when every value is valid.
+  std::function<void(const std::any& options)> check_options;
 };
 
 /// Registers `entry` under the next free codec_kind value and returns it. Throws logic_error for an empty
@@ -136,8 +152,17 @@ codec_kind register_codec(codec_entry entry);
 [[nodiscard]] std::vector<codec_kind> registered_codecs();
 /// The automatic plan's candidates (entries marked automatic), in registration order.
 [[nodiscard]] std::vector<codec_kind> automatic_codecs();
+/// Whether `c` is registered and stateless (codec_entry::stateless, or made from element-wise parts).
+[[nodiscard]] bool stateless(codec_kind c) noexcept;
+/// The registered codecs for which `has` holds, by name in codec_kind order ("none, fp16 and bf16"), for
+/// messages that say what a caller takes.
+[[nodiscard]] std::string codec_names(bool (*has)(codec_kind) noexcept);
+/// Checks `options` for codec `c`: throws logic_error when c is not registered, takes no options, or
+/// `options` are of another type than its entry's, or what its check_options throws.
+void check_codec_options(codec_kind c, const std::any& options);
 /// Makes the bucket codec of setup.kind. Throws logic_error when it is not registered, when a codec other
-/// than none is asked for 16-bit gradients, or what the codec's factory throws.
+/// than none is asked for 16-bit gradients, for options check_codec_options refuses, or what the codec's
+/// factory throws.
 [[nodiscard]] std::unique_ptr<bucket_codec> make_bucket_codec(const bucket_setup& setup);
 
 }  // namespace ferry::comm

@@ -9,7 +9,7 @@
 // kernels that read a bucket can use vector loads.
 //
 // The same inputs give the same plan on every rank; the reducer makes the inputs identical by
-// broadcasting rank 0's observed order (see reducer.hpp).
+// broadcasting rank 0's observed order (docs/COMM.md, Note [Plans change only between steps]).
 #pragma once
 
 #include <cstddef>

@@ -12,14 +12,10 @@
 //   bf16   bf16   2          2^-8               2^-134
 //
 // These functions are the three element-wise codecs' arithmetic. How a bucket travels is a bucket codec
-// (bucket_codec.hpp): these three are registered there over encode_async/decode_async, and other codecs
-// (PowerSGD, or one registered by a user) are more implementations of that interface.
-// codec_kind::powersgd is of another kind: a rank-r approximation of each gradient matrix with error
-// feedback (powersgd.hpp), which needs the parameters' shapes and keeps state between steps, so only a
-// bucket codec runs it (reducer_options::powersgd). Its wire is fp32; wire_bytes(powersgd, n) counts the n
-// elements as if nothing were compressed (an upper bound; the reducer's stats count what travels). It has
-// no element-wise bound: error_bound, saturation_limit, encode_async and decode_async refuse it, as they
-// refuse every registered codec but none, fp16 and bf16.
+// (bucket_codec.hpp): these three are registered there over encode_async/decode_async, and every other
+// codec (PowerSGD, or one registered by a user) is another implementation of that interface, with no row
+// here: wire_type, wire_bytes and unit_roundoff read it as fp32, and error_bound, saturation_limit,
+// encode_async and decode_async refuse it (has_error_bound says which codecs they take).
 //
 // Error bound (error_bound below), per element i, against the exact mean m_i = (1/n) sum_r x_{r,i} of the
 // n ranks' fp32 values, with M_i = max_r |x_{r,i}| and gamma = (n-1) u / (1 - (n-1) u):
@@ -51,9 +47,11 @@
 
 namespace ferry::comm {
 
-/// A codec's identifier: the built-in ones, in the order of the table above, then PowerSGD; the values
-/// after powersgd are given out by register_codec (bucket_codec.hpp).
-enum class codec_kind : std::uint8_t { none, fp16, bf16, powersgd };
+/// A codec's identifier: the element-wise codecs of the table above; the built-in codecs of other kinds
+/// have fixed values after them (PowerSGD's powersgd_kind, powersgd_codec.hpp), and register_codec
+/// (bucket_codec.hpp) gives out the values after those. The values travel between ranks (a plan's
+/// broadcast words), so a built-in codec keeps its value.
+enum class codec_kind : std::uint8_t { none, fp16, bf16 };
 
 /// The registered name ("none", "fp16", ...); "unregistered" for a value no codec holds.
 [[nodiscard]] std::string_view to_string(codec_kind c) noexcept;
@@ -64,6 +62,9 @@ enum class codec_kind : std::uint8_t { none, fp16, bf16, powersgd };
 /// caller must allow them explicitly.
 [[nodiscard]] bool lossy(codec_kind c) noexcept;
 
+/// True for the codecs of the table above (none, fp16, bf16): those error_bound, saturation_limit,
+/// encode_async and decode_async take, and whose results a check can hold to the bound.
+[[nodiscard]] bool has_error_bound(codec_kind c) noexcept;
 /// The element type on the wire (an element-wise codec's registered wire type; fp32 for the others).
 [[nodiscard]] dtype wire_type(codec_kind c) noexcept;
 /// Bytes on the wire for `elements` fp32 elements (what one rank sends into the all-reduce): for an

@@ -30,25 +30,24 @@
 #include <span>
 #include <vector>
 
+#include "ferry/comm/bucket_codec.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/detail/powersgd_work.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
 
-/// The 2-D shape a gradient is compressed as (a 1-D tensor of n elements is {n, 1}).
-struct matrix_shape {
-  std::size_t rows = 0;
-  std::size_t cols = 0;
-  [[nodiscard]] std::size_t elements() const noexcept { return rows * cols; }
-};
-
+/// PowerSGD's options: its codec's (powersgd_kind's) registered defaults, and what a reducer is given in
+/// reducer_options::codec_options[powersgd_kind].
 struct powersgd_options {
   int rank = 1;                       // r: columns of P and Q
   double min_compression_rate = 2.0;  // compress when (rows + cols) r rate < rows cols
   bool warm_start = true;             // keep Q between steps (else a fresh seeded Q every step)
   std::uint64_t seed = 0;             // the first Q's formula (the same on every rank)
 };
+
+/// Throws logic_error, naming the field and its value, for rank < 1 or min_compression_rate <= 0.
+void check(const powersgd_options& options);
 
 /// PowerSGD state and work for one bucket: matrices at element offsets of a flat fp32 bucket. Elements of
 /// the bucket outside every matrix (padding) are left as they are.

@@ -1,78 +1,17 @@
 // ferry::comm reducer: averages every rank's gradients over a communicator, bucket by bucket, while
-// backward is still producing them.
+// backward is still producing them. The design: docs/COMM.md (Note [A step launches its buckets in plan
+// order], Note [Plans change only between steps], Note [A codec lives as long as its bucket], Note [The
+// automatic plan learns over the first steps], Note [16-bit gradients live in 4-byte slots]).
 //
-// Gradients live in the reducer's flat buffer, laid out by a bucket plan (bucket_plan.hpp):
-// grad(p) is parameter p's gradient, and the caller's gradient tensors are views of it, so nothing is
-// copied in or out. A step is
+// Gradients live in the reducer's flat buffer, laid out by a bucket plan (bucket_plan.hpp); grad(p) is
+// parameter p's gradient, and the caller's gradient tensors are views of it. A step is
 //
 //   begin_step();                       // before anything writes a gradient of the step
 //   ... backward writes grad(p) on a producer stream, then calls mark_ready(p, producer) ...
 //   finish(optimizer_stream);           // the optimizer's stream waits for the averaged gradients
 //
-// mark_ready never blocks the host and allocates nothing. When p completes its bucket, the reducer makes
-// its communication stream (comm_stream()) wait for the producers, by an event recorded on each producer
-// stream that marked since the last launch, and queues on it the bucket's exchange: its codec's
-// reduce_async (bucket_codec.hpp; for none, fp16 and bf16 an encode, an all-reduce and a decode).
-// Buckets launch strictly in plan order on every rank (a complete bucket waits for the ones before it,
-// as in PyTorch DDP), because the ranks' collectives are matched by issue order. finish() queues no
-// collective: it makes the caller's stream wait for an event recorded on the communication stream after
-// the last bucket.
-//
-// Plans. The first step uses the reverse registration order (make_reverse_plan). With
-// options.rebuild, the order the parameters were marked in during the first step is exchanged at the next
-// begin_step(): rank 0's order is broadcast (a small device buffer, then a host sync: between steps, once)
-// and every rank builds the same plan from it, so ranks that observed different orders still agree.
-// set_plan() replaces the plan (and the codec of each bucket) explicitly, for a chooser that decides on
-// rank 0 and broadcasts; it cancels a rebuild not yet done and must be called on every rank alike.
-//
-// When gradient views change: only inside begin_step(), and only when a new layout is pending (after the
-// first step's rebuild when the observed order differs from the first plan's, or after a set_plan whose
-// buckets differ from the current ones; new codecs on the same buckets keep the views). Then
-// begin_step() waits for all work on the device (so nothing still reads or writes the old views), copies
-// each gradient into its place in the new buffer (values are kept), frees the old buffer and increments
-// generation(). A caller that holds gradient views re-takes them (grad(p)) whenever generation() changed
-// after begin_step(). Views taken earlier are invalid from then on.
-//
-// Codecs (bucket_codec.hpp): each bucket gets its own bucket_codec, made from the registry when its plan
-// takes effect, which runs the bucket's exchange on the communication stream in plan order and holds any
-// state it keeps between steps; the reducer lends them one shared scratch buffer (the largest any needs).
-// A new layout, or a bucket's codec changing, makes that bucket's codec afresh; set_plan with the same
-// buckets and codecs keeps them. PowerSGD (codec_kind::powersgd, options.powersgd) is one such codec: it
-// holds the bucket's error feedback and warm-start Q (zero feedback and the seeded Q when made); the
-// bucket's matrices are its parameters of 2-D shapes (the reducer of param_shapes), compressed where
-// PowerSGD's rule says so, the others averaged whole in the same bucket. Its two all-reduces run where
-// the bucket's one would; nothing waits on the host.
-//
-// The automatic plan (options.automatic.enabled): the reducer measures, learns and chooses its plan itself
-// (auto_plan.hpp's model and search), on every rank alike, over its first 1 + 3 * learn_steps steps:
-// - construction: the link (an all-reduce timed at each of link_sizes: collective, so every rank constructs
-//   its reducer at the same point) and, under the lossy policy, the bf16 and fp16 codecs' local cost;
-// - step 1 (and the rebuild after it, with options.rebuild): one bucket of every gradient;
-// - the next learn_steps steps, still one bucket: the gradient-ready timeline, from a timing event that
-//   mark_ready records on the producer stream per parameter and one that finish(s) records on s (the end
-//   of backward, as s sees it);
-// - the next 2 * learn_steps steps: the probe's buckets (DDP's default, 1 MiB first then 25 MiB), the last
-//   learn_steps of them timed as backward from its first gradient to its end: how much longer backward runs
-//   beside many all-reduces than beside one gives what each bucket takes from compute;
-// - at the finish() of step 1 + 3 * learn_steps, rank 0 chooses the plan (choose_plan) and broadcasts it;
-//   every rank gets the identical plan and auto_result(), and the plan takes effect at the next
-//   begin_step() (learning() turns false then).
-// Every learning step averages the gradients exactly (codec none); the learning steps host-sync (a few
-// syncs per step), the steps after the decision run as with a plan set by hand: no added host sync, no
-// allocation. At world size 1 there is nothing to hide: the plan is one bucket, decided at construction
-// with no learning step. The first plans of the automatic mode are its own (options.plan's caps are not
-// used, its alignment is); options.codec must stay none, and set_plan is refused while learning().
-//
-// Gradient types (options.grad_type): f32 by default. bf16 and f16 gradients (a model trained in that type)
-// live in the same flat buffer, two bytes each; the plans lay them out in 4-byte slots (a parameter of an
-// odd number of elements ends in 2 bytes of padding, which stay zero), so caps and alignment keep their
-// meaning in bytes, and every plan of such a reducer (plan(), set_plan) counts slots, not elements
-// (plan_sizes()). Their buckets are averaged by codec none, in their own type (rounded at each partial sum
-// on NCCL, as an all-reduce of them is) or, with options.reduce_type = f32, widened to f32 in the scratch,
-// averaged and rounded back once (saturating as codec.hpp's encode does: f16 averages above 65440 clamp
-// there); the lossy codecs (bf16, fp16, PowerSGD) compress f32 gradients and are refused for them. The
-// automatic plan models a bucket's wire as its bytes, which widening doubles: its choice of buckets then
-// underestimates the communication.
+// Each bucket's exchange is its codec's reduce_async (bucket_codec.hpp) on the communication stream, in
+// plan order. Gradient views change only inside begin_step(), when generation() changes.
 //
 // Every rank makes its reducer with the same parameter sizes and options, and calls begin_step, mark_ready
 // (in any order), finish and set_plan alike: the buckets' collectives are matched by issue order.
@@ -84,8 +23,10 @@
 // call, or at the next synchronize of the communication stream.
 #pragma once
 
+#include <any>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,7 +37,6 @@
 #include "ferry/comm/bucket_plan.hpp"
 #include "ferry/comm/codec.hpp"
 #include "ferry/comm/communicator.hpp"
-#include "ferry/comm/powersgd.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry::comm {
@@ -105,7 +45,8 @@ namespace detail {
 class auto_tuner;
 }
 
-/// The automatic plan's options (see the header's comment). Sizes are bytes of fp32 gradient.
+/// The automatic plan's options (docs/COMM.md, Note [The automatic plan learns over the first steps]). Sizes
+/// are bytes of fp32 gradient.
 struct auto_plan_options {
   /// The reducer learns and chooses its plan itself.
   bool enabled = false;
@@ -133,8 +74,10 @@ struct reducer_options {
   bucket_plan_options plan{};
   /// The codec of every bucket of the plans the reducer makes itself (set_plan gives one per bucket).
   codec_kind codec = codec_kind::none;
-  /// Rank, compression rule, warm start and seed of every bucket whose codec is powersgd.
-  powersgd_options powersgd{};
+  /// Options of the codecs that take some (powersgd_options for powersgd_kind: rank, compression rule,
+  /// warm start, seed), each of the type of its registry entry's options (bucket_codec.hpp); a codec
+  /// missing here takes its entry's defaults. The constructor checks them (check_codec_options).
+  std::map<codec_kind, std::any> codec_options;
   /// Rebuild the plan once, from the order gradients became ready in the first step (rank 0's).
   bool rebuild = true;
   /// Record timing events around each bucket's work on the communication stream (last_step_timing).
@@ -170,7 +113,7 @@ struct reducer_stats {
   std::uint64_t buckets_launched = 0;  // all-reduces issued
   /// Bytes this rank handed to its all-reduces (count * wire element size): the payload. A ring
   /// all-reduce moves 2(n-1)/n of it in and out of each rank.
-  std::uint64_t wire_bytes = 0;      // for powersgd: its two all-reduces' floats (powersgd::wire_elements)
+  std::uint64_t wire_bytes = 0;      // a codec's bucket_codec::wire_bytes (PowerSGD: both all-reduces')
   std::uint64_t gradient_bytes = 0;  // gradient bytes those all-reduces averaged (padding included)
   std::uint64_t plan_changes = 0;    // plans (new layouts or new codecs) that took effect after the first
   std::vector<std::uint64_t> bucket_launches;  // per bucket of the current plan
@@ -178,7 +121,7 @@ struct reducer_stats {
 
 /// One bucket of the last finished step on the communication stream, in milliseconds since the step's
 /// begin_step() (as that stream saw it; modelled time on the host backend).
-/// For a powersgd bucket, its all-reduce is all of PowerSGD's work (both all-reduces and the stages).
+/// A codec with several all-reduces marks them as one (PowerSGD: its whole work, stages included).
 struct bucket_timing {
   double start_ms = 0;         // the bucket's first operation (encode, or the all-reduce) started
   double reduce_start_ms = 0;  // its all-reduce started
@@ -197,8 +140,9 @@ class reducer {
   reducer(communicator& comm, std::span<const std::size_t> param_elements, reducer_options options = {});
   /// The same for parameters of known 2-D shapes (a gradient is a row-major rows x cols matrix; a 1-D
   /// tensor of n elements is {n, 1}; a higher-dimensional one is {first dimension, the product of the
-  /// others}, as PyTorch's PowerSGD views it). Only codec_kind::powersgd uses the shapes; the reducer of
-  /// param_elements gives every parameter the shape {n, 1}, so PowerSGD sends it whole.
+  /// others}, as PyTorch's PowerSGD views it). The codecs see them (bucket_setup::shapes; PowerSGD is the
+  /// built-in one that uses them); the reducer of param_elements gives every parameter the shape {n, 1},
+  /// so PowerSGD sends it whole.
   reducer(communicator& comm, std::span<const matrix_shape> param_shapes, reducer_options options = {});
   reducer(const reducer&) = delete;
   reducer& operator=(const reducer&) = delete;
@@ -212,7 +156,8 @@ class reducer {
   /// The gradients' element type (options.grad_type).
   [[nodiscard]] dtype grad_type() const noexcept { return options_.grad_type; }
   /// What the plans count per parameter: its elements for f32 gradients, its 4-byte slots for 16-bit
-  /// ones (see the header's comment). A plan for set_plan is made over these (make_bucket_plan).
+  /// ones (docs/COMM.md, Note [16-bit gradients live in 4-byte slots]). A plan for set_plan is made over
+  /// these (make_bucket_plan).
   [[nodiscard]] std::span<const std::size_t> plan_sizes() const noexcept { return sizes_; }
   [[nodiscard]] communicator& comm() const noexcept { return *comm_; }
   /// The communication stream: bucket work runs on it.
@@ -235,8 +180,9 @@ class reducer {
   /// The whole flat buffer (every gradient and the padding between them), e.g. to zero them all at once.
   [[nodiscard]] mem_view flat() const noexcept { return flat_.view(); }
 
-  /// Opens a step. Applies a pending plan (see the header) and does the first step's rebuild: these
-  /// are host syncs, once per plan change. Throws logic_error while a step is open.
+  /// Opens a step. Applies a pending plan (docs/COMM.md, Note [Plans change only between steps]) and does the
+  /// first step's rebuild: these are host syncs, once per plan change. Throws logic_error while a step is
+  /// open.
   void begin_step();
   /// Parameter p's gradient is complete on `producer` (work queued on it so far writes it). Launches the
   /// buckets that can go, in order, on the communication stream. Throws logic_error, with nothing queued,
