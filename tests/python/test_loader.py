@@ -600,11 +600,29 @@ def test_a_loader_made_while_a_spawned_worker_imports_the_main_module_names_the_
         Loader(Numbers(), batch_size=2, workers=1, device="cpu", start_method="spawn")
 
 
-def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once(monkeypatch):
+def test_the_default_start_method_is_the_one_the_program_set_as_for_a_dataloader(monkeypatch):
+    """multiprocessing.set_start_method("spawn") (common in CUDA scripts) makes a DataLoader without
+    multiprocessing_context spawn: a Loader's start_method=None follows it too; one asked for wins."""
+    import multiprocessing
     from ferry.torch import _loader
+    context = multiprocessing.context._default_context
+    monkeypatch.setattr(context, "_actual_context", context._actual_context)  # the global choice, restored after
+    multiprocessing.set_start_method("spawn", force=True)
+    assert _loader._start_method(None) == "spawn"
+    assert _loader._start_method("fork") == "fork"
+    multiprocessing.set_start_method("forkserver", force=True)
+    assert _loader._start_method(None) == "forkserver"
+
+
+def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once_and_workers_0_says_nothing(monkeypatch):
+    from ferry.torch import _loader
+    # Python's default, which no_leaks's forkserver fixed as multiprocessing's: not the program's choice.
     assert _loader._start_method(None) == "fork"
     monkeypatch.setattr(_loader.sys, "platform", "darwin")
     monkeypatch.setattr(_loader, "_warned_start_method", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Loader(Numbers(4), batch_size=2, workers=0, device="cpu").close()  # no worker: no start method to warn of
     with pytest.warns(RuntimeWarning, match=r"workers start with 'spawn', not 'fork' \(macOS.*importable module.*"
                                             r"if __name__ == \"__main__\":.*start_method="):
         assert _loader._start_method(None) == "spawn"
@@ -612,6 +630,33 @@ def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once(monkeypatch):
         warnings.simplefilter("error")
         assert _loader._start_method(None) == "spawn"  # said once
         assert _loader._start_method("fork") == "fork"  # chosen: nothing to say
+
+
+def test_a_spawned_worker_held_in_the_main_modules_import_is_named_with_the_main_guard_at_the_timeout(tmp_path):
+    """A script with a top-level torch.distributed.init_process_group() and no main guard, under spawn: each
+    worker imports it again and waits there for ever, never reaching _start_workers's check of the main
+    guard. Here the worker waits in a module it imports to unpickle the dataset; the timeout says why."""
+    (tmp_path / "waits_in_a_worker.py").write_text(textwrap.dedent(f'''
+        import os, time
+        if os.getpid() != {os.getpid()}:  # in a worker: as init_process_group() waits for ranks that never come
+            time.sleep(60)
+        class Data:
+            def __len__(self): return 4
+            def __getitem__(self, i): return i
+    '''))
+    sys.path.insert(0, str(tmp_path))  # spawn hands the path to the worker
+    try:
+        import waits_in_a_worker
+        with Loader(waits_in_a_worker.Data(), batch_size=2, workers=1, device="cpu", start_method="spawn",
+                    timeout=1) as loader:
+            with pytest.raises(RuntimeError, match=r"worker 0 \(pid \d+, [^)]*\) made no sample 0 within timeout=1.0 "
+                                                   r"s; worker 0 never started: under start_method='spawn' a worker "
+                                                   r"first imports the main module again.*init_process_group.*"
+                                                   r"if __name__ == \"__main__\":.*larger timeout="):
+                next(iter(loader))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("waits_in_a_worker", None)
 
 
 def test_bad_arguments_are_refused_naming_the_value():
@@ -752,6 +797,10 @@ def test_a_sampler_gives_each_epochs_order_and_set_epoch_reaches_it():
         assert len(loader) == 2 and labels_of(loader) == [[3, 1, 4, 1], [5]]
     with Loader(ds, batch_size=4, workers=1, sampler=[2, 10], device="cpu") as loader:
         with pytest.raises(ValueError, match="the sampler gave index 10 at position 1; the dataset has 10 samples"):
+            iter(loader)
+    with Loader(ds, batch_size=4, workers=0, sampler=[-10, -11], device="cpu") as loader:  # -10: sample 0
+        with pytest.raises(ValueError, match=r"the sampler gave index -11 at position 1; the dataset has 10 samples "
+                                             r"\(indices 0 to 9, or -10 to -1 from the end\)"):
             iter(loader)
     with Loader(ds, batch_size=4, workers=1, sampler=iter([1, 2]), device="cpu") as loader:
         with pytest.raises(TypeError, match="sampler without len"):

@@ -486,13 +486,14 @@ class Loader:
     construction arguments are attributes fixed at construction.
 
     Workers (`workers`, or DataLoader's name `num_workers`; 4 when neither is given) are started here and
-    live until close() (persistent across epochs). `start_method` None forks them, as DataLoader does
-    on Linux, also while other Python threads run; where fork is unsafe (macOS) or missing (Windows)
-    they are spawned, with one warning saying so. Under "spawn" and "forkserver" (ferry preloads torch
-    in the forkserver) each worker imports the main module again and gets the dataset, transform and
-    worker_init_fn pickled: define them in an importable module and guard the script with
-    `if __name__ == "__main__":`. Each worker runs worker_init_fn(id) first, with random, numpy and
-    torch seeded by the worker's own seed; ferry.torch.worker_info() and
+    live until close() (persistent across epochs). `start_method` None starts them as the program chose
+    with multiprocessing.set_start_method(), as DataLoader does; where it chose none, forks them, as
+    DataLoader does on Linux, also while other Python threads run; where fork is unsafe (macOS) or
+    missing (Windows) they are spawned, with one warning saying so. Under "spawn" and "forkserver"
+    (ferry preloads torch in the forkserver) each worker imports the main module again and gets the
+    dataset, transform and worker_init_fn pickled: define them in an importable module and guard the
+    script with `if __name__ == "__main__":`. Each worker runs worker_init_fn(id) first, with random,
+    numpy and torch seeded by the worker's own seed; ferry.torch.worker_info() and
     torch.utils.data.get_worker_info() tell the dataset where it runs (get_worker_info().seed is that
     per-worker seed, fixed for the worker's life; worker_info().seed is the current sample's). Workers
     never touch CUDA. workers=0 makes the samples in the main process, in next(), into the same slots
@@ -506,10 +507,11 @@ class Loader:
     id and traceback, and closes the loader; a worker that dies makes next() raise RuntimeError naming
     it and how it ended (its exit status or signal) at once; the loader is closed then. A batch not made
     within `timeout` seconds raises RuntimeError naming the workers that hold its samples (pid, state,
-    positions), which print their Python stacks to stderr, and closes the loader. close() (also on
-    `with`, `del` and interpreter exit) stops the workers (killing those that do not exit within a
-    second) and frees the memory: the shared memory has no name, so nothing is left in /dev/shm
-    whatever happens.
+    positions), which print their Python stacks to stderr (one that never started, still importing the
+    main module under spawn or forkserver, is named with the main-guard fix), and closes the loader.
+    close() (also on `with`, `del` and interpreter exit) stops the workers (killing those that do not
+    exit within a second) and frees the memory: the shared memory has no name, so nothing is left in
+    /dev/shm whatever happens.
 
     Lifetime of a batch: as ferry.torch.Prefetcher's: its device slot is reused `depth` batches later,
     so keep a batch for at most depth - 1 further next() calls (.clone() what you keep). On ferry's host
@@ -573,11 +575,11 @@ class Loader:
         if n < 1:
             raise ValueError("Loader: the dataset is empty")
         rank, world_size = _rank_and_world(rank, world_size) if sampler is None else (0, 1)
-        if workers == 0:
-            _start_method(start_method)  # checked all the same
-            method = None  # no worker process
-        else:
+        if workers:
             method = _start_method(start_method)
+        else:  # no worker process: no start method to choose (nor to warn about); one asked for is checked
+            _checked_start_method(start_method)
+            method = None
         self._pid = _runtime.current_pid()
         self.dataset, self.batch_size, self.workers, self.sampler = dataset, batch_size, workers, sampler
         self.shuffle, self.seed, self.drop_last, self.depth = bool(shuffle), seed, bool(drop_last), depth
@@ -754,11 +756,27 @@ class Loader:
             if self.start_method != "fork" and code is not None and code > 0:
                 hint = (f"; its error is on stderr. Under start_method={self.start_method!r} a worker imports the "
                         "main module again and unpickles the dataset (a Dataset defined in `python -c` or a "
-                        "notebook cannot be): guard the script with `if __name__ == \"__main__\":`, define the "
-                        "dataset, transform and worker_init_fn in an importable module, or pass "
-                        "start_method='fork' (Linux)")
+                        f"notebook cannot be): {_MAIN_GUARD_FIX}")
         held = f" {holding}" if holding else ""
         return RuntimeError(f"ferry Loader worker {w.id} (pid {w.pid}) {how}{held}; the loader is closed{hint}")
+
+    def _not_started(self, workers: Iterable[_Worker]) -> str:
+        """What to do about those of `workers` that never started (sent nothing, not even "ready", since
+        they were started), said where one holds up the loader at the timeout: under spawn and forkserver
+        such a worker is still importing the main module, or blocked in it (a script whose top level runs
+        torch.distributed.init_process_group() blocks there, waiting for ranks that never come); "" if
+        every one of them started."""
+        late = [w for w in workers if not w.started and not w.results.poll()]  # a first message is "ready"
+        if not late:
+            return ""
+        who = (f"worker {late[0].id} never started" if len(late) == 1
+               else f"workers {', '.join(str(w.id) for w in late)} never started")
+        if self.start_method == "fork":
+            return f"; {who} (nothing came from it since the fork)"
+        return (f"; {who}: under start_method={self.start_method!r} a worker first imports the main module again "
+                "and unpickles the dataset, so a script's top-level code runs in it (there, a "
+                "torch.distributed.init_process_group() outside the main guard waits for ranks that never come): "
+                f"{_MAIN_GUARD_FIX}; a worker merely slow to import needs a larger timeout=")
 
     def _send(self, w: _Worker, msg: Any) -> None:
         try:
@@ -839,7 +857,7 @@ class Loader:
             if left <= 0:
                 raise self._fail(RuntimeError(
                     f"ferry Loader: worker 0 (pid {w.pid}, {_ask_for_stack(w.pid)}) made no sample {first_index} "
-                    f"within timeout={self.timeout} s"))
+                    f"within timeout={self.timeout} s{self._not_started([w])}"))
             if multiprocessing.connection.wait([w.results, w.process.sentinel], min(left, 1.0)):
                 msg = self._receive(w)
                 if msg[0] == "spec" or (msg[0] == "error" and msg[1] == -1):
@@ -897,7 +915,7 @@ class Loader:
                 if not multiprocessing.connection.wait([w.results, w.process.sentinel], self.timeout):
                     raise self._fail(RuntimeError(
                         f"ferry Loader worker {w.id} (pid {w.pid}, {_ask_for_stack(w.pid)}) did not finish its "
-                        f"chunk within timeout={self.timeout} s"))
+                        f"chunk within timeout={self.timeout} s{self._not_started([w])}"))
                 self._collect(w, self._receive(w))
 
     # ---- epochs -----------------------------------------------------------------------------------
@@ -1040,9 +1058,10 @@ class Loader:
             left = deadline - time.monotonic()
             if left <= 0:
                 what = f"{b.left} samples left" if b is not None else "its slot never came free"
+                holders = [w for w in self._workers if any(held == k for held, _ in w.outstanding)]
                 raise self._fail(RuntimeError(
                     f"ferry Loader: batch {k - self._plan_k0} of epoch {self._plan_epoch} was not made within "
-                    f"timeout={self.timeout} s ({what}{self._show_holders(k)})"))
+                    f"timeout={self.timeout} s ({what}{self._show_holders(k)}){self._not_started(holders)}"))
             self._absorb(multiprocessing.connection.wait(waits, min(left, 1.0)))
         # Whatever else finished meanwhile goes to the copier now, not at the next call.
         self._absorb(multiprocessing.connection.wait([w.results for w in self._workers], 0))
@@ -1273,20 +1292,42 @@ def _ask_for_stack(pid: int) -> str:
 
 
 _warned_start_method = False
+_MAIN_GUARD_FIX = ("guard the script with `if __name__ == \"__main__\":`, define the dataset, transform and "
+                   "worker_init_fn in an importable module, or pass start_method='fork' (Linux)")
 _CRASHES = frozenset(int(getattr(signal, n)) for n in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT")
                      if hasattr(signal, n))
 
 
-def _start_method(asked: Optional[str]) -> str:
-    """The start method of a Loader's workers: `asked`, else fork, as DataLoader on Linux (also while
-    other Python threads run: a worker runs only the dataset's Python code, never CUDA, and multiprocessing
-    and logging renew their locks in a fork child), where fork is safe; elsewhere spawn, said once (a
-    warning naming why, and start_method=)."""
+def _checked_start_method(asked: Optional[str]) -> None:
+    """Refuses (ValueError) a start method that this platform does not have."""
     methods = multiprocessing.get_all_start_methods()
+    if asked is not None and asked not in methods:
+        raise ValueError(f"Loader(start_method={asked!r}): this platform has {', '.join(methods)}")
+
+
+def _program_start_method() -> Optional[str]:
+    """The start method the program chose with multiprocessing.set_start_method(), which a DataLoader
+    without multiprocessing_context follows; None where it chose none, or Python's own default: that is
+    also what multiprocessing fixes at the first use of its default context (every spawn or forkserver
+    start asks for it), so it says nothing of the program's wish."""
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    default = getattr(getattr(multiprocessing.context, "_default_context", None), "_default_context", None)
+    return None if chosen is None or (default is not None and chosen == default.get_start_method()) else chosen
+
+
+def _start_method(asked: Optional[str]) -> str:
+    """The start method of a Loader's workers: `asked`; else the one the program chose with
+    multiprocessing.set_start_method(), as DataLoader; else fork, as DataLoader on Linux (also while
+    other Python threads run: a worker runs only the dataset's Python code, never CUDA, and
+    multiprocessing and logging renew their locks in a fork child), where fork is safe; elsewhere spawn,
+    said once (a warning naming why, and start_method=)."""
     if asked is not None:
-        if asked not in methods:
-            raise ValueError(f"Loader(start_method={asked!r}): this platform has {', '.join(methods)}")
+        _checked_start_method(asked)
         return asked
+    program = _program_start_method()
+    if program is not None:
+        return program
+    methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and sys.platform != "darwin":
         return "fork"
     why = ("macOS's system libraries are not safe in a fork child; Python's default there is spawn"
@@ -1317,15 +1358,17 @@ def _is_iterable_dataset(dataset: Any) -> bool:
 
 
 def _sampled_index(i: Any, position: int, n: int) -> int:
-    """The dataset index a sampler gave at `position`, checked: an integer in [0, n)."""
+    """The dataset index a sampler gave at `position`, checked: an integer in [-n, n), the indices a
+    sequence of n items takes. A negative one reaches dataset[i] as it is, as a DataLoader passes it
+    (the dataset's __getitem__ gives it its meaning; a TensorDataset's, a list's: counted from the end)."""
     try:
         index = operator.index(i)
     except TypeError:
         raise TypeError(f"Loader: the sampler gave {i!r} (a {type(i).__name__}) at position {position}; a Loader's "
-                        f"sampler yields dataset indices, integers in [0, {n})") from None
-    if not 0 <= index < n:
+                        f"sampler yields dataset indices, integers in [{-n}, {n})") from None
+    if not -n <= index < n:
         raise ValueError(f"Loader: the sampler gave index {index} at position {position}; the dataset has {n} "
-                         f"samples (indices 0 to {n - 1})")
+                         f"samples (indices 0 to {n - 1}, or -{n} to -1 from the end)")
     return index
 
 
