@@ -28,6 +28,32 @@ import time
 from collections import defaultdict
 
 
+def time_ferry_hooks() -> dict:
+    """Puts a timer around ferry.torch.DataParallel's gradient hook and end-of-backward callback (for every
+    DataParallel made after); returns the totals they add to: ready_s, ready_calls, finish_s."""
+    from ferry.torch import _data_parallel as dp_module
+    spent = {"ready_s": 0.0, "ready_calls": 0, "finish_s": 0.0}
+    ready, finish = dp_module.DataParallel._ready, dp_module.DataParallel._finish
+
+    def timed_ready(self, i):
+        t = time.perf_counter()
+        try:
+            return ready(self, i)
+        finally:
+            spent["ready_s"] += time.perf_counter() - t
+            spent["ready_calls"] += 1
+
+    def timed_finish(self):
+        t = time.perf_counter()
+        try:
+            return finish(self)
+        finally:
+            spent["finish_s"] += time.perf_counter() - t
+
+    dp_module.DataParallel._ready, dp_module.DataParallel._finish = timed_ready, timed_finish
+    return spent
+
+
 def run(args) -> None:
     import torch
     import torch.distributed as dist
@@ -49,28 +75,7 @@ def run(args) -> None:
            "warmup": args.warmup, "torch": torch.__version__, "device": torch.cuda.get_device_name(dev),
            "levels": {}}
     step = 0  # the optimizer steps of this process so far: ferry trace's "step N" numbering
-    spent = {"ready_s": 0.0, "ready_calls": 0, "finish_s": 0.0}
-    if args.time_hooks:
-        # CPU time inside ferry's gradient hook and end-of-backward callback (a timer around each call).
-        from ferry.torch import _data_parallel as dp_module
-        ready, finish = dp_module.DataParallel._ready, dp_module.DataParallel._finish
-
-        def timed_ready(self, i):
-            t = time.perf_counter()
-            try:
-                return ready(self, i)
-            finally:
-                spent["ready_s"] += time.perf_counter() - t
-                spent["ready_calls"] += 1
-
-        def timed_finish(self):
-            t = time.perf_counter()
-            try:
-                return finish(self)
-            finally:
-                spent["finish_s"] += time.perf_counter() - t
-
-        dp_module.DataParallel._ready, dp_module.DataParallel._finish = timed_ready, timed_finish
+    spent = time_ferry_hooks() if args.time_hooks else {"ready_s": 0.0, "ready_calls": 0, "finish_s": 0.0}
     for level in args.levels.split(","):
         torch.manual_seed(0)
         model = getattr(torchvision.models, args.model)().to(dev, dtype)

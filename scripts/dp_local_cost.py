@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import torchvision
 
 import ferry.torch
-from ferry.torch import _data_parallel
+from dp_host_breakdown import time_ferry_hooks  # scripts/, this script's folder
 
 
 def main() -> None:
@@ -42,26 +42,7 @@ def main() -> None:
     y = torch.randint(0, 1000, (args.batch,), device=dev, generator=g)
 
     # CPU time inside ferry's hooks and end-of-backward callback (patched around the methods).
-    spent = {"ready": 0.0, "finish": 0.0, "ready_calls": 0}
-    ready, finish = _data_parallel.DataParallel._ready, _data_parallel.DataParallel._finish
-
-    def timed_ready(self, i):
-        t = time.perf_counter()
-        try:
-            return ready(self, i)
-        finally:
-            spent["ready"] += time.perf_counter() - t
-            spent["ready_calls"] += 1
-
-    def timed_finish(self):
-        t = time.perf_counter()
-        try:
-            return finish(self)
-        finally:
-            spent["finish"] += time.perf_counter() - t
-
-    _data_parallel.DataParallel._ready = timed_ready
-    _data_parallel.DataParallel._finish = timed_finish
+    spent = time_ferry_hooks()
 
     rows = []
     for level in ("plain", "ddp", "ferry"):
@@ -95,9 +76,9 @@ def main() -> None:
             row = {"level": level, "set_to_none": set_to_none, "ms_per_step": seconds / args.steps * 1e3,
                    "backward_cpu_ms": backward_cpu / args.steps * 1e3}
             if level == "ferry":
-                row.update(hooks_cpu_ms=spent["ready"] / args.steps * 1e3,
-                           hook_us=spent["ready"] / max(spent["ready_calls"], 1) * 1e6,
-                           finish_cpu_ms=spent["finish"] / args.steps * 1e3, plan=wrapped.stats()["plan"])
+                row.update(hooks_cpu_ms=spent["ready_s"] / args.steps * 1e3,
+                           hook_us=spent["ready_s"] / max(spent["ready_calls"], 1) * 1e6,
+                           finish_cpu_ms=spent["finish_s"] / args.steps * 1e3, plan=wrapped.stats()["plan"])
                 wrapped.close()
             rows.append(row)
             print(json.dumps(row), flush=True)
