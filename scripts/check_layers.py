@@ -6,7 +6,7 @@ Rules:
   1. A file of target T (src/T/**, include/ferry/T/**, tests/T/**) includes "ferry/U/..." only when U is T
      or a target T depends on (LAYERS below, which mirrors the CMake targets' links).
   2. The host-only targets never include a CUDA, CUPTI, NVML, NCCL or cuBLAS header, nor ferry's own
-     CUDA-only headers (include/ferry/cuda/detail/).
+     CUDA-only headers (include/ferry/cuda/detail/, include/ferry/cupti/).
   3. Backend-specific code of a component lives under that component: nothing in src/cuda/ includes
      ferry/probe, ferry/ingest, ferry/egress or ferry/comm (rule 1 already forbids it; it is named here
      because it is the mistake this layout exists to prevent).
@@ -26,14 +26,15 @@ LAYERS: dict[str, set[str]] = {
     "report": {"analyze"},
     "device": {"trace"},
     "shim": {"core"},
-    "cuda": {"device", "shim"},
+    "cupti": {"trace", "shim"},
+    "cuda": {"device", "shim", "cupti"},
     "probe": {"device", "cuda", "shim"},
     "ingest": {"device"},
     "egress": {"device"},
     "comm": {"device", "shim", "cuda"},
     "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
     "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
-    "inject": {"trace", "shim", "cuda"},
+    "inject": {"trace", "shim", "cupti"},
     "launch": {"trace"},
 }
 # Targets that must build without the CUDA toolkit (docs/ARCHITECTURE.md: host-only layers).
@@ -46,7 +47,7 @@ TEST_FOLDERS = {"support": "cuda", "fuzz": "analyze", "layers": None, "compile_f
                 "device": "cuda", "real_traces": "analyze"}
 
 CUDA_HEADER = re.compile(r"^(cuda[_a-z0-9]*|cupti[_a-z0-9]*|nvml|nccl|cublas[_a-zA-Z0-9]*|"
-                         r"cuda/.*|nvrtc|cufile)\.h(pp)?$|^ferry/cuda/detail/")
+                         r"cuda/.*|nvrtc|cufile)\.h(pp)?$|^ferry/cuda/detail/|^ferry/cupti/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 SOURCES = {".hpp", ".h", ".cpp", ".cc", ".cu", ".cuh", ".inc"}
 

@@ -14,7 +14,7 @@
 #include "ferry/cuda/cuda.hpp"
 #include "ferry/cuda/detail/architectures.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
-#include "ferry/cuda/detail/cupti_tracer.hpp"
+#include "ferry/cupti/cupti_tracer.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
 #include "ferry/device/device.hpp"
 

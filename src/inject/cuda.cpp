@@ -1,6 +1,6 @@
 // CUDA: the driver calls InitializeInjection from inside the process's first cuInit, when
 // CUDA_INJECTION64_PATH names this library. From there only CUPTI is called, never CUDA (a re-entrant
-// cuInit would deadlock): ferry's CUPTI recorder (src/cuda/cupti_tracer.cpp) starts on the process's
+// cuInit would deadlock): ferry's CUPTI recorder (src/cupti/cupti_tracer.cpp) starts on the process's
 // recorder with the timestamp callback on ferry's clock, and the writer thread drains it.
 //
 // Coexistence:
@@ -21,7 +21,7 @@
 #include "state.hpp"
 
 #if FERRY_INJECT_CUPTI
-#include "ferry/cuda/detail/cupti_tracer.hpp"
+#include "ferry/cupti/cupti_tracer.hpp"
 #endif
 
 namespace ferry::inject {

@@ -6,7 +6,7 @@
 #if FERRY_TEST_HAVE_CUDA
 #include <string_view>
 
-#include "ferry/cuda/detail/cupti_tracer.hpp"
+#include "ferry/cupti/cupti_tracer.hpp"
 
 namespace {
 

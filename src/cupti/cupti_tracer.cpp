@@ -17,7 +17,7 @@
 // Threads: records name OS thread ids (gettid, as trace::this_thread_id), set with cuptiSetThreadIdType.
 // CUPTI calls the buffer callbacks on its own threads (and on the thread of end(), which
 // flushes); one mutex guards the session.
-#include "ferry/cuda/detail/cupti_tracer.hpp"
+#include "ferry/cupti/cupti_tracer.hpp"
 
 #include <cuda.h>
 #include <cupti.h>
