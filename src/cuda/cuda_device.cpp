@@ -14,8 +14,8 @@
 #include "ferry/cuda/cuda.hpp"
 #include "ferry/cuda/detail/architectures.hpp"
 #include "ferry/cuda/detail/cuda_try.hpp"
-#include "ferry/cupti/cupti_tracer.hpp"
 #include "ferry/cuda/detail/kernels.cuh"
+#include "ferry/cupti/cupti_tracer.hpp"
 #include "ferry/device/device.hpp"
 
 namespace ferry {
