@@ -1,0 +1,122 @@
+"""ferry._native: the one layer over the declaration table. Its base's lifecycle (close once, use after
+close, collection, a forked child), and the rule that keeps the layer the only caller of the library."""
+import os
+from pathlib import Path
+
+import pytest
+
+import ferry
+from ferry._native import Lifecycle, NativeObject
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "python" / "ferry"
+
+
+class _Counted(NativeObject[int]):
+    """A native object over a fake handle that records how it ended."""
+
+    def __init__(self, handle: int, ended: list) -> None:
+        super().__init__(handle)
+        self.ended = ended
+
+    def _destroy(self, handle: int) -> None:
+        self.ended.append(handle)
+
+    def use(self) -> int:
+        self._check_usable("use")
+        return self._handle
+
+
+def test_close_ends_the_handle_once_and_use_after_close_names_the_call():
+    ended = []
+    obj = _Counted(7, ended)
+    assert obj.use() == 7 and obj.handle == 7 and not obj.closed
+    obj.close()
+    obj.close()
+    assert ended == [7] and obj.closed
+    with pytest.raises(ferry.ClosedError, match=r"^_Counted\.use: the _Counted is closed$") as e:
+        obj.use()
+    assert e.value.status == 4  # FERRY_ERROR_STOPPED, as the library's own ClosedError
+    with pytest.raises(ferry.ClosedError, match=r"_Counted\.handle"):
+        obj.handle
+    del obj
+    assert ended == [7]  # collection after close ends nothing more
+
+
+def test_collection_ends_an_open_object_quietly_and_a_with_block_closes_it():
+    ended = []
+
+    class Failing(_Counted):
+        def _destroy(self, handle: int) -> None:
+            ended.append(handle)
+            raise RuntimeError("a destroy that fails")
+
+    obj = Failing(1, ended)
+    del obj  # the error is dropped: a finalizer has nobody to raise to
+    assert ended == [1]
+    with _Counted(2, ended) as obj:
+        assert obj.use() == 2
+    assert ended == [1, 2] and obj.closed
+
+
+def test_a_failed_init_leaves_nothing_for_the_finalizer():
+    class Refused(NativeObject[int]):
+        def __init__(self) -> None:
+            raise ValueError("refused before the base ran")
+
+    with pytest.raises(ValueError):
+        Refused()  # its __del__ runs on a half-made object and must not raise AttributeError
+
+
+def test_a_lifecycle_without_a_handle_runs_its_close_once():
+    calls = []
+
+    class Feature(Lifecycle):
+        _what = "Feature"
+
+        def _close(self) -> None:
+            calls.append("close")
+
+    f = Feature()
+    f.close()
+    f.close()
+    assert calls == ["close"]
+    with pytest.raises(ferry.ClosedError, match=r"Feature\.submit: the Feature is closed"):
+        f._check_usable("submit")
+    g = Feature()
+    del g  # a Lifecycle's finalizer does nothing by default: its native objects end themselves
+    assert calls == ["close"]
+
+
+def test_an_object_made_in_the_parent_is_refused_in_a_fork_child_and_left_alone_there():
+    ended = []
+    obj = _Counted(9, ended)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            answers = []
+            for call in (obj.use, lambda: obj.handle, obj.close):
+                try:
+                    call()
+                    answers.append("ran")
+                except ferry.ForkedError as e:
+                    answers.append("refused" if "forked child" in str(e) and "_Counted" in str(e) else str(e))
+            obj.__del__()  # collection in the child destroys nothing of the parent's
+            answers.append(f"ended {ended}")
+            os.write(write, ",".join(answers).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read, 4096).decode()
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert answer == "refused,refused,refused,ended []", answer
+    assert obj.use() == 9  # the parent's goes on
+    obj.close()
+    assert ended == [9]
+
