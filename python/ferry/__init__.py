@@ -17,13 +17,14 @@ from __future__ import annotations
 from ._analyze import (Analysis, Finding, IdleAttribution, Link, Neighbour, ProbeResult, Step, Uncovered,
                        analyze, probe)
 from ._c import (CallbackError, ClosedError, CudaError, FerryError, InputError, InvalidArgumentError,
-                 OutOfMemoryError, lib as _lib, library_path)
+                 OutOfMemoryError)
 from ._device import Device, Event, Stream, default_device
 from ._runtime import ForkedError
 from ._version import __version__
+from ._native.library import library_path, version as _library_version
 from .sinks import CallbackSink, ChecksumSink, ChunkInfo, NpySink, NullSink, RawFileSink, Sink
 
-library_version: str = _lib.ferry_version().decode()
+library_version: str = _library_version()
 
 __all__ = ["__version__", "library_version", "Device", "Stream", "Event", "default_device", "probe",
            "ProbeResult", "Link", "analyze", "Analysis", "Step", "Finding", "IdleAttribution", "Uncovered",

@@ -1,14 +1,12 @@
 """ferry.analyze and ferry.probe: the CLI's `ferry analyze` and `ferry probe` as Python objects."""
 from __future__ import annotations
 
-import json
 import os
-from ctypes import byref, c_void_p
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Type, TypeVar, Union
 
-from ._c import AnalysisHandle, lib, take_string
 from ._device import Device, default_device
+from ._native import analysis as _native
 
 
 @dataclass
@@ -108,9 +106,9 @@ class Analysis:
         "findings": [Finding],
     }
 
-    def __init__(self, handle: AnalysisHandle) -> None:
-        self._handle: Optional[AnalysisHandle] = handle
-        self.raw: Dict[str, Any] = json.loads(lib.ferry_analysis_json(handle).decode("utf-8"))
+    def __init__(self, native: _native.Analysis) -> None:
+        self._native = native
+        self.raw: Dict[str, Any] = native.result
         self.source: str = self.raw.get("source", "")
         self.device_name: str = self.raw.get("device_name", "")
         self.step_prefix: str = self.raw.get("step_prefix", "")
@@ -128,22 +126,16 @@ class Analysis:
 
     def to_html(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes the standalone HTML report (the same as `ferry analyze --html`)."""
-        lib.ferry_analysis_write_html(self._handle, os.fspath(path).encode())
+        self._native.write_html(os.fspath(path))
 
     def to_json(self) -> str:
-        return lib.ferry_analysis_json(self._handle).decode("utf-8")
+        return self._native.json()
 
     def __str__(self) -> str:
-        return lib.ferry_analysis_text(self._handle).decode("utf-8")
+        return self._native.text()
 
     def __repr__(self) -> str:
         return f"<ferry.Analysis of {self.source!r}: {len(self.steps)} steps, bottleneck {self.bottleneck!r}>"
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None:
-            lib.ferry_analysis_destroy(h)
-            self._handle = None
 
 
 def analyze(path: Union[str, "os.PathLike[str]", Any], step_prefix: str = "", idle_threshold: float = 0.10,
@@ -159,10 +151,8 @@ def analyze(path: Union[str, "os.PathLike[str]", Any], step_prefix: str = "", id
             return analyze(file, step_prefix, idle_threshold, link_h2d_gbps, link_d2h_gbps)
     if not 0.0 <= idle_threshold <= 1.0:
         raise ValueError(f"ferry.analyze(idle_threshold={idle_threshold}): expected a fraction in [0, 1]")
-    h = AnalysisHandle()
-    lib.ferry_analyze_file(os.fspath(path).encode(), step_prefix.encode(), float(idle_threshold),
-                           float(link_h2d_gbps), float(link_d2h_gbps), byref(h))
-    return Analysis(h)
+    return Analysis(_native.Analysis(os.fspath(path), step_prefix=step_prefix, idle_threshold=idle_threshold,
+                                     link_h2d_gbps=link_h2d_gbps, link_d2h_gbps=link_d2h_gbps))
 
 
 @dataclass
@@ -216,6 +206,5 @@ def probe(device: Union[Device, str, None] = None, copy_bytes: int = 0, iteratio
                     ("pin_bytes", pin_bytes)):
         if not isinstance(v, int) or v < 0:
             raise ValueError(f"ferry.probe({name}={v!r}): expected an integer >= 0 (0: the default)")
-    out = c_void_p()
-    lib.ferry_probe_run(dev.handle, copy_bytes, warmup, iterations, pin_bytes, byref(out))
-    return ProbeResult(json.loads(take_string(out)))
+    return ProbeResult(_native.probe(dev._native, copy_bytes=copy_bytes, warmup=warmup, iterations=iterations,
+                                     pin_bytes=pin_bytes))

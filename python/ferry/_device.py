@@ -1,34 +1,16 @@
-"""ferry.Device, ferry.Stream and ferry.Event over the C ABI."""
+"""ferry.Device, ferry.Stream and ferry.Event: the public faces of ferry._native.device's objects, and one
+default device per process."""
 from __future__ import annotations
 
-import json
 import threading
-from ctypes import byref, c_int, c_void_p
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _runtime
-from ._c import DeviceHandle, EventHandle, InvalidArgumentError, StreamHandle, lib, take_string
+from ._c import DeviceHandle
+from ._native import device as _native
+from ._native.device import NO_CUDA_HELP, NO_CUDA_MARK
 
-# What libferry_c.so says when asked for a GPU and built without the CUDA toolkit (src/cuda/no_cuda.cpp;
-# tests/python/test_package.py keeps the two in step).
-NO_CUDA_MARK = "built without the CUDA toolkit"
-NO_CUDA_HELP = (
-    "this ferry was built without CUDA (host backend only): no CUDA compiler (nvcc) was found when it was "
-    "installed. Install the CUDA toolkit (nvcc on the PATH, or /usr/local/cuda) and reinstall from ferry's "
-    "source with `FERRY_REQUIRE_CUDA=1 python3 -m pip install --force-reinstall --no-deps .` (the variable "
-    "makes the install fail instead of building without CUDA again), or use the emulated device: "
-    "ferry.Device(\"host\")")
-
-
-def _create(backend: str, ordinal: int) -> DeviceHandle:
-    h = DeviceHandle()
-    try:
-        lib.ferry_device_create(backend.encode(), ordinal, byref(h))
-    except InvalidArgumentError as e:
-        if NO_CUDA_MARK not in str(e):
-            raise
-        raise InvalidArgumentError(f"ferry.Device({backend!r}, {ordinal}): {NO_CUDA_HELP}", e.status) from None
-    return h
+__all__ = ["Device", "Stream", "Event", "default_device", "NO_CUDA_MARK", "NO_CUDA_HELP"]
 
 
 class Device:
@@ -41,19 +23,14 @@ class Device:
             raise ValueError(f"ferry.Device(backend={backend!r}): expected 'auto', 'cuda' or 'host'")
         if not isinstance(ordinal, int) or ordinal < 0:
             raise ValueError(f"ferry.Device(ordinal={ordinal!r}): expected a device number >= 0")
-        self._pid = _runtime.current_pid()
-        h = _create(backend, ordinal)
-        self._handle: Optional[DeviceHandle] = h
-        out = c_void_p()
-        lib.ferry_device_info_json(h, byref(out))
-        self.info: Dict[str, Any] = json.loads(take_string(out))
+        self._native = _native.Device(backend, ordinal)
+        self.info: Dict[str, Any] = self._native.info
         self._default_stream: Optional[Stream] = None
         self._lock = threading.Lock()
 
     @property
     def handle(self) -> DeviceHandle:
-        _runtime.check_owner(self, self._pid)
-        return self._handle
+        return self._native.handle
 
     @property
     def backend(self) -> str:
@@ -79,17 +56,10 @@ class Device:
             return self._default_stream
 
     def synchronize(self) -> None:
-        lib.ferry_device_synchronize(self.handle)
+        self._native.synchronize()
 
     def __repr__(self) -> str:
         return f"ferry.Device(backend={self.backend!r}, ordinal={self.ordinal}, name={self.name!r})"
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            self._default_stream = None
-            lib.ferry_device_destroy(h)
-            self._handle = None
 
 
 _default_devices: Dict[Tuple[str, int, int], Device] = {}
@@ -112,11 +82,8 @@ class Stream:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self._pid = _runtime.current_pid()
-        h = StreamHandle()
-        lib.ferry_stream_create(device.handle, byref(h))
-        self._handle: Optional[StreamHandle] = h
-        self.handle: int = int(lib.ferry_stream_handle(h))
+        self._native = _native.Stream(device._native)
+        self.handle: int = self._native.native
 
     def __cuda_stream__(self) -> Tuple[int, int]:
         if self.device.backend != "cuda":
@@ -124,48 +91,27 @@ class Stream:
         return (0, self.handle)
 
     def synchronize(self) -> None:
-        _runtime.check_owner(self, self._pid)
-        lib.ferry_stream_synchronize(self.device.handle, self.handle)
+        self._native.synchronize()
 
     def __repr__(self) -> str:
         return f"ferry.Stream(0x{self.handle:x} on {self.device.backend}:{self.device.ordinal})"
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            lib.ferry_stream_destroy(h)
-            self._handle = None
 
 
 class Event:
     """Completion of work ferry queued (an egress copy). `query()` polls, `synchronize()` blocks (without
     the GIL), `wait(stream)` makes a stream wait on the device without blocking the host."""
 
-    def __init__(self, device: Device, handle: EventHandle, stream_resolver: Callable[[Any], int]) -> None:
+    def __init__(self, device: Device, native: _native.Event, stream_resolver: Callable[[Any], int]) -> None:
         self.device = device
-        self._handle: Optional[EventHandle] = handle
-        self._pid = _runtime.current_pid()
+        self._native = native
         self._resolve = stream_resolver
 
     def query(self) -> bool:
-        _runtime.check_owner(self, self._pid)
-        done = c_int()
-        lib.ferry_event_query(self._handle, byref(done))
-        return bool(done.value)
+        return self._native.query()
 
     def synchronize(self) -> None:
-        _runtime.check_owner(self, self._pid)
-        lib.ferry_event_synchronize(self._handle)
+        self._native.synchronize()
 
     def wait(self, stream: Any = None) -> None:
         """Makes `stream` (default: the current stream) wait for this event, on the device."""
-        _runtime.check_owner(self, self._pid)
-        lib.ferry_stream_wait_event(self.device.handle, self._resolve(stream), self._handle)
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            lib.ferry_event_destroy(h)
-            self._handle = None
-
-
+        self._native.wait(self._resolve(stream))

@@ -1,16 +1,13 @@
 """Where an Egress delivers: the C++ sinks (null, checksum, raw file, .npy) and a Python callable."""
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
-from ctypes import byref, c_size_t, c_uint64
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _runtime
-from ._c import CHUNK_FN, SinkHandle, lib
-from ._dlpack import BOOL, BFLOAT, COMPLEX, FLOAT, INT, UINT, TensorInfo, numpy_dtype
+from ._native import library, sinks as _native
+from ._native.dlpack import BOOL, BFLOAT, COMPLEX, FLOAT, INT, UINT, TensorInfo, numpy_dtype
 
 
 class ChunkInfo(NamedTuple):
@@ -27,28 +24,25 @@ class Sink:
     """Base of the sinks. A sink serves one Egress at a time."""
 
     def __init__(self) -> None:
-        self._handle: Optional[SinkHandle] = None
-        self._pid = _runtime.current_pid()
+        self._native: Optional[_native.Sink] = None  # made here, or at the first output (NpySink)
         self._owner: Optional["weakref.ReferenceType[Any]"] = None
 
     def _accept(self, info: TensorInfo, shape: Sequence[int]) -> None:
         """Raises ValueError when this sink cannot write a tensor like `info`."""
 
-    def _c_handle(self) -> SinkHandle:
-        if self._handle is None:
+    @property
+    def _ready(self) -> bool:
+        return self._native is not None
+
+    def _native_sink(self) -> _native.Sink:
+        if self._native is None:
             raise RuntimeError(f"{type(self).__name__} is not ready: it learns its shape from the first output")
-        return self._handle
+        return self._native
 
     def _attach(self, owner: Any) -> None:
         if self._owner is not None and self._owner() is not None and self._owner() is not owner:
             raise ValueError(f"{type(self).__name__} already serves another Egress; make one sink per Egress")
         self._owner = weakref.ref(owner)
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            lib.ferry_sink_destroy(h)
-            self._handle = None
 
 
 class NullSink(Sink):
@@ -56,9 +50,7 @@ class NullSink(Sink):
 
     def __init__(self) -> None:
         super().__init__()
-        h = SinkHandle()
-        lib.ferry_sink_null(byref(h))
-        self._handle = h
+        self._native = _native.null_sink()
 
 
 class ChecksumSink(Sink):
@@ -67,33 +59,23 @@ class ChecksumSink(Sink):
 
     def __init__(self) -> None:
         super().__init__()
-        h = SinkHandle()
-        lib.ferry_sink_checksum(byref(h))
-        self._handle = h
+        self._checksums = _native.ChecksumSink()
+        self._native = self._checksums
 
     def checksum(self, tag: int) -> int:
         """The checksum of the output submitted with `tag` (after flush(), or once it was consumed)."""
-        out = c_uint64()
-        lib.ferry_sink_checksum_get(self._handle, tag, byref(out))
-        return out.value
+        return self._checksums.checksum(tag)
 
     @property
     def completed(self) -> int:
         """Outputs whose every chunk was consumed."""
-        out = c_uint64()
-        lib.ferry_sink_checksum_completed(self._handle, byref(out))
-        return out.value
+        return self._checksums.completed()
 
     @staticmethod
     def of(data: Union[bytes, bytearray, memoryview, Any]) -> int:
         """The checksum of `data` (bytes, or anything with the buffer protocol, such as a C-contiguous
         numpy array or a CPU tensor's .numpy()) taken as one whole output."""
-        view = memoryview(data).cast("B")
-        n = view.nbytes
-        if n == 0:
-            return lib.ferry_checksum_of(None, 0)
-        buf = (ctypes.c_char * n).from_buffer_copy(view) if view.readonly else (ctypes.c_char * n).from_buffer(view)
-        return lib.ferry_checksum_of(ctypes.addressof(buf), n)
+        return library.checksum_of(data)
 
 
 class RawFileSink(Sink):
@@ -105,9 +87,7 @@ class RawFileSink(Sink):
         self.prefix = prefix
         if not os.path.isdir(self.directory):
             raise ValueError(f"RawFileSink: {self.directory!r} is not a directory")
-        h = SinkHandle()
-        lib.ferry_sink_raw_file(self.directory.encode(), prefix.encode(), byref(h))
-        self._handle = h
+        self._native = _native.raw_file_sink(self.directory, prefix)
 
     def path_of(self, tag: int) -> str:
         return os.path.join(self.directory, f"{self.prefix}{tag}.bin")
@@ -151,11 +131,7 @@ class NpySink(Sink):
 
     def _make(self) -> None:
         assert self.shape is not None and self.dtype is not None
-        h = SinkHandle()
-        dims = (c_size_t * max(1, len(self.shape)))(*self.shape)
-        lib.ferry_sink_npy(self.directory.encode(), dims, len(self.shape), self.dtype.encode(),
-                           self.prefix.encode(), byref(h))
-        self._handle = h
+        self._native = _native.npy_sink(self.directory, self.shape, self.dtype, self.prefix)
 
     def _accept(self, info: TensorInfo, shape: Sequence[int]) -> None:
         descr = npy_descr(info)
@@ -166,7 +142,7 @@ class NpySink(Sink):
             raise ValueError(f"NpySink writes dtype {self.dtype!r}; this tensor is {descr!r} ({_dtype_text(info)})")
         if self.shape is not None and tuple(shape) != self.shape:
             raise ValueError(f"NpySink writes shape {self.shape}; this tensor has shape {tuple(shape)}")
-        if self._handle is None:
+        if self._native is None:
             self.shape, self.dtype = tuple(shape), descr
             self._make()
 
@@ -187,56 +163,40 @@ class CallbackSink(Sink):
         if not callable(fn):
             raise TypeError(f"CallbackSink: {fn!r} is not callable")
         self.fn = fn
-        self.error: Optional[BaseException] = None
         # By the output's sequence number, not its tag: a callback may be given one tag many times.
         self._meta: Dict[int, Tuple[Tuple[int, ...], Any]] = {}
         self._delivered: Dict[int, int] = {}
         self._lock = threading.Lock()
-        self._trampoline = CHUNK_FN(self._call)  # referenced for as long as the library may call it
-        h = SinkHandle()
-        lib.ferry_sink_callback(self._trampoline, None, byref(h))
         # The Egress functions raise the callable's own exception for FERRY_ERROR_CALLBACK (ferry._c).
-        h.python_error = _error_getter(weakref.ref(self))
-        self._handle = h
+        self._callbacks = _native.CallbackSink(self._deliver)
+        self._native = self._callbacks
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        """The first exception `fn` raised, or None."""
+        return self._callbacks.error
 
     def _expect(self, sequence: int, shape: Sequence[int], info: TensorInfo) -> None:
         with self._lock:
             self._meta[sequence] = (tuple(shape), numpy_dtype(info.code, info.bits, info.lanes))
             self._delivered[sequence] = 0
 
-    def _call(self, _user: Any, chunk_ptr: Any) -> int:
-        try:
-            import numpy as np
-            c = chunk_ptr.contents
-            with self._lock:
-                shape, dtype = self._meta.get(c.sequence, ((), None))
-            raw = (ctypes.c_char * c.bytes).from_address(c.data)
-            view = memoryview(raw).toreadonly()
-            if dtype is not None and c.offset % dtype.itemsize == 0 and c.bytes % dtype.itemsize == 0:
-                arr = np.frombuffer(view, dtype=dtype)
-                if c.chunks == 1:
-                    arr = arr.reshape(shape)
-            else:
-                arr = np.frombuffer(view, dtype=np.uint8)
-            self.fn(arr, ChunkInfo(c.tag, c.sequence, c.offset, c.total_bytes, c.chunk, c.chunks))
-            with self._lock:
-                self._delivered[c.sequence] = self._delivered.get(c.sequence, 0) + 1
-                if self._delivered[c.sequence] == c.chunks:
-                    self._meta.pop(c.sequence, None)
-                    self._delivered.pop(c.sequence, None)
-            return 0
-        except BaseException as e:  # noqa: BLE001 - reported to the caller of the Egress
-            with self._lock:
-                if self.error is None:
-                    self.error = e
-            return 1
-
-
-def _error_getter(ref: "weakref.ReferenceType[CallbackSink]") -> Callable[[], Optional[BaseException]]:
-    def error() -> Optional[BaseException]:
-        sink = ref()
-        return sink.error if sink is not None else None
-    return error
+    def _deliver(self, c: _native.Chunk) -> None:
+        import numpy as np
+        with self._lock:
+            shape, dtype = self._meta.get(c.sequence, ((), None))
+        if dtype is not None and c.offset % dtype.itemsize == 0 and c.data.nbytes % dtype.itemsize == 0:
+            arr = np.frombuffer(c.data, dtype=dtype)
+            if c.count == 1:
+                arr = arr.reshape(shape)
+        else:
+            arr = np.frombuffer(c.data, dtype=np.uint8)
+        self.fn(arr, ChunkInfo(c.tag, c.sequence, c.offset, c.total_bytes, c.index, c.count))
+        with self._lock:
+            self._delivered[c.sequence] = self._delivered.get(c.sequence, 0) + 1
+            if self._delivered[c.sequence] == c.count:
+                self._meta.pop(c.sequence, None)
+                self._delivered.pop(c.sequence, None)
 
 
 def as_sink(obj: Union[Sink, Callable[[Any, ChunkInfo], Any], None]) -> Sink:

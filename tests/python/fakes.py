@@ -1,7 +1,7 @@
 """A stand-in tensor on any device, made through DLPack, for checks that need a device this machine lacks."""
 import ctypes
 
-from ferry import _dlpack
+from ferry._native import dlpack as _dlpack
 
 
 class FakeTensor:

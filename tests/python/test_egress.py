@@ -322,15 +322,15 @@ def test_a_second_ctrl_c_abandons_what_is_queued(tmp_path, use_with):
 
 
 def test_abort_drops_the_queued_outputs_and_finishes_the_one_under_way(device, make_tensor, monkeypatch):
-    from ferry.torch import _egress
+    from ferry._native.egress import Egress as NativeEgress
     shut = threading.Event()
-    real_abort = _egress._abort
+    real_abort = NativeEgress.abort
 
-    def abort_then_tell(h):
-        real_abort(h)
+    def abort_then_tell(self):
+        real_abort(self)
         shut.set()
 
-    monkeypatch.setattr(_egress, "_abort", abort_then_tell)
+    monkeypatch.setattr(NativeEgress, "abort", abort_then_tell)
     got, started = [], threading.Event()
 
     def first_waits(view, chunk):

@@ -15,6 +15,7 @@ import pytest
 
 import ferry
 from ferry import _c, _cli, _device
+from ferry._native import device as native_device
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = bool(os.environ.get("FERRY_EXPECT_INSTALLED"))
@@ -144,7 +145,7 @@ def test_device_cuda_on_a_host_only_library_says_what_to_do(monkeypatch):
         def ferry_device_create(self, backend, ordinal, out):
             raise _c.InvalidArgumentError(message, _c.STATUS["FERRY_ERROR_INVALID"])
 
-    monkeypatch.setattr(_device, "lib", HostOnly())
+    monkeypatch.setattr(native_device, "lib", HostOnly())
     with pytest.raises(ferry.InvalidArgumentError) as e:
         ferry.Device("cuda")
     text = str(e.value)

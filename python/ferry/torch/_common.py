@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .._device import Device, Stream, default_device
-from .._dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, TensorInfo, read_capsule
+from .._native.dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, TensorInfo, read_capsule
 
 if TYPE_CHECKING:
     import torch

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import collections
-import json
 import threading
-from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple, Type, Union
 
 from .. import _runtime
-from .._c import DECLARATIONS, STATUS, ClosedError, EgressHandle, EventHandle, check, lib, take_string
 from .._device import Device, Event
+from .._native import Lifecycle, egress as _native
 from ..sinks import CallbackSink, ChunkInfo, Sink, as_sink
 from ._common import (DeviceLike, StreamLike, check_on_device, dlpack_stream, resolve_device, shape_text,
                       stream_handle, tensor_info)
@@ -19,13 +17,7 @@ if TYPE_CHECKING:
 
 SinkLike = Union[Sink, Callable[["numpy.ndarray", ChunkInfo], Any], None]
 
-_abort = lib.ferry_egress_abort
-if "ferry_egress_abort" not in DECLARATIONS:  # until ferry._c's table lists it
-    _abort.restype = c_int
-    _abort.argtypes = [c_void_p]
-
-
-class Egress:
+class Egress(Lifecycle):
     """Copies tensors off the device into a fixed pool of pinned slots on ferry's own copy stream, and
     hands each finished copy to `sink` on worker threads.
 
@@ -61,47 +53,28 @@ class Egress:
         if slot_bytes % 8 != 0:
             raise ValueError(f"Egress(slot_bytes={slot_bytes}): must be a multiple of 8 (every chunk starts on "
                              "an 8-byte checksum word)")
-        self._pid = _runtime.current_pid()
+        super().__init__()
         self.device: Device = resolve_device(device)
         self.sink: Sink = as_sink(sink)
         self.sink._attach(self)
         self.slots, self.slot_bytes, self.workers, self.ordered = slots, slot_bytes, workers, bool(ordered)
-        self._handle: Optional[EgressHandle] = None
-        self._closed = False
+        self._egress: Optional[_native.Egress] = None  # made once the sink is ready (NpySink: the first output)
         self._interrupted = False  # a Ctrl-C was seen: the next one abandons what is queued
         self._abandoned = False  # a Ctrl-C or abort() dropped what was queued
         self._lock = threading.Lock()
         # (Event, tensor) until the copy out of the tensor is done
         self._held: Deque[Tuple[Event, Any]] = collections.deque()
         self._submitted = 0
-        if self.sink._handle is not None:
+        if self.sink._ready:
             self._create()
         _runtime.register(self)
 
     def _create(self) -> None:
-        h = EgressHandle()
-        check(lib.ferry_egress_create(self.device.handle, self.sink._c_handle(), self.slot_bytes, self.slots,
-                                      self.workers, 1 if self.ordered else 0, byref(h)))
-        self._handle = h
+        self._egress = _native.Egress(self.device._native, self.sink._native_sink(), slot_bytes=self.slot_bytes,
+                                      slots=self.slots, workers=self.workers, ordered=self.ordered)
 
     def _resolver(self, stream: StreamLike) -> int:
         return stream_handle(self.device, stream)
-
-    def _check_usable(self, what: str) -> None:
-        _runtime.check_owner(self, self._pid)
-        if self._closed:
-            raise ClosedError(f"Egress.{what}: the Egress is closed", STATUS["FERRY_ERROR_STOPPED"])
-
-    def _raise(self, status: int) -> None:
-        if status == STATUS["FERRY_ERROR_CALLBACK"] and isinstance(self.sink, CallbackSink) and self.sink.error:
-            raise self.sink.error
-        check(status)
-
-    def _call(self, fn: Callable[[Any], int]) -> None:
-        """fn(handle), raising the Egress's error (on this thread: the library's message is per thread)."""
-        status = fn(self._handle)
-        if status:
-            self._raise(status)
 
     def _release_done(self, all_done: bool = False) -> None:
         while self._held and (all_done or self._held[0][0].query()):
@@ -125,16 +98,16 @@ class Egress:
             if not isinstance(tag, int) or isinstance(tag, bool) or tag < 0:
                 raise ValueError(f"tag {tag!r}: expected an integer >= 0")
             self.sink._accept(info, info.shape)
-            if self._handle is None:
+            if self._egress is None:
                 self._create()
+            assert self._egress is not None
             if isinstance(self.sink, CallbackSink):
                 # The library numbers outputs from 0 as they are queued, as _submitted counts them.
                 self.sink._expect(self._submitted, info.shape, info)
             self._release_done()
-            ev = EventHandle()
-            self._call(lambda h: lib.ferry_egress_submit(h, info.data, info.nbytes, handle, tag, byref(ev)))
+            native_event = self._egress.submit(info.data, info.nbytes, handle, tag)
             self._submitted += 1
-            event = Event(self.device, ev, self._resolver)
+            event = Event(self.device, native_event, self._resolver)
             self._held.append((event, tensor))
         return event
 
@@ -142,12 +115,13 @@ class Egress:
         """Waits (without the GIL) until every output submitted so far was consumed by the sink; raises
         the first error of the sink or a copy. Ctrl-C ends the wait at once (what is in flight goes on)."""
         self._check_usable("flush")
-        if self._handle is None:
+        egress = self._egress
+        if egress is None:
             return
         if _runtime.on_main_thread():
-            _runtime.Blocking(lambda: self._call(lib.ferry_egress_flush), "ferry-egress-flush").wait()
+            _runtime.Blocking(egress.flush, "ferry-egress-flush").wait()
         else:
-            self._call(lib.ferry_egress_flush)
+            egress.flush()
         with self._lock:
             self._release_done(all_done=True)
 
@@ -155,20 +129,22 @@ class Egress:
         """Delivers what is in flight, stops the threads and raises the first error. Idempotent. A first
         Ctrl-C during the wait lets it finish, then raises KeyboardInterrupt; a second abandons what is
         queued (see the class)."""
-        _runtime.check_owner(self, self._pid)
-        if self._closed:
-            return
-        self._closed = True
-        if self._handle is None:
+        super().close()
+
+    def _close(self) -> None:
+        egress = self._egress
+        if egress is None:
             return
         # A Ctrl-C before this close (the one leaving a `with` block or ending the script) or during it
         # lets what is in flight finish; the next one abandons what is queued.
         interrupted = self._interrupted or _runtime.exiting_on_interrupt()
         if not _runtime.on_main_thread():
-            self._call(lib.ferry_egress_close)
-            self._held.clear()
+            try:
+                egress.finish()
+            finally:
+                self._held.clear()
             return
-        wait = _runtime.Blocking(lambda: self._call(lib.ferry_egress_close), "ferry-egress-close")
+        wait = _runtime.Blocking(egress.finish, "ferry-egress-close")
         caught = False  # a Ctrl-C arrived during this wait: raised once the drain is done
         tell = interrupted
         while True:
@@ -202,10 +178,11 @@ class Egress:
     def _abandon(self, closing: Optional[_runtime.Blocking]) -> None:
         """Shuts the gate in front of the sink and waits (a further Ctrl-C ends the wait) for the close to
         return: deliveries under way finish, the queued ones are dropped."""
-        _abort(self._handle)
+        assert self._egress is not None
+        self._egress.abort()
         self._abandoned = True
         if closing is None:
-            closing = _runtime.Blocking(lambda: self._call(lib.ferry_egress_close), "ferry-egress-close")
+            closing = _runtime.Blocking(self._egress.finish, "ferry-egress-close")
         try:
             closing.wait()
         except KeyboardInterrupt:
@@ -222,32 +199,25 @@ class Egress:
         """Abandons what is queued and closes: no output is handed to the sink after this call (a file sink
         leaves none of them under its final name); deliveries under way finish. Raises no sink error:
         call close() instead to deliver everything and see errors. Idempotent."""
-        _runtime.check_owner(self, self._pid)
+        self._check_owner()
         if self._closed:
             return
         self._closed = True
-        if self._handle is not None:
+        if self._egress is not None:
             self._abandon(None)
 
     @property
     def free_slots(self) -> int:
-        if self._handle is None:
+        if self._egress is None:
             return self.slots
-        out = c_size_t()
-        check(lib.ferry_egress_free_slots(self._handle, byref(out)))
-        return out.value
+        return self._egress.free_slots
 
     def stats(self) -> Dict[str, Any]:
         """Counters and stage times: outputs, deliveries, bytes, d2h_gbps, pin_seconds, stages, dropped
         (deliveries not made because the Egress failed or was aborted), ..."""
-        if self._handle is None:
+        if self._egress is None:
             return {}
-        out = c_void_p()
-        check(lib.ferry_egress_stats_json(self._handle, byref(out)))
-        return json.loads(take_string(out))
-
-    def __enter__(self) -> "Egress":
-        return self
+        return self._egress.stats()
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Any) -> None:
         if exc_type is None:
@@ -266,8 +236,9 @@ class Egress:
         except Exception:  # noqa: BLE001 - the exception already propagating is the one to see
             pass
 
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            self._handle = None
-            lib.ferry_egress_destroy(h)  # closes; an error nobody collected is reported on stderr
+    def _finalize(self) -> None:
+        # Collected while open: the library's destroy closes, waiting for the copies out of the tensors
+        # still held here (so before they go with this object); an error nobody collected is reported on
+        # stderr by the library.
+        if self._egress is not None:
+            self._egress.close()

@@ -12,7 +12,7 @@ from typing import Any, Deque, Dict, Generic, Iterable, Iterator, List, Optional
 
 from .. import _runtime
 from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib, take_string
-from .._dlpack import KDL_CPU, KDL_CUDA_HOST, TensorInfo, make_capsule
+from .._native.dlpack import KDL_CPU, KDL_CUDA_HOST, TensorInfo, make_capsule
 from ._common import DeviceLike, resolve_device, shape_text, stream_handle, tensor_info
 
 _ALIGN = 256
