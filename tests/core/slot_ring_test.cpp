@@ -21,6 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ferry::delivery;
+using ferry::placement;
 using ferry::slot_ring;
 using ferry::slot_state;
 
@@ -462,6 +463,183 @@ TEST(slot_ring, failure_under_load_returns_every_slot) {
   }
 }
 
+TEST(slot_ring, rotating_placement_gives_acquisition_n_slot_n_mod_size_and_waits_for_it) {
+  slot_ring ring(3, delivery::in_order, placement::rotating);
+  EXPECT_EQ(ring.slot_placement(), placement::rotating);
+  for (std::size_t n = 0; n < 3; ++n) {
+    EXPECT_EQ(ring.acquisitions(), n);
+    EXPECT_EQ(ring.acquire(), n);
+    EXPECT_EQ(ring.sequence(n), n);
+  }
+  ring.cancel(1);  // slot 1 is free, but acquisition 3 goes to slot 0
+  EXPECT_EQ(ring.try_acquire(), std::nullopt);
+  EXPECT_EQ(ring.acquire_for(2ms), std::nullopt);
+  auto next = std::async(std::launch::async, [&] { return ring.acquire(); });
+  EXPECT_TRUE(still_running(next));
+  ring.mark_ready(0);
+  EXPECT_EQ(ring.take_ready(), 0U);
+  ring.release(0);
+  EXPECT_EQ(next.get(), 0U);
+  EXPECT_EQ(ring.sequence(0), 3U);
+  EXPECT_EQ(ring.acquire(), 1U);  // acquisition 4
+  EXPECT_EQ(ring.sequence(1), 4U);
+  EXPECT_EQ(ring.count(slot_state::free), 0U);
+}
+
+TEST(slot_ring, sequence_of_a_slot_never_acquired_or_out_of_range_is_misuse) {
+  slot_ring ring(2, delivery::in_order, placement::rotating);
+  EXPECT_NE(misuse_message([&] { (void)ring.sequence(0); }).find("slot 0 was never acquired"),
+            std::string::npos);
+  EXPECT_NE(misuse_message([&] { (void)ring.sequence(2); }).find("out of range"), std::string::npos);
+}
+
+TEST(slot_ring, producers_of_one_slot_share_its_acquisition_and_deliver_in_number_order) {
+  for (const placement place : {placement::first_freed, placement::rotating}) {
+    slot_ring ring(3, delivery::in_order, place);
+    // The first call for 2 makes 0, 1 and 2 in order; later calls for them join.
+    const std::size_t s2 = ring.acquire_nth(2);
+    EXPECT_EQ(ring.acquisitions(), 3U);
+    const std::size_t s0 = ring.acquire_nth(0);
+    const std::size_t s1 = ring.acquire_nth(1);
+    EXPECT_EQ(ring.acquire_nth(2), s2);
+    EXPECT_EQ(ring.try_acquire_nth(0), s0);
+    EXPECT_EQ(ring.acquire_nth_for(1, 0ms), s1);
+    EXPECT_EQ((std::vector<std::size_t>{s0, s1, s2}), (std::vector<std::size_t>{0, 1, 2})) << to_string(place);
+    EXPECT_EQ(ring.acquisitions(), 3U) << "joining made no acquisition";
+    EXPECT_EQ(ring.try_acquire_nth(3), std::nullopt) << "no slot is free";
+    EXPECT_EQ(ring.acquisitions(), 3U);
+    ring.mark_ready(s2);
+    ring.mark_ready(s0);
+    EXPECT_EQ(ring.take_ready(), s0);
+    EXPECT_EQ(ring.try_take_ready(), std::nullopt) << "1 is before 2";
+    ring.mark_ready(s1);
+    EXPECT_EQ(ring.sequence(ring.take_ready()), 1U);
+    EXPECT_EQ(ring.sequence(ring.take_ready()), 2U);
+    for (const std::size_t s : {s0, s1, s2}) ring.release(s);
+    EXPECT_TRUE(ring.full_free());
+  }
+}
+
+TEST(slot_ring, joining_an_acquisition_that_moved_on_is_misuse_naming_it) {
+  slot_ring ring(2, delivery::in_order, placement::rotating);
+  EXPECT_EQ(ring.acquire_nth(0), 0U);
+  ring.mark_ready(0);
+  EXPECT_NE(misuse_message([&] { (void)ring.acquire_nth(0); }).find("slot 0, which is ready, expected in_flight"),
+            std::string::npos);
+  EXPECT_EQ(ring.take_ready(), 0U);
+  ring.release(0);
+  EXPECT_NE(misuse_message([&] { (void)ring.try_acquire_nth(0); }).find("which is free"), std::string::npos);
+  EXPECT_EQ(ring.acquire_nth(2), 0U);  // makes 1 (slot 1) and 2 (slot 0 again)
+  EXPECT_NE(misuse_message([&] { (void)ring.acquire_nth(0); }).find("acquisition 0 is over"), std::string::npos);
+  EXPECT_EQ(ring.acquire_nth(1), 1U);
+}
+
+TEST(slot_ring, acquire_nth_waiters_for_different_numbers_each_wake_when_theirs_is_made) {
+  slot_ring ring(2, delivery::in_order, placement::rotating);
+  EXPECT_EQ(ring.acquire_nth(1), 1U);
+  // Two producers of item 3 (slot 1) and one of item 2 (slot 0) wait; freeing slot 1 alone cannot make 3,
+  // which comes after 2.
+  auto third_a = std::async(std::launch::async, [&] { return ring.acquire_nth(3); });
+  auto third_b = std::async(std::launch::async, [&] { return ring.acquire_nth_for(3, 1h); });
+  auto second = std::async(std::launch::async, [&] { return ring.acquire_nth(2); });
+  EXPECT_TRUE(still_running(third_a));
+  ring.mark_ready(1);
+  ring.cancel(1);
+  EXPECT_TRUE(still_running(third_b));
+  EXPECT_TRUE(still_running(second));
+  EXPECT_EQ(ring.acquisitions(), 2U);
+  ring.mark_ready(0);
+  EXPECT_EQ(ring.take_ready(), 0U);
+  ring.release(0);  // 2 takes slot 0, then 3 takes slot 1: every waiter returns
+  EXPECT_EQ(second.get(), 0U);
+  EXPECT_EQ(third_a.get(), 1U);
+  EXPECT_EQ(third_b.get(), 1U);
+  EXPECT_EQ(ring.acquisitions(), 4U);
+}
+
+TEST(slot_ring, stop_and_fail_wake_blocked_acquire_nth_and_a_timeout_keeps_what_was_made) {
+  {
+    slot_ring ring(2, delivery::in_order, placement::rotating);
+    EXPECT_EQ(ring.acquire_nth(0), 0U);
+    // 1 can be made now, 2 cannot: a timed call makes 1 and times out on 2.
+    EXPECT_EQ(ring.acquire_nth_for(2, 2ms), std::nullopt);
+    EXPECT_EQ(ring.acquisitions(), 2U);
+    EXPECT_EQ(ring.acquire_nth(1), 1U);
+    auto blocked = std::async(std::launch::async, [&] { return ring.acquire_nth(2); });
+    auto timed = std::async(std::launch::async, [&] { return ring.acquire_nth_for(5, 1h); });
+    EXPECT_TRUE(still_running(blocked));
+    EXPECT_TRUE(still_running(timed));
+    ring.stop();
+    EXPECT_THROW((void)blocked.get(), ferry::stopped_error);
+    EXPECT_THROW((void)timed.get(), ferry::stopped_error);
+    EXPECT_THROW((void)ring.acquire_nth(1), ferry::stopped_error) << "made, but the ring is stopped";
+    ring.cancel(0);
+    ring.cancel(1);
+    EXPECT_TRUE(ring.full_free());
+  }
+  {
+    slot_ring ring(1, delivery::in_order, placement::rotating);
+    (void)ring.acquire_nth(0);
+    auto blocked = std::async(std::launch::async, [&] { return ring.acquire_nth(1); });
+    EXPECT_TRUE(still_running(blocked));
+    ring.fail(std::make_exception_ptr(std::runtime_error("fill failed")));
+    EXPECT_THROW((void)blocked.get(), std::runtime_error);
+    EXPECT_THROW((void)ring.try_acquire_nth(0), std::runtime_error);
+  }
+}
+
+// The loader's shape: items of `parts` parts each; producers draw parts from one counter, join the item's
+// acquisition, write their part and the last one marks the item ready; one consumer checks every byte in
+// item order. Ends with a stop while producers wait for slots: every thread returns.
+void run_shared_producers(std::size_t slots, int producers, std::uint64_t items, std::size_t parts,
+                          std::uint64_t stop_after) {
+  slot_ring ring(slots, delivery::in_order, placement::rotating);
+  std::vector<std::vector<std::uint64_t>> buffers(slots, std::vector<std::uint64_t>(parts));
+  std::vector<std::atomic<std::size_t>> done(slots);
+  std::atomic<std::uint64_t> counter{0};
+  std::atomic<int> returned{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p) {
+    threads.emplace_back([&] {
+      for (;;) {
+        const std::uint64_t t = counter.fetch_add(1);
+        const std::uint64_t n = t / parts;
+        if (n >= items) break;
+        std::size_t s = 0;
+        try {
+          s = ring.acquire_nth(n);
+        } catch (const ferry::stopped_error&) {
+          break;
+        }
+        EXPECT_EQ(s, n % slots);
+        buffers[s][t % parts] = n * 1000 + t % parts;
+        if (done[s].fetch_add(1, std::memory_order_acq_rel) + 1 == parts) {
+          done[s].store(0, std::memory_order_relaxed);
+          ring.mark_ready(s);
+        }
+      }
+      returned.fetch_add(1);
+    });
+  }
+  std::uint64_t wrong = 0;
+  for (std::uint64_t n = 0; n < stop_after; ++n) {
+    const std::size_t s = ring.take_ready();
+    EXPECT_EQ(ring.sequence(s), n);
+    for (std::size_t j = 0; j < parts; ++j) wrong += buffers[s][j] != n * 1000 + j ? 1 : 0;
+    ring.release(s);
+  }
+  // Nothing more is taken: the producers fill every slot and wait for more; stop wakes them.
+  ring.stop();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0U);
+  EXPECT_EQ(returned.load(), producers);
+}
+
+TEST(slot_ring, stress_producers_sharing_slots_deliver_every_item_whole_in_order) {
+  run_shared_producers(3, 6, 3'000, 5, 3'000);
+  run_shared_producers(4, 8, 1'000'000, 3, 2'000);  // stopped while producers wait for slots
+}
+
 TEST(slot_ring, to_string_names) {
   EXPECT_EQ(ferry::to_string(slot_state::free), "free");
   EXPECT_EQ(ferry::to_string(slot_state::in_flight), "in_flight");
@@ -469,6 +647,8 @@ TEST(slot_ring, to_string_names) {
   EXPECT_EQ(ferry::to_string(slot_state::in_use), "in_use");
   EXPECT_EQ(ferry::to_string(delivery::in_order), "in_order");
   EXPECT_EQ(ferry::to_string(delivery::as_completed), "as_completed");
+  EXPECT_EQ(ferry::to_string(placement::first_freed), "first_freed");
+  EXPECT_EQ(ferry::to_string(placement::rotating), "rotating");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -28,19 +29,38 @@ enum class delivery {
   as_completed,  ///< In the order they were marked ready.
 };
 
+/// Which free slot an acquisition takes.
+enum class placement {
+  first_freed,  ///< The slot that became free first (0, 1, ..., N-1 at first).
+  rotating,     ///< Acquisition n takes slot n % N and waits for that one even when others are free, so the
+                ///< slot of item n follows from n alone (as when a writer elsewhere computes where n goes).
+};
+
 /// "free", "in_flight", "ready" or "in_use".
 [[nodiscard]] std::string_view to_string(slot_state state) noexcept;
 
 /// "in_order" or "as_completed".
 [[nodiscard]] std::string_view to_string(delivery order) noexcept;
 
+/// "first_freed" or "rotating".
+[[nodiscard]] std::string_view to_string(placement place) noexcept;
+
 /// N slots (indices 0..N-1) and their states; it owns no buffers, only their bookkeeping.
 ///
 /// A producer `acquire()`s a free slot (blocking while none is free: back-pressure), fills the buffer it
 /// stands for and calls `mark_ready()`; a consumer `take_ready()`s it, uses it and `release()`s it. A
 /// producer that gives up before its data was queued returns its slot with `cancel()`. Free slots are
-/// handed out in the order they became free (0, 1, ..., N-1 at first). Every wrong transition throws
-/// logic_error naming the slot, its state and the state expected.
+/// handed out as `placement` says: in the order they became free (0, 1, ..., N-1 at first), or in
+/// rotation. Every wrong transition throws logic_error naming the slot, its state and the state expected.
+///
+/// Numbered acquisitions. Acquisitions are numbered 0, 1, 2, ... in the order they are made, and
+/// `sequence(slot)` tells the number of a slot's acquisition, so a consumer learns which item it took.
+/// Where several producers share one slot (each writes its part of the buffer, the last one to finish
+/// marks it ready) and each knows only the number of its item, `acquire_nth(n)` is their one call: the
+/// first makes acquisition n (and any before it that nobody made yet, in order, as slots come free), the
+/// later ones find it made and get the same slot. With placement::rotating the slot is n % N. Mixing
+/// acquire() with acquire_nth() on one ring is allowed but rarely meaningful: an acquire() takes the
+/// next number, which an acquire_nth() caller may have meant for itself.
 ///
 /// Shutdown: after `stop()`, acquire throws stopped_error and take_ready keeps delivering the slots that
 /// are deliverable now, then throws stopped_error instead of waiting for more; it never waits for an
@@ -53,8 +73,10 @@ enum class delivery {
 /// All members are thread-safe; none allocates after construction. Neither copyable nor movable.
 class slot_ring {
  public:
-  /// A ring of `slots` free slots delivered in `order`. Throws logic_error when `slots` is 0.
-  explicit slot_ring(std::size_t slots, delivery order = delivery::in_order);
+  /// A ring of `slots` free slots delivered in `order` and acquired as `place` says. Throws logic_error
+  /// when `slots` is 0.
+  explicit slot_ring(std::size_t slots, delivery order = delivery::in_order,
+                     placement place = placement::first_freed);
 
   slot_ring(const slot_ring&) = delete;
   slot_ring& operator=(const slot_ring&) = delete;
@@ -74,6 +96,25 @@ class slot_ring {
   template <class Rep, class Period>
   [[nodiscard]] std::optional<std::size_t> acquire_for(std::chrono::duration<Rep, Period> timeout) {
     return acquire_within(clamp_timeout(timeout));
+  }
+
+  /// Takes part in acquisition `n`: returns its slot at once when acquisition n was made and its slot is
+  /// still in_flight (another producer of the same slot made it); otherwise makes the acquisitions up to
+  /// n in order, each once its slot is free, blocking while one is not, and returns acquisition n's slot.
+  /// Throws as acquire(), also when acquisition n was made already; logic_error when acquisition n was
+  /// made and its slot is no longer in_flight (marked ready, cancelled, or taken since by a later one).
+  [[nodiscard]] std::size_t acquire_nth(std::uint64_t n);
+
+  /// acquire_nth() without blocking: std::nullopt when acquisition n cannot be made now (the
+  /// acquisitions before it that could be made now were). Throws as acquire_nth().
+  [[nodiscard]] std::optional<std::size_t> try_acquire_nth(std::uint64_t n);
+
+  /// acquire_nth(), waiting at most `timeout`; std::nullopt on timeout (the acquisitions before n made
+  /// meanwhile stay made). Throws as acquire_nth().
+  template <class Rep, class Period>
+  [[nodiscard]] std::optional<std::size_t> acquire_nth_for(std::uint64_t n,
+                                                           std::chrono::duration<Rep, Period> timeout) {
+    return acquire_nth_within(n, clamp_timeout(timeout));
   }
 
   /// Moves `slot` from in_flight to ready (its data is complete), waking a consumer that can now take
@@ -118,6 +159,13 @@ class slot_ring {
   /// The state of `slot` now. Throws logic_error when `slot` is out of range.
   [[nodiscard]] slot_state state(std::size_t slot) const;
 
+  /// The number of the acquisition that took `slot` last (it holds the slot unless the slot is free).
+  /// Throws logic_error when `slot` is out of range or was never acquired.
+  [[nodiscard]] std::uint64_t sequence(std::size_t slot) const;
+
+  /// The number of acquisitions made so far: the number the next one will get.
+  [[nodiscard]] std::uint64_t acquisitions() const;
+
   /// How many slots are in `state` now.
   [[nodiscard]] std::size_t count(slot_state state) const;
 
@@ -126,6 +174,9 @@ class slot_ring {
 
   /// The delivery order, fixed at construction.
   [[nodiscard]] delivery order() const noexcept { return order_; }
+
+  /// The placement, fixed at construction.
+  [[nodiscard]] placement slot_placement() const noexcept { return place_; }
 
   /// True when every slot is free: the pool has returned to full.
   [[nodiscard]] bool full_free() const;
@@ -165,14 +216,23 @@ class slot_ring {
   };
 
   std::optional<std::size_t> acquire_within(std::chrono::nanoseconds timeout);
+  std::optional<std::size_t> acquire_nth_within(std::uint64_t n, std::chrono::nanoseconds timeout);
   std::optional<std::size_t> take_ready_within(std::chrono::nanoseconds timeout);
   bool wait_all_free_within(std::chrono::nanoseconds timeout);
 
   // These run with mu_ held.
-  [[nodiscard]] bool can_acquire() const noexcept { return !free_.empty() || stopped_; }
+  // The slot the next acquisition would take now, if it is free.
+  [[nodiscard]] std::optional<std::size_t> next_free() const noexcept;
+  [[nodiscard]] bool can_acquire() const noexcept { return next_free().has_value() || stopped_; }
   [[nodiscard]] bool deliverable() const noexcept;
   [[nodiscard]] bool can_take() const noexcept { return deliverable() || stopped_; }
   std::size_t acquire_locked();
+  // Makes the acquisitions up to `n` that can be made now; acquisition n's slot once it is made.
+  std::optional<std::size_t> advance_to_locked(std::uint64_t n);
+  // Moves the free `slot` to in_flight as the next acquisition.
+  void claim_locked(std::size_t slot) noexcept;
+  // Wakes the waiters that an acquisition made (a later number may be due, or made).
+  void notify_acquired() noexcept;
   std::size_t take_locked();
   void expect_state(std::string_view op, std::size_t slot, slot_state expected) const;
   std::size_t count_locked(slot_state state) const noexcept;
@@ -181,13 +241,18 @@ class slot_ring {
 
   mutable std::mutex mu_;
   std::condition_variable slot_freed_;  // acquire() waits on it
+  std::condition_variable nth_;         // acquire_nth() waits on it (woken on a free or an acquisition)
   std::condition_variable slot_ready_;  // take_ready() waits on it
   std::condition_variable all_free_;    // wait_all_free() waits on it
   std::vector<slot_state> states_;
-  index_fifo free_;     // free slots, in the order they became free
+  std::vector<std::uint64_t> sequence_;  // per slot: the number of its last acquisition
+  index_fifo free_;  // placement::first_freed: free slots, in the order they became free (unused otherwise)
   index_fifo pending_;  // in_order: acquired, undelivered slots by age; as_completed: ready slots
   std::size_t free_count_;
+  std::uint64_t acquired_ = 0;   // acquisitions made
+  std::size_t nth_waiters_ = 0;  // threads blocked in acquire_nth()
   delivery order_;
+  placement place_;
   bool stopped_ = false;
   std::exception_ptr failure_;
 };
