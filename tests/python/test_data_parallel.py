@@ -210,7 +210,7 @@ def test_the_store_adapter_survives_waits_that_time_out():
     still read, overwrite and erase keys."""
     import ctypes
     import datetime
-    from ferry.torch._group import _TorchStore
+    from ferry._native.comm import StoreCallbacks as _TorchStore
 
     port = free_port()
     timeout = datetime.timedelta(seconds=5)

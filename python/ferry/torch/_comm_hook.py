@@ -20,7 +20,6 @@ from typing import Any, Optional
 import torch
 
 from .. import _runtime
-from .._c import lib
 from ._common import resolve_device
 from ._group import Group
 
@@ -33,6 +32,10 @@ class comm_hook:  # noqa: N801 - used as a function: ddp.register_comm_hook(None
 
     def __init__(self, codec: str = "bf16", *, device: Any = None, timeout: float = 300.0,
                  store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
+        # The codec registry (src/comm/codec_registry.cpp) owns these names ("fp32" is its alias of "none")
+        # and ferry_comm_all_reduce_mean refuses any other, naming the stateless ones. The C ABI has no call
+        # that lists them, so this copy refuses a wrong name when the hook is made rather than at the first
+        # bucket; a `ferry_comm_codecs` call would let it ask instead.
         if codec not in ("none", "fp32", "bf16", "fp16"):
             raise ValueError(f"comm_hook codec {codec!r}: expected 'none', 'bf16' or 'fp16' (PowerSGD keeps "
                              "state per gradient matrix: use DataParallel(lossy=True) for ferry's)")
@@ -49,7 +52,7 @@ class comm_hook:  # noqa: N801 - used as a function: ddp.register_comm_hook(None
     # which postponed (string) annotations are not.
     def __call__(self, state, bucket):  # type: ignore[no-untyped-def]
         _runtime.check_owner(self, self._pid)
-        if self._group.handle is None:
+        if self._group.closed:
             raise RuntimeError("ferry.torch.comm_hook: closed")
         buf = bucket.buffer()
         if buf.dtype != torch.float32:
@@ -60,17 +63,14 @@ class comm_hook:  # noqa: N801 - used as a function: ddp.register_comm_hook(None
                 raise ValueError(f"ferry.torch.comm_hook: bucket on {buf.device}, the hook's group is on "
                                  f"cuda:{self._dev.ordinal} (pass device=)")
             stream = int(torch.cuda.current_stream(buf.device).cuda_stream)
-            lib.ferry_comm_all_reduce_mean(self._group.handle, buf.data_ptr(), buf.numel(), self.codec.encode(),
-                                           stream)
+            self._group.all_reduce_mean(buf.data_ptr(), buf.numel(), codec=self.codec, stream=stream)
             fut = torch.futures.Future(devices=[buf.device])
         else:
             if buf.device.type != "cpu":
                 raise ValueError(f"ferry.torch.comm_hook: bucket on {buf.device}, the hook's group is on ferry's "
                                  "host backend (CPU tensors); make the hook with device= the model's GPU")
-            stream = self._host_stream.handle
-            lib.ferry_comm_all_reduce_mean(self._group.handle, buf.data_ptr(), buf.numel(), self.codec.encode(),
-                                           stream)
-            lib.ferry_stream_synchronize(self._dev.handle, stream)
+            self._group.all_reduce_mean(buf.data_ptr(), buf.numel(), codec=self.codec, stream=self._host_stream.handle)
+            self._host_stream.synchronize()
             fut = torch.futures.Future()
         fut.set_result(buf)
         return fut
