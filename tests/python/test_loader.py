@@ -342,7 +342,7 @@ class StuckAt(Numbers):
 def test_asking_a_worker_that_does_not_catch_sigusr1_for_its_stack_leaves_it_alive():
     """A worker still starting (faulthandler not yet registered) would die of SIGUSR1's default action:
     the timeout's diagnostic gives its state and sends nothing."""
-    from ferry.torch._loader import _ask_for_stack
+    from ferry._loader.processes import ask_for_stack as _ask_for_stack
     p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         time.sleep(0.2)
@@ -383,7 +383,9 @@ def test_a_batch_is_written_once_by_the_workers_and_never_copied_on_the_host(dev
         for k, x in enumerate(loader):
             assert torch.equal(x.cpu(), torch.from_numpy(ds.data[8 * k:8 * k + 8].copy()))
         if dev == "cuda":  # the shared slots were registered: the driver sees pinned memory
-            assert torch.frombuffer(loader._anchor, dtype=torch.uint8).is_pinned()
+            import ctypes
+            slots = (ctypes.c_char * loader._mm.size).from_address(loader._mm.address)
+            assert torch.frombuffer(slots, dtype=torch.uint8).is_pinned()
     stats = loader.stats()
     assert sum(w["bytes"] for w in stats["workers"]) == ds.data.nbytes  # every sample byte written once
     assert sum(w["samples"] for w in stats["workers"]) == 24
@@ -604,20 +606,20 @@ def test_the_default_start_method_is_the_one_the_program_set_as_for_a_dataloader
     """multiprocessing.set_start_method("spawn") (common in CUDA scripts) makes a DataLoader without
     multiprocessing_context spawn: a Loader's start_method=None follows it too; one asked for wins."""
     import multiprocessing
-    from ferry.torch import _loader
+    from ferry._loader import processes as _loader
     context = multiprocessing.context._default_context
     monkeypatch.setattr(context, "_actual_context", context._actual_context)  # the global choice, restored after
     multiprocessing.set_start_method("spawn", force=True)
-    assert _loader._start_method(None) == "spawn"
-    assert _loader._start_method("fork") == "fork"
+    assert _loader.start_method(None) == "spawn"
+    assert _loader.start_method("fork") == "fork"
     multiprocessing.set_start_method("forkserver", force=True)
-    assert _loader._start_method(None) == "forkserver"
+    assert _loader.start_method(None) == "forkserver"
 
 
 def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once_and_workers_0_says_nothing(monkeypatch):
-    from ferry.torch import _loader
+    from ferry._loader import processes as _loader
     # Python's default, which no_leaks's forkserver fixed as multiprocessing's: not the program's choice.
-    assert _loader._start_method(None) == "fork"
+    assert _loader.start_method(None) == "fork"
     monkeypatch.setattr(_loader.sys, "platform", "darwin")
     monkeypatch.setattr(_loader, "_warned_start_method", False)
     with warnings.catch_warnings():
@@ -625,11 +627,11 @@ def test_where_fork_is_unsafe_the_default_spawns_and_says_so_once_and_workers_0_
         Loader(Numbers(4), batch_size=2, workers=0, device="cpu").close()  # no worker: no start method to warn of
     with pytest.warns(RuntimeWarning, match=r"workers start with 'spawn', not 'fork' \(macOS.*importable module.*"
                                             r"if __name__ == \"__main__\":.*start_method="):
-        assert _loader._start_method(None) == "spawn"
+        assert _loader.start_method(None) == "spawn"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _loader._start_method(None) == "spawn"  # said once
-        assert _loader._start_method("fork") == "fork"  # chosen: nothing to say
+        assert _loader.start_method(None) == "spawn"  # said once
+        assert _loader.start_method("fork") == "fork"  # chosen: nothing to say
 
 
 def test_a_spawned_worker_held_in_the_main_modules_import_is_named_with_the_main_guard_at_the_timeout(tmp_path):

@@ -3,17 +3,18 @@ the GPU on ferry's copy stream."""
 from __future__ import annotations
 
 import collections
-import gc
 import json
 import sys
 import warnings
-from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import byref, c_size_t, c_uint64, c_void_p
 from typing import Any, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _runtime
 from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib, take_string
-from .._native.dlpack import KDL_CPU, KDL_CUDA_HOST, TensorInfo, make_capsule
-from ._common import DeviceLike, resolve_device, shape_text, stream_handle, tensor_info
+from .._native.dlpack import KDL_CPU, KDL_CUDA_HOST, TensorInfo
+from .._template import Slot as _Slot, fill as _fill
+from ._batch import batch_tensor, crossing as _crossing, slot_still_held
+from ._common import DeviceLike, resolve_device, shape_text, stream_handle
 
 _ALIGN = 256
 T = TypeVar("T")
@@ -33,13 +34,6 @@ class _Leaf:
         self.restore = restore
 
 
-class _Slot:
-    __slots__ = ("index",)
-
-    def __init__(self, index: int):
-        self.index = index
-
-
 def _flatten(obj: Any, path: str, values: List[Tuple[str, Any]]) -> Any:
     """A template of `obj` where each tensor or numpy array is replaced by its index in `values`."""
     import numpy as np
@@ -54,18 +48,6 @@ def _flatten(obj: Any, path: str, values: List[Tuple[str, Any]]) -> Any:
     if isinstance(obj, (tuple, list)):
         return type(obj)(_flatten(v, f"{path}[{i}]", values) for i, v in enumerate(obj))
     return obj
-
-
-def _fill(template: Any, values: List[Any]) -> Any:
-    if isinstance(template, _Slot):
-        return values[template.index]
-    if isinstance(template, dict):
-        return type(template)((k, _fill(v, values)) for k, v in template.items())
-    if isinstance(template, tuple) and hasattr(template, "_fields"):
-        return type(template)(*(_fill(v, values) for v in template))
-    if isinstance(template, (tuple, list)):
-        return type(template)(_fill(v, values) for v in template)
-    return template
 
 
 def _as_tensor(where: str, x: Any) -> Any:
@@ -92,62 +74,6 @@ def _as_tensor(where: str, x: Any) -> Any:
     if hasattr(x, "is_neg") and x.is_neg():
         x = x.resolve_neg()
     return x
-
-
-def _crossing(where: str, t: Any) -> Tuple[Any, TensorInfo, Optional[Tuple[Any, Tuple[int, ...]]]]:
-    """What crosses for tensor `t`: itself, or, where DLPack refuses its dtype (bool on torch < 2), its
-    bytes, to be viewed as the dtype again on the device (zero copy both ways)."""
-    import torch
-    if t.dtype != torch.bool:
-        try:
-            return t, tensor_info(t, None), None
-        except (RuntimeError, TypeError, BufferError) as e:
-            refused: BaseException = e
-    else:
-        refused = RuntimeError("bool")
-    if not t.is_contiguous():
-        raise ValueError(f"{where} ({t.dtype}, shape {list(t.shape)}) is not contiguous; make the dataset or "
-                         "collate_fn return contiguous tensors")
-    try:
-        raw = t.reshape(-1).view(torch.uint8)
-        return raw, tensor_info(raw, None), (t.dtype, tuple(t.shape))
-    except (RuntimeError, TypeError, BufferError) as e:
-        raise ValueError(f"{where} ({t.dtype}) cannot cross to the device: DLPack refuses it ({refused}) and "
-                         f"its bytes cannot be viewed ({e}); convert it in the dataset or collate_fn") from None
-
-
-def slot_still_held(handle: PrefetchHandle, number: int, depth: int) -> bool:
-    """Whether batch `number` would go into the device slot of batch number - depth while tensors of that
-    batch are still alive (after a garbage collection, which frees those only held by a cycle)."""
-    held = number - depth
-    if held < 0:
-        return False
-    for attempt in range(2):
-        out = c_int()
-        check(lib.ferry_prefetch_released(handle, c_uint64(held), byref(out)))
-        if out.value:
-            return False
-        if attempt == 0:
-            gc.collect()  # tensors of that batch may only be waiting in a reference cycle
-    return True
-
-
-def batch_tensor(b: BatchHandle, offset: int, shape: Tuple[int, ...], dtype: Tuple[int, int, int],
-                 restore: Optional[Tuple[Any, Tuple[int, ...]]]) -> Any:
-    """A torch tensor viewing `offset` of lent batch `b` (DLPack; it holds the batch until freed) of
-    `shape` and DLPack dtype (code, bits, lanes), then viewed as restore's (dtype, shape) when given."""
-    import torch.utils.dlpack
-    dims = (c_int64 * max(len(shape), 1))(*shape)
-    managed = c_void_p()
-    check(lib.ferry_batch_dlpack(b, offset, len(shape), dims, *dtype, byref(managed)))
-    try:
-        t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
-    except BaseException:
-        lib.ferry_dlpack_delete(managed)
-        raise
-    if restore is not None:
-        t = t.view(restore[0]).reshape(restore[1])
-    return t
 
 
 class _Pushed:

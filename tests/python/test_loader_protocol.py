@@ -1,0 +1,151 @@
+"""ferry.torch.Loader's chunk protocol at its edges (ferry/_loader/protocol.py, Note [No chunk is lost]): a
+worker that dies in the middle of a chunk, a chunk sent twice, a message or a reply lost to an exception
+(Ctrl-C) in the main process, and close() while workers hold chunks. Each case ends with the right bytes
+or a named error, never a wait: the timeouts here are short, so a lost chunk would fail the test by its
+timeout error, not hang it. The no-leak check of test_loader.py runs after each."""
+import os
+import signal
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from test_loader import Loader, Numbers, children, no_leaks  # noqa: E402,F401 - no_leaks: autouse fixture
+
+from ferry._c import ClosedError  # noqa: E402
+
+
+def labels_of(loader):
+    return [y.tolist() for _, y in loader]
+
+
+EXPECTED = [list(range(i, min(i + 4, 37))) for i in range(0, 37, 4)]
+
+
+class DiesAt(Numbers):
+    """Sample 6 kills its worker (SIGKILL, as the out-of-memory killer does) once the test has its first
+    batch: positions 0-1 of batch 1 are written, the rest of the chunk never."""
+
+    def __init__(self, flag):
+        super().__init__()
+        self.flag = flag
+
+    def __getitem__(self, i):
+        if i == 6:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(self.flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+def test_a_worker_dying_in_the_middle_of_a_chunk_is_named_at_once_and_closes_the_loader(tmp_path):
+    flag = tmp_path / "go"
+    loader = Loader(DiesAt(str(flag)), batch_size=4, workers=2, chunk=4, device="cpu", timeout=30)
+    it = iter(loader)
+    assert next(it)[1].tolist() == [0, 1, 2, 3]
+    flag.write_text("")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"ferry Loader worker \d \(pid \d+\) was killed by signal SIGKILL.*"
+                                           r"the loader is closed"):
+        next(it)
+    assert time.monotonic() - t0 < 20  # the death, not the timeout
+    with pytest.raises(RuntimeError, match="failed earlier"):
+        next(iter(loader))
+    loader.close()
+
+
+def test_a_chunk_sent_twice_is_written_twice_and_counted_once(monkeypatch):
+    """Every chunk message goes twice down its worker's pipe: the worker writes the same samples again
+    (the same seeds, the same bytes) and answers twice; the second answer names an id no longer recorded
+    and changes nothing."""
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=30) as loader:
+        engine = loader._engine
+        send = engine._send
+
+        def twice(w, msg):
+            send(w, msg)
+            if msg[0] == "chunk":
+                send(w, msg)
+        monkeypatch.setattr(engine, "_send", twice)
+        for _ in range(2):  # two epochs: the drain between them reads the duplicates too
+            assert labels_of(loader) == EXPECTED
+        chunks = 2 * sum(-(-len(b) // 2) for b in EXPECTED)  # of both epochs
+        # Every duplicate answer read is dropped; those of the last batches may still be on their way.
+        assert chunks // 2 <= engine.dropped_replies <= chunks
+        made = sum(w["samples"] for w in loader.stats()["workers"])
+        assert 2 * 37 + engine.dropped_replies <= made <= 2 * 2 * 37  # counted as made by the workers
+
+
+def test_a_reply_taken_by_an_exception_is_recovered_by_a_sync_at_the_next_call(monkeypatch):
+    """A Ctrl-C after a worker's answer was read from its pipe and before it was counted: the batch would
+    wait for it for ever. The next call syncs with the workers and hands that chunk out again."""
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
+        engine = loader._engine
+        collect = engine._collect
+        lost = []
+
+        def interrupted(w, msg):
+            if msg[0] == "done" and not lost:
+                lost.append(msg[1])
+                raise KeyboardInterrupt  # the answer is read and dropped
+            collect(w, msg)
+        monkeypatch.setattr(engine, "_collect", interrupted)
+        it = iter(loader)
+        got = []
+        while len(got) < len(EXPECTED):
+            try:
+                got.append(next(it)[1].tolist())
+            except KeyboardInterrupt:
+                pass
+        assert got == EXPECTED and len(lost) == 1
+        assert labels_of(loader) == EXPECTED  # and the next epoch is whole
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_chunk_whose_send_was_interrupted_is_handed_out_again(monkeypatch, when):
+    """A Ctrl-C in the send of a chunk, before the message went or after: either way the next call finds
+    out by a sync which it was, and the batch is made once with the right bytes."""
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
+        engine = loader._engine
+        send = engine._send
+        hit = []
+
+        def interrupted(w, msg):
+            if msg[0] == "chunk" and not hit:
+                hit.append(msg[1])
+                if when == "after":
+                    send(w, msg)
+                raise KeyboardInterrupt
+            send(w, msg)
+        monkeypatch.setattr(engine, "_send", interrupted)
+        it = iter(loader)
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+        assert [y.tolist() for _, y in it] == EXPECTED
+        assert hit
+
+
+class SlowAt(Numbers):
+    """Sample 5 takes 60 s (a dataset on a dead mount)."""
+
+    def __getitem__(self, i):
+        if i == 5:
+            time.sleep(60)
+        return super().__getitem__(i)
+
+
+def test_close_while_workers_hold_chunks_returns_within_seconds_and_leaves_no_worker():
+    loader = Loader(SlowAt(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=30)
+    it = iter(loader)
+    assert next(it)[1].tolist() == [0, 1, 2, 3]
+    engine = loader._engine
+    held = [c.batch.k for w in engine.workers for c in w.chunks.values()]
+    assert 1 in held  # batch 1's chunks (sample 5 among them) were handed out with batch 0's
+    pids = [w.pid for w in engine.workers]
+    t0 = time.monotonic()
+    loader.close()
+    assert time.monotonic() - t0 < 5  # the stuck worker is killed after a second
+    assert not set(pids) & children()
+    with pytest.raises(ClosedError):
+        next(it)
