@@ -226,7 +226,11 @@ class Engine:
     def new_pipeline(self) -> None:
         """A new prefetcher over the same slots (after an abandoned epoch): the old one holds batches the
         consumer may still use and batches never written."""
-        self.drain()
+        try:
+            self.drain()
+        except BaseException:
+            self._unsure = True  # Note [No chunk is lost] 5: the next drain syncs first
+            raise
         old, self.prefetcher = self.prefetcher, None
         if old is not None:
             old.close()

@@ -19,37 +19,48 @@ From a worker:
 
 Note [No chunk is lost]
 A chunk is lost when the main process waits for a batch whose slot will never be marked ready although
-no worker is working on it, nor dead, nor stuck: the hangs of issue 37 ("a chunk never answered; a fresh
-Loader's first sample never made"). By construction it cannot happen:
-1. Each chunk has an id never used again in the Loader's life. The main process records the chunk (its
-   worker's table and its batch's set of unanswered ids) before it sends it, so a reply never precedes
-   its record.
+no worker is working on it, nor dead, nor stuck: what the two hangs of issue 37 looked like ("a chunk
+never answered; a fresh Loader's first sample never made"). By construction it cannot happen:
+1. Each chunk has an id used once in the Loader's life and carries one part of one batch. The main
+   process records it (in its worker's table, and as the part's holder) before it sends it, so a reply
+   never precedes its record.
 2. A worker answers every chunk message with exactly one reply naming the id ("done", or "error" after
-   which it goes on with its next message), in the order of its task pipe; it answers nothing else with
-   a chunk id. A pipe loses nothing and keeps order.
-3. A reply removes its id from the batch first, then from the worker's table; a batch is marked ready
-   when it has no unanswered id and no chunk left to hand out, checked again at every wait (a Ctrl-C
-   between the two steps leaves a batch that the next wait readies). A reply whose id is not recorded
-   (a chunk sent twice, a reply read twice) changes nothing: a batch counts ids, not replies.
+   which it goes on with its next message), in the order of its task pipe, and nothing else carries a
+   chunk id. A pipe loses nothing and keeps order.
+3. A reply marks its part written, then drops the id from the worker's table. A batch is marked ready
+   when every part is written and none is left to hand out, checked again before every wait (an
+   exception between the steps leaves a batch the next wait readies). A reply whose id is not recorded
+   (a chunk that went twice down a pipe, a reply of an old pipeline) changes nothing: a batch counts its
+   parts, not replies. The loader itself never sends a part again while it may still be written: only
+   after a sync (5) showed its chunk lost.
 4. Every recorded chunk is held by one live worker, which therefore replies (2), dies (its sentinel and
-   EOF on its result pipe: the loader fails naming the chunk), or is stuck (the timeout: the loader
-   fails naming the holders, their pid, state and positions, and has them print their stacks).
-   The main process waits on every result pipe, every sentinel and the slot eventfd, at most a second at a
-   time, and dispatches again after each wait: a wake-up it missed costs a second, not a batch.
-5. A Ctrl-C (any exception) inside a send or a receive leaves it unknown whether the message was
-   delivered or its reply taken. The loader then marks its workers unsure; before it waits again it
-   sends each one with chunks a ("sync", token) and reads up to ("synced", token): the pipes keep order,
-   so a chunk still recorded then was never delivered or its reply was dropped, and it is handed out
-   again (same seeds, same bytes, into a slot not yet marked ready).
-6. A slot is reused only after the chunks written into it are answered: a new pipeline (an epoch left
-   part-way) drains every worker first. A chunk knows its batch object, not its number, so a reply from
-   an old pipeline cannot count in a new one.
-The two hangs seen were the same failure upstream of all this: a worker that never ran its chunk because
-it was blocked on a lock in its first garbage collection, freeing a batch tensor inherited from the parent
-whose release took a lock one of the parent's threads held at the fork (54ffdb5: ferry's C ABI leaves what
-a fork child inherited alone, and a worker freezes what it inherited, ferry/_loader/worker.py). The
-strided write made it likelier, not the cause: its ctypes arrays are objects the collector tracks, so
-workers reached a collection sooner. tests/python/test_loader_protocol.py holds the cases.
+   EOF on its result pipe: the loader fails at once naming the chunk), or is stuck (the timeout: the
+   loader fails naming the holders, their pid, state and positions, and has them print their Python
+   stacks). The main process waits on every result pipe, every sentinel and the slot eventfd, at most a
+   second at a time, and dispatches again after each wait: a wake-up it missed costs a second, not a batch.
+5. An exception (Ctrl-C) inside a send or a receive leaves it unknown whether the message went, or
+   whether a reply was taken from its pipe and dropped. The loader then counts itself unsure; before it
+   waits again it sends each worker that holds chunks a ("sync", token) and reads up to ("synced",
+   token). The pipes keep order, so a chunk still recorded then was never delivered or its reply was
+   dropped: its part is handed out again (the same seeds, the same bytes, into a slot not yet ready).
+   The parts left to hand out are rebuilt from the parts' states, not from what the interrupted code
+   had done.
+6. A slot is reused only after every chunk written into it is answered: a new pipeline (after an epoch
+   left part-way) drains every worker first. A chunk knows its batch object, not the batch's number, so
+   a reply from an old pipeline cannot count in a new one, whose numbers start again at 0.
+The two hangs seen were upstream of all this, in a worker that never finished its chunk or its first
+sample because it waited on a lock (found in 54ffdb5): a garbage collection in the worker freed a batch
+tensor inherited from the parent (a cycle left by an earlier Loader of the test run), whose release took
+the prefetcher's lock, which one of the parent's threads held at the fork and which stays held for ever
+in the child. Both symptoms are that wait. Since then ferry's C ABI leaves what a fork child inherited
+alone (drop_hold, fork_generation), and a worker freezes what it inherited before any collection
+(ferry/_loader/worker.py; tests/python/test_loader.py's
+test_a_worker_runs_no_finalizer_of_what_it_inherited fails without the freeze). Why the hangs came with
+the strided write is not established (both writes allocate objects that the collector counts, so it
+changes only when a worker's first full collection comes): the write was put back after the fix and
+has run since without a hang.
+tests/python/test_loader_protocol.py holds the edge cases: a worker dying mid-chunk, a chunk sent twice, a
+reply taken by an exception, an interrupted send, close while workers hold chunks.
 """
 from __future__ import annotations
 
