@@ -360,7 +360,7 @@ def test_a_forked_child_that_frees_an_inherited_batch_leaves_it_to_the_parent(de
     from ferry._c import lib
     it = Prefetcher(batches(4), device=device)
     held = [next(it)]  # batch 0, lent until its tensors go: held[0] is the only reference
-    handle = it._handle
+    handle = it._pipeline.handle
 
     def free_it():
         held.clear()  # the last reference in this child to batch 0's tensors (they hold no cycle)
@@ -388,7 +388,7 @@ def test_a_fork_child_cannot_close_or_destroy_the_parents_prefetcher(device):
     first = next(it)
     assert torch.equal(first[0].cpu(), src[0][0])
     del first
-    handle = it._handle
+    handle = it._pipeline.handle
 
     def close_and_destroy():
         try:

@@ -3,14 +3,12 @@ the GPU on ferry's copy stream."""
 from __future__ import annotations
 
 import collections
-import json
 import sys
 import warnings
-from ctypes import byref, c_size_t, c_uint64, c_void_p
 from typing import Any, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _runtime
-from .._c import STATUS, BatchHandle, ClosedError, PrefetchHandle, check, lib, take_string
+from .._native import Lifecycle, prefetch as _native
 from .._native.dlpack import KDL_CPU, KDL_CUDA_HOST, TensorInfo
 from .._template import Slot as _Slot, fill as _fill
 from ._batch import batch_tensor, crossing as _crossing, slot_still_held
@@ -134,7 +132,7 @@ class _Epoch(Iterator[T]):
             return 0
 
 
-class Prefetcher(Generic[T]):
+class Prefetcher(Lifecycle, Generic[T]):
     """Iterates over `iterable`'s CPU batches (a tensor or numpy array, or tuples, lists, dicts and
     namedtuples of them, other values passed through) as CUDA tensors, `depth` batches ahead of the
     consumer.
@@ -191,7 +189,7 @@ class Prefetcher(Generic[T]):
             raise ValueError(f"Prefetcher(oversize={oversize!r}): expected 'copy' or 'error'")
         if not hasattr(iterable, "__iter__"):
             raise TypeError(f"Prefetcher: {type(iterable).__name__} is not iterable")
-        self._pid = _runtime.current_pid()
+        Lifecycle.__init__(self)
         self.device = resolve_device(device)
         self.depth, self.workers, self.slots = depth, workers, slots
         self.batch_bytes = batch_bytes
@@ -200,12 +198,11 @@ class Prefetcher(Generic[T]):
         if not isinstance(self.lookahead, int) or isinstance(self.lookahead, bool) or self.lookahead < 1:
             raise ValueError(f"Prefetcher(lookahead={lookahead!r}): expected an integer >= 1")
         self._source = iterable
-        self._handle: Optional[PrefetchHandle] = None
+        self._pipeline: Optional[_native.Prefetcher] = None
         self._capacity = 0
         self._epoch: Optional[_EpochState] = None
         self._epochs = 0
         self._warned_oversize = False
-        self._closed = False
         _runtime.register(self)
 
     # ---- epochs ----------------------------------------------------------------------------------
@@ -263,24 +260,16 @@ class Prefetcher(Generic[T]):
         return self._epoch
 
     def _retire_pipeline(self) -> None:
-        h, self._handle = self._handle, None
-        if h is not None:
-            lib.ferry_prefetch_close(h)  # waits for the copies under way; lent batches stay valid
-            lib.ferry_prefetch_destroy(h)
-
-    def _check_usable(self, what: str) -> None:
-        _runtime.check_owner(self, self._pid)
-        if self._closed:
-            raise ClosedError(f"Prefetcher.{what}: the Prefetcher is closed", STATUS["FERRY_ERROR_STOPPED"])
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            pipeline.close()  # waits for the copies under way; lent batches stay valid
 
     # ---- staging -----------------------------------------------------------------------------------
 
     def _create(self, first_bytes: int) -> None:
         want = max(first_bytes, self.batch_bytes or 0, self._capacity, 1)
-        h = PrefetchHandle()
-        check(lib.ferry_prefetch_create(self.device.handle, want, 0, self.workers, self.slots, self.depth,
-                                        byref(h)))
-        self._handle = h
+        self._pipeline = _native.Prefetcher(self.device._native, batch_bytes=want, workers=self.workers,
+                                            slots=self.slots, depth=self.depth)
         self._capacity = want
 
     def _stage(self, batch: Any, index: int) -> Union[_Pushed, _Copied]:
@@ -302,17 +291,14 @@ class Prefetcher(Generic[T]):
             crossing.append((_Leaf(offset, info, restore), info.data, raw))
             values.append(t)
             offset += info.nbytes
-        if self._handle is None:
+        if self._pipeline is None:
             self._create(offset)
+        assert self._pipeline is not None
         if offset > self._capacity:
             return self._oversize(index, offset, template, values)
-        n = len(crossing)
-        data = (c_void_p * max(n, 1))(*[d for _, d, _ in crossing])
-        sizes = (c_size_t * max(n, 1))(*[leaf.nbytes for leaf, _, _ in crossing])
-        offsets = (c_size_t * max(n, 1))(*[leaf.offset for leaf, _, _ in crossing])
-        number = c_uint64()
-        check(lib.ferry_prefetch_push(self._handle, data, sizes, offsets, n, byref(number)))
-        return _Pushed(index, number.value, template, [leaf for leaf, _, _ in crossing], [r for _, _, r in crossing])
+        number = self._pipeline.push([d for _, d, _ in crossing], [leaf.nbytes for leaf, _, _ in crossing],
+                                     [leaf.offset for leaf, _, _ in crossing])
+        return _Pushed(index, number, template, [leaf for leaf, _, _ in crossing], [r for _, _, r in crossing])
 
     def _oversize(self, index: int, nbytes: int, template: Any, values: List[Any]) -> _Copied:
         sized = f"batch_bytes={self.batch_bytes}" if self.batch_bytes else "the first batch"
@@ -374,24 +360,22 @@ class Prefetcher(Generic[T]):
             ep.queue.popleft()
             ep.yielded += 1
             return _fill(entry.template, [self._plain_copy(t) for t in entry.values])
-        assert self._handle is not None
-        if slot_still_held(self._handle, entry.number, self.depth):
+        pipeline = self._pipeline
+        assert pipeline is not None
+        if slot_still_held(pipeline.handle, entry.number, self.depth):
             raise RuntimeError(
                 f"Prefetcher: batch {entry.index} goes into the device slot of batch {entry.index - self.depth}, "
                 f"whose tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: "
                 ".clone() what you keep or raise depth")
         consumer = stream_handle(self.device, None)
-        b = BatchHandle()
-        check(lib.ferry_prefetch_next(self._handle, consumer, byref(b)))
+        batch = pipeline.next(consumer)
         ep.queue.popleft()
-        try:
-            values = [self._tensor(b, leaf) for leaf in entry.leaves]
-        finally:
-            lib.ferry_batch_release(b)
+        with batch:  # the tensors hold the batch on
+            values = [self._tensor(batch, leaf) for leaf in entry.leaves]
         ep.yielded += 1
         if self.device.backend == "host":
             # The host backend's "kernels" are the caller's own CPU code: it reads the tensors at once.
-            check(lib.ferry_stream_synchronize(self.device.handle, consumer))
+            self.device._native.synchronize_stream(consumer)
         return _fill(entry.template, values)
 
     def _plain_copy(self, t: Any) -> Any:
@@ -399,41 +383,30 @@ class Prefetcher(Generic[T]):
             return t.clone()  # a copy, as on a GPU: the source's memory is the loader's
         return t.to(f"cuda:{self.device.ordinal}")
 
-    def _tensor(self, b: BatchHandle, leaf: _Leaf) -> Any:
-        return batch_tensor(b, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
+    def _tensor(self, batch: _native.Batch, leaf: _Leaf) -> Any:
+        return batch_tensor(batch.handle, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
 
     # ---- the rest ------------------------------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
         """Counters and stage times: batches, bytes, h2d_gbps, pin_seconds, stages (fill, copy, ...)."""
-        if self._handle is None:
+        if self._pipeline is None:
             return {}
-        out = c_void_p()
-        check(lib.ferry_prefetch_stats_json(self._handle, byref(out)))
-        return json.loads(take_string(out))
+        return self._pipeline.stats()
 
     def close(self) -> None:
         """Stops ferry's threads; batches already yielded stay valid while their tensors live."""
-        _runtime.check_owner(self, self._pid)
-        if self._closed:
-            return
-        self._closed = True
-        if self._handle is not None:
-            check(lib.ferry_prefetch_close(self._handle))
+        super().close()
+
+    def _close(self) -> None:
+        if self._pipeline is not None:
+            self._pipeline.stop()
         if self._epoch is not None:
             self._epoch.queue.clear()
 
-    def __enter__(self) -> "Prefetcher[T]":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        h = getattr(self, "_handle", None)
-        if h is not None and self._pid == _runtime.current_pid():
-            self._handle = None
-            # Joins the workers before the source tensors they may be copying are freed with this object;
-            # the device slots stay valid while tensors made from them live.
-            lib.ferry_prefetch_close(h)
-            lib.ferry_prefetch_destroy(h)
+    def _finalize(self) -> None:
+        # Joins the workers before the source tensors they may be copying are freed with this object; the
+        # device slots stay valid while tensors made from them live.
+        pipeline = self.__dict__.get("_pipeline")
+        if pipeline is not None:
+            pipeline.close()
