@@ -190,3 +190,68 @@ def test_only_the_declaration_table_and_the_native_layer_call_the_library():
     assert not offenders, ("outside ferry/_c.py and ferry/_native/ (give the call a native object there):\n"
                            + "\n".join(offenders))
 
+
+
+# ---- the native objects over the library (host backend) ------------------------------------------
+
+def test_native_objects_refuse_use_after_close_naming_the_call_and_a_pipeline_answers_after_it_stopped():
+    import numpy as np
+
+    from ferry._native import device, egress, prefetch, sinks
+
+    dev = device.Device("host", 0)
+    stream = device.Stream(dev)
+    stream.synchronize()
+    stream.close()
+    with pytest.raises(ferry.ClosedError, match=r"^Stream\.synchronize: the Stream is closed$"):
+        stream.synchronize()
+
+    sink = sinks.ChecksumSink()
+    out = egress.Egress(dev, sink, slot_bytes=64, slots=2, workers=1, ordered=True)
+    data = np.arange(8, dtype=np.float64)
+    stream = device.Stream(dev)
+    event = out.submit(data.ctypes.data, data.nbytes, stream.native, 5)
+    event.synchronize()
+    assert event.query()
+    out.finish()
+    assert out.stats()["outputs"] == 1 and out.free_slots == 2  # finished, not closed: it still answers
+    assert sink.checksum(5) == ferry.ChecksumSink.of(data)
+    out.close()
+    out.close()
+    with pytest.raises(ferry.ClosedError, match=r"^Egress\.handle: the Egress is closed$"):
+        out.stats()
+    event.close()
+    with pytest.raises(ferry.ClosedError, match=r"Event\.handle"):
+        event.query()
+
+    pipeline = prefetch.Prefetcher(dev, batch_bytes=data.nbytes, workers=1, slots=1, depth=2)
+    number = pipeline.push([data.ctypes.data], [data.nbytes], [0])
+    with pipeline.next(stream.native) as batch:
+        assert batch.number == number == 0
+    assert batch.closed
+    pipeline.stop()
+    pipeline.stop()
+    assert pipeline.stats()["batches"] == 1
+    pipeline.close()
+    with pytest.raises(ferry.ClosedError, match=r"Prefetcher\.handle"):
+        pipeline.released(0)
+
+
+def test_a_group_of_one_answers_and_is_refused_in_a_fork_child():
+    from ferry._native import comm, device
+
+    group = comm.Comm(device.Device("host", 0), timeout=30.0, bootstrap="single")
+    assert (group.rank, group.world_size, group.backend) == (0, 1, "host")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            group.abort("from a fork child")
+        except ferry.ForkedError:
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    group.close()
+    assert group.closed
