@@ -255,3 +255,34 @@ def test_a_group_of_one_answers_and_is_refused_in_a_fork_child():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     group.close()
     assert group.closed
+
+
+def test_a_batch_tensor_holds_its_slot_and_a_refused_hand_over_runs_the_deleter():
+    import numpy as np
+    import torch.utils.dlpack
+
+    from ferry._native import device, prefetch
+
+    dev = device.Device("host", 0)
+    stream = device.Stream(dev)
+    data = np.arange(6, dtype=np.float32)
+    pipeline = prefetch.Prefetcher(dev, batch_bytes=data.nbytes, workers=1, slots=1, depth=2)
+    pipeline.push([data.ctypes.data], [data.nbytes], [0])
+    pipeline.push([data.ctypes.data], [data.nbytes], [0])
+    with pipeline.next(stream.native) as batch:
+        t = batch.tensor(8, (2, 2), (2, 32, 1), torch.utils.dlpack.from_dlpack)  # float32 from byte 8
+    stream.synchronize()
+    assert t.tolist() == [[2.0, 3.0], [4.0, 5.0]]
+    assert not pipeline.released(0)  # the tensor holds batch 0's slot
+    del t
+    assert pipeline.released(0)
+
+    def refuse(capsule):
+        raise BufferError("the consumer refuses")
+
+    with pipeline.next(stream.native) as batch:
+        with pytest.raises(BufferError, match="refuses"):
+            batch.tensor(0, (6,), (2, 32, 1), refuse)
+    stream.synchronize()
+    assert pipeline.released(1)  # the refused tensor's deleter ran: nothing holds batch 1
+    pipeline.close()

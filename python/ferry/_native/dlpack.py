@@ -5,7 +5,11 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, Structure, c_int32, c_int64, c_uint8, c_uint16, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar
+
+from .._c import lib
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     import numpy
@@ -104,6 +108,17 @@ def make_capsule(managed: int) -> Any:
     """A "dltensor" capsule over a DLManagedTensor made by ferry. It has no destructor: the caller hands
     it to a consumer at once, and runs the deleter itself (ferry_dlpack_delete) if the consumer refuses."""
     return _new_capsule(managed, b"dltensor", None)
+
+
+def hand_over(managed: int, convert: Callable[[Any], T]) -> T:
+    """convert(capsule) over a DLManagedTensor that ferry made (ferry_batch_dlpack,
+    ferry_reducer_flat_dlpack): the consumer (torch.utils.dlpack.from_dlpack, numpy.from_dlpack) takes it
+    over; when it refuses, the tensor's deleter runs here (ferry_dlpack_delete) and its error goes on."""
+    try:
+        return convert(make_capsule(managed))
+    except BaseException:
+        lib.ferry_dlpack_delete(managed)
+        raise
 
 
 def numpy_dtype(code: int, bits: int, lanes: int) -> Optional["numpy.dtype[Any]"]:

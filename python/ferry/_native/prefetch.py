@@ -2,13 +2,16 @@
 its copy stream, lent as ferry_batch until their tensors are gone."""
 from __future__ import annotations
 
-from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
-from typing import Any, Dict, Sequence
+from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from typing import Any, Callable, Dict, Sequence, Tuple, TypeVar
 
 from .._c import BatchHandle, PrefetchHandle, lib
 from ._base import NativeObject
 from .device import Device
+from .dlpack import hand_over
 from .library import out_json
+
+T = TypeVar("T")
 
 
 class Batch(NativeObject[BatchHandle]):
@@ -21,6 +24,15 @@ class Batch(NativeObject[BatchHandle]):
     @property
     def number(self) -> int:
         return int(lib.ferry_batch_number(self.handle))
+
+    def tensor(self, offset: int, shape: Sequence[int], dtype: Tuple[int, int, int],
+               convert: Callable[[Any], T]) -> T:
+        """convert(capsule) of a C-contiguous DLPack tensor viewing `offset` of the batch, of `shape` and
+        DLPack dtype (code, bits, lanes); the tensor holds the batch until it is freed."""
+        dims = (c_int64 * max(len(shape), 1))(*shape)
+        managed = c_void_p()
+        lib.ferry_batch_dlpack(self.handle, offset, len(shape), dims, *dtype, byref(managed))
+        return hand_over(managed.value, convert)
 
 
 class Prefetch(NativeObject[PrefetchHandle]):
