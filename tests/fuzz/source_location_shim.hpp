@@ -1,6 +1,7 @@
-// For the fuzz build only (scripts/fuzz.sh force-includes it): clang 14 with libstdc++ 12 leaves
-// <source_location> empty, since that needs __builtin_source_location (clang 15 and later). ferry's error
-// header needs std::source_location::current(); this supplies an equivalent from clang's older builtins.
+// For the fuzz build only (the fuzz preset force-includes it where the compiler needs it: CMakeLists.txt):
+// clang 14 with libstdc++ 12 leaves <source_location> empty, since that needs __builtin_source_location
+// (clang 15 and later). ferry's error header needs std::source_location::current(); this supplies an
+// equivalent from clang's older builtins.
 #pragma once
 
 #include <source_location>

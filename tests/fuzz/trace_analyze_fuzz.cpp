@@ -1,5 +1,5 @@
-// libFuzzer target for the trace reader and the analyzer together (scripts/fuzz.sh analyze builds and
-// runs it).
+// libFuzzer target for the trace reader and the analyzer together (the fuzz preset builds it,
+// tests/fuzz/CMakeLists.txt; scripts/fuzz.sh analyze runs it).
 //
 // Property: for any bytes (plain JSON or gzip), parse_trace returns a timeline or throws
 // ferry::input_error, and whatever timeline it returns, analyze() returns an analysis or throws

@@ -1,4 +1,5 @@
-// libFuzzer target for the trace reader (scripts/fuzz.sh builds and runs it).
+// libFuzzer target for the trace reader (the fuzz preset builds it, tests/fuzz/CMakeLists.txt;
+// scripts/fuzz.sh runs it).
 //
 // Property: for any bytes, parse_trace returns a timeline or throws ferry::input_error; anything else
 // (another exception, a crash, a sanitizer report, a hang, a huge allocation) is a finding. A timeline it
