@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tables of `ferry bench allreduce --json` beside nccl-tests' all_reduce_perf output, for scripts/gpu.sh.
+"""Tables of `ferry bench allreduce --json` beside nccl-tests' all_reduce_perf output, for the
+data-parallel runs' floor and latency commands (docs/perf/2026-11-2[67]/*-dp/README.md, "The stages' commands").
 
     allreduce_tables.py floor DIR       dp_floor's files: nccl-tests (sum, avg, mpirun) and ferry (blocking and
                                         nonblocking communicators, one process and mpirun) per size

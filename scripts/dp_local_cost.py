@@ -8,7 +8,8 @@ thread against the step's GPU time (a wrapper's CPU work costs GPU time only whe
 
     python3 scripts/dp_local_cost.py [--model vit_l_32] [--steps 30] [--warmup 15] [--out results.json]
 
-Run by scripts/gpu.sh dp; results are recorded in docs/PERFORMANCE.md.
+Run on one GPU as the data-parallel runs' notes say (docs/perf/2026-11-26/h200x4-dp/README.md, "The
+stages' commands"); results are recorded in docs/PERFORMANCE.md.
 """
 import argparse
 import json

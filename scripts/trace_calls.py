@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CUDA calls a `ferry trace` recording holds, per thread and per training step: what CUPTI
 instrumented on each thread, to set against what one call costs under the recording
-(scripts/gpu.sh trace-inject api). Reads the merged trace.json of DIR; a step is one
+(scripts/gpu.sh trace-cost api). Reads the merged trace.json of DIR; a step is one
 'optimizer.step (...)' range of the automatic Python annotation (the whole recording counts as one step
 when there is none).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The recording cost of `ferry trace` on a program: its --json results of interleaved runs,
-cost-<variant>-<i>.json in DIR (scripts/gpu.sh trace-inject cost or api; variants plain, traced, lite, ...).
+cost-<variant>-<i>.json in DIR (scripts/gpu.sh trace-cost program or api; variants plain, traced, lite, ...).
 For tests/inject/api_cost.py's results, a table of each call's microseconds (medians) and what each variant
 adds to it. For the examples' results, prints
 the steps/s of each run of each level, the medians and each variant's cost (1 - variant / plain), then the

@@ -1,6 +1,6 @@
 """What one CUDA call costs the calling thread, plain and under `ferry trace` (or torch.profiler with
 --kineto): the calls PyTorch's eager mode makes around every kernel and every side-stream copy, each timed
-alone over --calls calls. `scripts/gpu.sh trace-inject api` runs it plain and under each recording variant,
+alone over --calls calls. `scripts/gpu.sh trace-cost api` runs it plain and under each recording variant,
 interleaved, and tabulates the microseconds per call; the difference is what the recording adds to that call.
 Writes {"ops": {name: us_per_call}} to --json."""
 import argparse

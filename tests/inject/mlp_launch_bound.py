@@ -1,5 +1,5 @@
 """A launch-bound training loop (40 x Linear(512) + ReLU, batch 64: hundreds of short kernels a step), the
-case where recording every kernel costs the most: `scripts/gpu.sh trace-inject cost` runs it plain, under
+case where recording every kernel costs the most: `scripts/gpu.sh trace-cost program` runs it plain, under
 `ferry trace` and under `ferry trace --lite`, and (variant kineto, `--kineto`) under torch.profiler, which
 records the same kernels through the same CUPTI: what PyTorch's own recorder costs on the same loop. Writes {"levels": [{"level": "mlp", "steps_per_s": ...}]} to
 --json, as the PyTorch examples do."""

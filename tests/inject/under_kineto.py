@@ -1,5 +1,5 @@
 """Runs a Python script (its path and arguments follow) inside torch.profiler.profile with CUDA activities,
-from its first line to its last: the `kineto` variant of `scripts/gpu.sh trace-inject cost` for a script
+from its first line to its last: the `kineto` variant of `scripts/gpu.sh trace-cost program` for a script
 that has no profiler option of its own, so PyTorch's own recorder and `ferry trace` can be compared on the
 same program. The script's own timing (its steps/s) then includes what the profiler costs; the profiler's
 CUDA event count is printed at the end, and none fails the run.
