@@ -10,7 +10,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_loader import Loader, Numbers, children, no_leaks  # noqa: E402,F401 - no_leaks: autouse fixture
+from test_loader import Loader, Numbers, StuckAt, children, no_leaks  # noqa: E402,F401 - no_leaks: autouse fixture
 
 from ferry._c import ClosedError  # noqa: E402
 
@@ -55,19 +55,24 @@ def test_a_worker_dying_in_the_middle_of_a_chunk_is_named_at_once_and_closes_the
     loader.close()
 
 
+def interposed(monkeypatch, loader, name, wrap):
+    """The loader's engine method `name` replaced by wrap(original, w, msg); the engine."""
+    engine = loader._engine
+    original = getattr(engine, name)
+    monkeypatch.setattr(engine, name, lambda w, msg: wrap(original, w, msg))
+    return engine
+
+
 def test_a_chunk_sent_twice_is_written_twice_and_counted_once(monkeypatch):
     """Every chunk message goes twice down its worker's pipe: the worker writes the same samples again
     (the same seeds, the same bytes) and answers twice; the second answer names an id no longer recorded
     and changes nothing."""
-    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=30) as loader:
-        engine = loader._engine
-        send = engine._send
-
-        def twice(w, msg):
+    def twice(send, w, msg):
+        send(w, msg)
+        if msg[0] == "chunk":
             send(w, msg)
-            if msg[0] == "chunk":
-                send(w, msg)
-        monkeypatch.setattr(engine, "_send", twice)
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=30) as loader:
+        engine = interposed(monkeypatch, loader, "_send", twice)
         for _ in range(2):  # two epochs: the drain between them reads the duplicates too
             assert labels_of(loader) == EXPECTED
         chunks = 2 * sum(-(-len(b) // 2) for b in EXPECTED)  # of both epochs
@@ -80,17 +85,15 @@ def test_a_chunk_sent_twice_is_written_twice_and_counted_once(monkeypatch):
 def test_a_reply_taken_by_an_exception_is_recovered_by_a_sync_at_the_next_call(monkeypatch):
     """A Ctrl-C after a worker's answer was read from its pipe and before it was counted: the batch would
     wait for it for ever. The next call syncs with the workers and hands that chunk out again."""
-    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
-        engine = loader._engine
-        collect = engine._collect
-        lost = []
+    lost = []
 
-        def interrupted(w, msg):
-            if msg[0] == "done" and not lost:
-                lost.append(msg[1])
-                raise KeyboardInterrupt  # the answer is read and dropped
-            collect(w, msg)
-        monkeypatch.setattr(engine, "_collect", interrupted)
+    def interrupted(collect, w, msg):
+        if msg[0] == "done" and not lost:
+            lost.append(msg[1])
+            raise KeyboardInterrupt  # the answer is read and dropped
+        collect(w, msg)
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
+        interposed(monkeypatch, loader, "_collect", interrupted)
         it = iter(loader)
         got = []
         while len(got) < len(EXPECTED):
@@ -106,19 +109,17 @@ def test_a_reply_taken_by_an_exception_is_recovered_by_a_sync_at_the_next_call(m
 def test_a_chunk_whose_send_was_interrupted_is_handed_out_again(monkeypatch, when):
     """A Ctrl-C in the send of a chunk, before the message went or after: either way the next call finds
     out by a sync which it was, and the batch is made once with the right bytes."""
-    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
-        engine = loader._engine
-        send = engine._send
-        hit = []
+    hit = []
 
-        def interrupted(w, msg):
-            if msg[0] == "chunk" and not hit:
-                hit.append(msg[1])
-                if when == "after":
-                    send(w, msg)
-                raise KeyboardInterrupt
-            send(w, msg)
-        monkeypatch.setattr(engine, "_send", interrupted)
+    def interrupted(send, w, msg):
+        if msg[0] == "chunk" and not hit:
+            hit.append(msg[1])
+            if when == "after":
+                send(w, msg)
+            raise KeyboardInterrupt
+        send(w, msg)
+    with Loader(Numbers(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=10) as loader:
+        interposed(monkeypatch, loader, "_send", interrupted)
         it = iter(loader)
         with pytest.raises(KeyboardInterrupt):
             next(it)
@@ -126,22 +127,13 @@ def test_a_chunk_whose_send_was_interrupted_is_handed_out_again(monkeypatch, whe
         assert hit
 
 
-class SlowAt(Numbers):
-    """Sample 5 takes 60 s (a dataset on a dead mount)."""
-
-    def __getitem__(self, i):
-        if i == 5:
-            time.sleep(60)
-        return super().__getitem__(i)
-
-
 def test_close_while_workers_hold_chunks_returns_within_seconds_and_leaves_no_worker():
-    loader = Loader(SlowAt(), batch_size=4, workers=2, chunk=2, device="cpu", timeout=30)
+    loader = Loader(StuckAt(), batch_size=8, workers=2, chunk=2, device="cpu", timeout=30)
     it = iter(loader)
-    assert next(it)[1].tolist() == [0, 1, 2, 3]
+    assert next(it)[1].tolist() == list(range(8))
     engine = loader._engine
     held = [c.batch.k for w in engine.workers for c in w.chunks.values()]
-    assert 1 in held  # batch 1's chunks (sample 5 among them) were handed out with batch 0's
+    assert 1 in held  # batch 1's chunks (sample 13 among them, stuck) were handed out with batch 0's
     pids = [w.pid for w in engine.workers]
     t0 = time.monotonic()
     loader.close()

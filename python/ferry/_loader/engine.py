@@ -91,7 +91,7 @@ class Engine:
         self.layout: Optional[Layout] = None
         self.template: Any = None
         self.final_stats: Optional[Dict[str, Any]] = None
-        self._device: Any = None  # the device handle the prefetcher is made on
+        self._device: Any = None  # the native device (ferry._native.device.Device) the prefetcher is made on
         # Batches are numbered across epochs as ferry's slot feed counts them.
         self.batches: Dict[int, Batch] = {}  # dispatched and not yet taken
         self._pending: Deque[Batch] = collections.deque()  # dispatched with parts not yet sent, in order

@@ -13,7 +13,8 @@ from ctypes import addressof, byref, c_char, c_int, c_int64, c_uint64, c_void_p
 from typing import Sequence
 
 from .. import _runtime
-from .._c import DeviceHandle, PrefetchHandle, lib
+from .._c import PrefetchHandle, lib
+from .device import Device
 from .prefetch import Prefetch
 
 
@@ -30,13 +31,14 @@ class SlotPrefetcher(Prefetch):
 
     _what = "slot prefetcher"
 
-    def __init__(self, device: DeviceHandle, address: int, slot_bytes: int, slots: int, depth: int) -> None:
+    def __init__(self, device: Device, address: int, slot_bytes: int, slots: int, depth: int) -> None:
         h = PrefetchHandle()
         try:
-            lib.ferry_prefetch_create_slots(device, c_void_p(address), slot_bytes, slots, depth, byref(h))
+            lib.ferry_prefetch_create_slots(device.handle, c_void_p(address), slot_bytes, slots, depth, byref(h))
         finally:
             if h:  # owned at once, even when Ctrl-C lands as the call returns
                 super().__init__(h)
+        self.device = device  # outlives the prefetcher
         self.slot_bytes, self.slots = slot_bytes, slots
         fd = c_int()
         lib.ferry_prefetch_slot_event_fd(h, byref(fd))
@@ -55,11 +57,6 @@ class SlotPrefetcher(Prefetch):
     def slot_ready(self, k: int) -> None:
         """Batch k is written: the prefetcher may copy it."""
         lib.ferry_prefetch_slot_ready(self.handle, c_uint64(k))
-
-
-def synchronize(device: DeviceHandle, stream: int) -> None:
-    """Waits until `stream` of `device` has done its work (the host backend's batches are read on the CPU)."""
-    lib.ferry_stream_synchronize(device, stream)
 
 
 def copy_strided(dst: int, src: int, shape: Sequence[int], byte_strides: Sequence[int], item: int) -> None:

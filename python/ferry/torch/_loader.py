@@ -20,7 +20,6 @@ from .._loader import processes
 from .._loader.engine import Batch, Engine
 from .._loader.order import Order, sample_seed
 from .._loader.worker import WorkerInfo, worker_info
-from .._native.loader import synchronize
 from .._template import fill
 from ._batch import batch_tensor, crossing, slot_still_held
 from ._common import DeviceLike, resolve_device, stream_handle
@@ -289,7 +288,7 @@ class Loader:
             if not batches:
                 self._epoch_ref = None
                 return iter(())
-            engine.set_up(self.device.handle, batches[0][0], number)
+            engine.set_up(self.device._native, batches[0][0], number)
             self._crossing = []
             for leaf in engine.layout.leaves:
                 _, info, restore = crossing(leaf.path, _empty(leaf.dtype))
@@ -357,7 +356,7 @@ class Loader:
         finally:
             lent.close()
         if self.device.backend == "host":
-            synchronize(self.device.handle, consumer)
+            self.device._native.synchronize_stream(consumer)
         return fill(engine.template, values)
 
     # ---- the rest ------------------------------------------------------------------------------------
