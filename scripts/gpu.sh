@@ -167,6 +167,12 @@ carried() {
   [ -e "$c/$1" ]
 }
 
+# True when PROGRAM is on PATH (always, under --dry-run, as carried).
+on_path() {
+  if [ "$dry" = 1 ]; then echo "# when $1 is on PATH:"; return 0; fi
+  command -v "$1" >/dev/null
+}
+
 mk() { [ "$dry" = 1 ] || mkdir -p "$@"; }
 drop() { [ "$dry" = 1 ] || rm -rf "$@"; }
 
@@ -377,12 +383,12 @@ wl_comm() {
       json "torch_$link" env NCCL_P2P_DISABLE=$p2p python3 "$here/torch_allreduce.py" --gpus "$gpus" \
         -b 1M -e 2G -f 2 -n 20 -w 5
       # From 8 B over an mpirun job of one process per GPU: what the one-process group owes to its threads.
-      json "allreduce_mpi_$link" env NCCL_P2P_DISABLE=$p2p "${mpi[@]}" -n "$gpus" -x NCCL_P2P_DISABLE "$c/ferry" \
+      on_path mpirun && json "allreduce_mpi_$link" env NCCL_P2P_DISABLE=$p2p "${mpi[@]}" -n "$gpus" -x NCCL_P2P_DISABLE "$c/ferry" \
         bench allreduce --bootstrap mpi -b 8 -e 2G -f 4 -n 20 -w 5 --json
     fi
     if [ "$what" = all ] || [ "$what" = ddp ]; then
       json "ddp_$link" env NCCL_P2P_DISABLE=$p2p "$c/ferry" bench ddp --backend cuda --gpus "$gpus" --json
-      json "ddp_mpi_$link" env NCCL_P2P_DISABLE=$p2p "${mpi[@]}" -n "$gpus" -x NCCL_P2P_DISABLE "$c/ferry" \
+      on_path mpirun && json "ddp_mpi_$link" env NCCL_P2P_DISABLE=$p2p "${mpi[@]}" -n "$gpus" -x NCCL_P2P_DISABLE "$c/ferry" \
         bench ddp --bootstrap mpi --json
     fi
   done

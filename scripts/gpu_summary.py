@@ -269,7 +269,9 @@ def trace_cost_bench(d: Path) -> None:
 
 
 def trace_cost(d: Path) -> None:
-    """scripts/trace_cost.py's tables, then the first round's analyses (per rank, stragglers) and CUDA calls."""
+    """The first round's `ferry trace` lines, analyses (per rank, stragglers) and CUDA calls; trace_cost.py's tables."""
+    for log in sorted(d.glob("cost-*-1.log")):
+        print("\n".join(x for x in lines(log)[-3:] if "ferry trace" in x))
     for a in sorted(d.glob("analysis-*.log")):
         v = a.name[len("analysis-"):-len(".log")]
         text = lines(a)
@@ -293,7 +295,9 @@ KINDS = {
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in KINDS:
         print(__doc__)
-        print("kinds: " + ", ".join(f"{k} ({(v.__doc__ or '').split(':')[0].strip()})" for k, v in KINDS.items()))
+        print("Kinds:")
+        for k, v in KINDS.items():
+            print(f"  {k:<17} {(v.__doc__ or '').strip()}")
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     kind, *args, folder = argv
     d = Path(folder)
