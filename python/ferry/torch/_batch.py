@@ -4,11 +4,10 @@ device slot is still held by live tensors."""
 from __future__ import annotations
 
 import gc
-from ctypes import byref, c_int, c_int64, c_uint64, c_void_p
 from typing import Any, Optional, Tuple
 
-from .._c import BatchHandle, PrefetchHandle, check, lib
-from .._native.dlpack import TensorInfo, make_capsule
+from .._native.dlpack import TensorInfo
+from .._native.prefetch import Batch, Prefetch
 from ._common import tensor_info
 
 
@@ -34,35 +33,26 @@ def crossing(where: str, t: Any) -> Tuple[Any, TensorInfo, Optional[Tuple[Any, T
                          f"its bytes cannot be viewed ({e}); convert it in the dataset or collate_fn") from None
 
 
-def slot_still_held(handle: PrefetchHandle, number: int, depth: int) -> bool:
+def slot_still_held(prefetch: Prefetch, number: int, depth: int) -> bool:
     """Whether batch `number` would go into the device slot of batch number - depth while tensors of that
     batch are still alive (after a garbage collection, which frees those only held by a cycle)."""
     held = number - depth
     if held < 0:
         return False
     for attempt in range(2):
-        out = c_int()
-        check(lib.ferry_prefetch_released(handle, c_uint64(held), byref(out)))
-        if out.value:
+        if prefetch.released(held):
             return False
         if attempt == 0:
             gc.collect()  # tensors of that batch may only be waiting in a reference cycle
     return True
 
 
-def batch_tensor(b: BatchHandle, offset: int, shape: Tuple[int, ...], dtype: Tuple[int, int, int],
+def batch_tensor(b: Batch, offset: int, shape: Tuple[int, ...], dtype: Tuple[int, int, int],
                  restore: Optional[Tuple[Any, Tuple[int, ...]]]) -> Any:
     """A torch tensor viewing `offset` of lent batch `b` (DLPack; it holds the batch until freed) of
     `shape` and DLPack dtype (code, bits, lanes), then viewed as restore's (dtype, shape) when given."""
     import torch.utils.dlpack
-    dims = (c_int64 * max(len(shape), 1))(*shape)
-    managed = c_void_p()
-    check(lib.ferry_batch_dlpack(b, offset, len(shape), dims, *dtype, byref(managed)))
-    try:
-        t = torch.utils.dlpack.from_dlpack(make_capsule(managed.value))
-    except BaseException:
-        lib.ferry_dlpack_delete(managed)
-        raise
+    t = b.tensor(offset, shape, dtype, torch.utils.dlpack.from_dlpack)
     if restore is not None:
         t = t.view(restore[0]).reshape(restore[1])
     return t

@@ -323,7 +323,7 @@ class Loader:
         assert engine is not None and engine.prefetcher is not None
         k = ep.k0 + ep.position
         # Before anything changes: a refused next() changes nothing.
-        if slot_still_held(engine.prefetcher.handle, k, self.depth):
+        if slot_still_held(engine.prefetcher, k, self.depth):
             raise RuntimeError(
                 f"Loader: the next batch goes into the device slot of the batch {self.depth} before it, whose "
                 f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
@@ -349,7 +349,7 @@ class Loader:
         lent = engine.prefetcher.next(consumer)
         try:
             engine.taken += 1
-            values = [batch_tensor(lent.handle, base, (n, *leaf.shape) if restore is None else (n * leaf.nbytes,), dtype,
+            values = [batch_tensor(lent, base, (n, *leaf.shape) if restore is None else (n * leaf.nbytes,), dtype,
                                    None if restore is None else (restore[0], (n, *leaf.shape)))
                       for leaf, base, (dtype, restore) in zip(engine.layout.leaves, engine.layout.offsets,
                                                               self._crossing)]

@@ -362,7 +362,7 @@ class Prefetcher(Lifecycle, Generic[T]):
             return _fill(entry.template, [self._plain_copy(t) for t in entry.values])
         pipeline = self._pipeline
         assert pipeline is not None
-        if slot_still_held(pipeline.handle, entry.number, self.depth):
+        if slot_still_held(pipeline, entry.number, self.depth):
             raise RuntimeError(
                 f"Prefetcher: batch {entry.index} goes into the device slot of batch {entry.index - self.depth}, "
                 f"whose tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: "
@@ -384,7 +384,7 @@ class Prefetcher(Lifecycle, Generic[T]):
         return t.to(f"cuda:{self.device.ordinal}")
 
     def _tensor(self, batch: _native.Batch, leaf: _Leaf) -> Any:
-        return batch_tensor(batch.handle, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
+        return batch_tensor(batch, leaf.offset, leaf.shape, (leaf.code, leaf.bits, leaf.lanes), leaf.restore)
 
     # ---- the rest ------------------------------------------------------------------------------------
 
