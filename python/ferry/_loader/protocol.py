@@ -50,9 +50,9 @@ never answered; a fresh Loader's first sample never made"). By construction it c
    a reply from an old pipeline cannot count in a new one, whose numbers start again at 0.
 The two hangs seen were upstream of all this, in a worker that never finished its chunk or its first
 sample because it waited on a lock (found in 54ffdb5): a garbage collection in the worker freed a batch
-tensor inherited from the parent (a cycle left by an earlier Loader of the test run), whose release took
-the prefetcher's lock, which one of the parent's threads held at the fork and which stays held for ever
-in the child. Both symptoms are that wait. Since then ferry's C ABI leaves what a fork child inherited
+tensor inherited from the parent (garbage the parent still held at the fork: a batch of an earlier
+Loader, say), whose release took the prefetcher's locks, which one of the parent's threads may have held
+at the fork and which then stay held for ever in the child. Both symptoms are that wait. Since then ferry's C ABI leaves what a fork child inherited
 alone (drop_hold, fork_generation), and a worker freezes what it inherited before any collection
 (ferry/_loader/worker.py; tests/python/test_loader.py's
 test_a_worker_runs_no_finalizer_of_what_it_inherited fails without the freeze). Why the hangs came with
