@@ -3,7 +3,8 @@ own work), on one GPU: plain training, DDP (100 MB buckets, gradients as bucket 
 ferry.torch.DataParallel, each with zero_grad(set_to_none=True) (torch's default, which drops the
 gradients' views every step, so each gradient is copied into the bucket as it arrives) and with
 set_to_none=False (the views stay; zeroing is one pass). For ferry it also times, on the CPU, the
-gradient hooks and the end-of-backward callback, and reports how long loss.backward() held the main
+Python it runs in backward (the start: seating the gradients, arming the C hooks; and the end-of-backward
+callback), and reports how long loss.backward() held the main
 thread against the step's GPU time (a wrapper's CPU work costs GPU time only when the CPU falls behind).
 
     python3 scripts/dp_local_cost.py [--model vit_l_32] [--steps 30] [--warmup 15] [--out results.json]
@@ -77,8 +78,7 @@ def main() -> None:
             row = {"level": level, "set_to_none": set_to_none, "ms_per_step": seconds / args.steps * 1e3,
                    "backward_cpu_ms": backward_cpu / args.steps * 1e3}
             if level == "ferry":
-                row.update(hooks_cpu_ms=spent["ready_s"] / args.steps * 1e3,
-                           hook_us=spent["ready_s"] / max(spent["ready_calls"], 1) * 1e6,
+                row.update(start_cpu_ms=spent["start_s"] / args.steps * 1e3,
                            finish_cpu_ms=spent["finish_s"] / args.steps * 1e3, plan=wrapped.stats()["plan"])
                 wrapped.close()
             rows.append(row)
@@ -87,9 +87,9 @@ def main() -> None:
             torch.cuda.empty_cache()
     base = {r["set_to_none"]: r["ms_per_step"] for r in rows if r["level"] == "plain"}
     print(f"{args.model}, batch {args.batch}, 1 x {torch.cuda.get_device_name(0)}, world size 1")
-    print("level  set_to_none  ms/step  x plain  backward CPU ms  hooks CPU ms (us each)")
+    print("level  set_to_none  ms/step  x plain  backward CPU ms  backward start CPU ms")
     for r in rows:
-        extra = f"  {r['hooks_cpu_ms']:.2f} ({r['hook_us']:.1f})" if "hooks_cpu_ms" in r else ""
+        extra = f"  {r['start_cpu_ms']:.2f}" if "start_cpu_ms" in r else ""
         print(f"{r['level']:<6} {str(r['set_to_none']):<11} {r['ms_per_step']:8.2f} "
               f"{base[True] / r['ms_per_step']:7.3f} {r['backward_cpu_ms']:15.2f}{extra}")
     if args.out:

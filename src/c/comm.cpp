@@ -3,8 +3,10 @@
 // to the caller as DLPack.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -81,10 +83,30 @@ struct comm_state {
   }
 };
 
+/// What a framework's gradient hooks (ferry_reducer_grad_hook) have told the reducer in a step: Note
+/// [Gradient hooks in C] in docs/COMM.md. The phase moves closed -> open (begin_step) -> armed (the caller
+/// saw its backward start) -> closed (finish). A hook while closed is a gradient made outside a step (under
+/// no_sync) and is only noted; one while open came before the backward reached the module's outputs.
+struct hook_counts {
+  enum class phase : std::uint8_t { closed, open, armed };
+  std::mutex mu;
+  phase at = phase::closed;
+  std::uintptr_t stream = 0;                      // where the step's gradients are produced (from arm)
+  std::vector<std::uint8_t> marked;               // per gradient, this step
+  std::vector<std::uint8_t> unsynced;             // per gradient: hooked outside a step since the last read
+  std::vector<std::size_t> left;                  // per bucket: gradients still to come (outside learning)
+  std::vector<std::vector<std::size_t>> counted;  // per bucket: hooked, not yet told the reducer
+  std::size_t marks = 0;
+  std::int64_t twice = -1;  // the first gradient hooked twice in the step
+  std::int64_t early = -1;  // the first gradient hooked before arm
+  std::string error;        // the first failure of the reducer under a hook
+};
+
 /// A reducer and the group it reduces over (kept alive by it).
 struct reducer_state {
   std::shared_ptr<comm_state> group;
   std::unique_ptr<comm::reducer> red;
+  hook_counts hooks;
   ~reducer_state() { red.reset(); }
 };
 
@@ -304,6 +326,8 @@ int ferry_reducer_create(ferry_comm* c, const int64_t* rows, const int64_t* cols
     st->group = h.state;
     st->red = std::make_unique<ferry::comm::reducer>(*h.state->comm, shapes,
                                                      reducer_options_of(options_json, h.state->comm->size()));
+    st->hooks.marked.assign(params, 0);
+    st->hooks.unsynced.assign(params, 0);
     *out = new ferry_reducer{std::move(st)};
   });
 }
@@ -317,7 +341,121 @@ int ferry_reducer_layout(ferry_reducer* r, uint64_t* generation, int* pending) {
 }
 
 int ferry_reducer_begin_step(ferry_reducer* r) {
-  return guard([&] { checked(r, "ferry_reducer_begin_step").state->red->begin_step(); });
+  return guard([&] {
+    auto& st = *checked(r, "ferry_reducer_begin_step").state;
+    st.red->begin_step();
+    const std::lock_guard lock(st.hooks.mu);
+    st.hooks.at = ferry::c_api::hook_counts::phase::open;
+    std::fill(st.hooks.marked.begin(), st.hooks.marked.end(), std::uint8_t{0});
+    st.hooks.marks = 0;
+    st.hooks.twice = st.hooks.early = -1;
+    st.hooks.error.clear();
+  });
+}
+
+int ferry_reducer_hooks_arm(ferry_reducer* r, uintptr_t stream) {
+  return guard([&] {
+    auto& st = *checked(r, "ferry_reducer_hooks_arm").state;
+    auto& h = st.hooks;
+    const std::lock_guard lock(h.mu);
+    // Armed again only before any gradient: a backward that accumulated none (the caller's next backward
+    // is the step's).
+    FERRY_EXPECTS(
+        h.at == ferry::c_api::hook_counts::phase::open ||
+            (h.at == ferry::c_api::hook_counts::phase::armed && h.marks == 0),
+        h.at == ferry::c_api::hook_counts::phase::armed
+            ? fmt::format("ferry_reducer_hooks_arm: armed again after {} gradients of the step", h.marks)
+            : std::string("ferry_reducer_hooks_arm outside a step: call ferry_reducer_begin_step first"));
+    // Validate the stream now, where an error can be returned (a hook cannot return one).
+    static_cast<void>(ferry::c_api::producer_view(*st.group->dev, stream));
+    const auto& places = st.red->plan().places;
+    std::size_t buckets = 0;
+    for (const auto& pl : places) buckets = std::max(buckets, pl.bucket + 1);
+    h.left.assign(buckets, 0);
+    h.counted.resize(buckets);
+    for (auto& c : h.counted) c.clear();
+    for (const auto& pl : places) ++h.left[pl.bucket];
+    h.stream = stream;
+    h.at = ferry::c_api::hook_counts::phase::armed;
+  });
+}
+
+void ferry_reducer_grad_hook(ferry_reducer* r, size_t p, void* /*hook_argument*/) {
+  using phase = ferry::c_api::hook_counts::phase;
+  if (r == nullptr || !r->state) return;
+  auto& st = *r->state;
+  auto& h = st.hooks;
+  const std::lock_guard lock(h.mu);
+  if (p >= h.marked.size()) {
+    if (h.error.empty())
+      h.error = fmt::format("a gradient hook for parameter {} of a reducer of {}", p, h.marked.size());
+    return;
+  }
+  if (h.at == phase::closed) {
+    h.unsynced[p] = 1;
+    return;
+  }
+  if (h.at == phase::open) {
+    if (h.early < 0) h.early = static_cast<std::int64_t>(p);
+    return;
+  }
+  if (h.twice >= 0 || !h.error.empty()) return;
+  if (h.marked[p] != 0) {
+    h.twice = static_cast<std::int64_t>(p);
+    return;
+  }
+  h.marked[p] = 1;
+  ++h.marks;
+  try {
+    auto& dev = *st.group->dev;
+    if (st.red->learning()) {
+      // The automatic plan times each gradient's readiness: every mark on its own.
+      st.red->mark_ready(p, ferry::c_api::producer_view(dev, h.stream));
+      return;
+    }
+    // One stream view (on a default stream: one bridge) a bucket, once it is full.
+    const std::size_t b = st.red->plan().places[p].bucket;
+    h.counted[b].push_back(p);
+    if (--h.left[b] != 0) return;
+    const ferry::stream_view s = ferry::c_api::producer_view(dev, h.stream);
+    for (const std::size_t q : h.counted[b]) st.red->mark_ready(q, s);
+    h.counted[b].clear();
+  } catch (const std::exception& e) {
+    h.error = e.what();
+  } catch (...) {
+    h.error = "an unknown exception";
+  }
+}
+
+void ferry_reducer_grad_node_hook(ferry_reducer* r, size_t p, void* /*grad_inputs*/, void* /*grad_outputs*/) {
+  ferry_reducer_grad_hook(r, p, nullptr);
+}
+
+int ferry_reducer_hooks_state(ferry_reducer* r, size_t* marks, int64_t* twice, int64_t* early, char** error) {
+  return guard([&] {
+    auto& h = checked(r, "ferry_reducer_hooks_state").state->hooks;
+    const std::lock_guard lock(h.mu);
+    if (marks != nullptr) *marks = h.marks;
+    if (twice != nullptr) *twice = h.twice;
+    if (early != nullptr) *early = h.early;
+    if (error != nullptr) *error = h.error.empty() ? nullptr : ferry::c_api::dup_string(h.error);
+  });
+}
+
+int ferry_reducer_hooks_flags(ferry_reducer* r, uint8_t* marked, uint8_t* unsynced, size_t n) {
+  return guard([&] {
+    auto& h = checked(r, "ferry_reducer_hooks_flags").state->hooks;
+    const std::lock_guard lock(h.mu);
+    FERRY_EXPECTS(n == h.marked.size(),
+                  fmt::format("ferry_reducer_hooks_flags: {} entries asked of a reducer "
+                              "of {} parameters",
+                              n, h.marked.size()));
+    if (marked != nullptr) std::copy(h.marked.begin(), h.marked.end(), marked);
+    if (unsynced != nullptr) {
+      std::copy(h.unsynced.begin(), h.unsynced.end(), unsynced);
+      std::fill(h.unsynced.begin(), h.unsynced.end(), std::uint8_t{0});
+    }
+  });
 }
 
 int ferry_reducer_flat_dlpack(ferry_reducer* r, void** out) {
@@ -405,9 +543,11 @@ int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream) {
       const ferry::stream_view bridge = ferry::c_api::producer_view(dev, stream);
       st.red->finish(bridge);
       ferry::c_api::join_into(dev, stream, bridge);
-      return;
+    } else {
+      st.red->finish(ferry::c_api::producer_view(dev, stream));
     }
-    st.red->finish(ferry::c_api::producer_view(dev, stream));
+    const std::lock_guard lock(st.hooks.mu);
+    st.hooks.at = ferry::c_api::hook_counts::phase::closed;
   });
 }
 

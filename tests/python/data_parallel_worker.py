@@ -120,7 +120,8 @@ def main() -> int:
     losses = []
     try:
         for s in range(STEPS):
-            opt.zero_grad(set_to_none=(s % 2 == 1))  # both ways of zeroing: the views stay in place
+            if SCENARIO != "zero_after_forward":
+                opt.zero_grad(set_to_none=(s % 2 == 1))  # both ways of zeroing: the views stay in place
             if SCENARIO == "no_sync":
                 half = BATCH // 2
                 with model.no_sync():
@@ -132,6 +133,9 @@ def main() -> int:
                     loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
             else:
                 loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
+            if SCENARIO == "zero_after_forward":
+                # As pytorch/examples' imagenet loop: the gradients dropped between forward and backward.
+                opt.zero_grad(set_to_none=True)
             loss.backward()
             if nccl:
                 # torch's NCCL group between ferry's backward and the optimizer, as a loss average is.

@@ -77,7 +77,7 @@ def assert_close(a, b, tol=2e-5):
 
 
 @pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 4), ("one_bucket", 2), ("auto", 3),
-                                            ("no_sync", 2)])
+                                            ("no_sync", 2), ("zero_after_forward", 2)])
 def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_path, scenario, world):
     results = run_job(tmp_path, scenario, world)
     for code, rep, err in results:
@@ -340,3 +340,154 @@ def test_on_one_gpu_a_ddp_line_trains_as_the_model_alone():
             assert torch.equal(a, b)
     finally:
         wrapped.close()
+
+
+class Blocks(torch.nn.Module):
+    """`blocks` residual blocks of two small linear layers (four parameters each) and a head: a model of
+    many parameter tensors, as a transformer is."""
+
+    def __init__(self, blocks: int, width: int = 4) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(), torch.nn.Linear(width, width))
+            for _ in range(blocks))
+        self.head = torch.nn.Linear(width, 2)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return self.head(x)
+
+
+def ferry_python_calls(fn) -> int:
+    """How many times Python code of the ferry package is entered while fn() runs (the function calls a
+    profiler sees: methods, comprehensions, generators)."""
+    import ferry
+    root = str(Path(ferry.__file__).resolve().parent)
+    calls = 0
+
+    def profile(frame, event, _arg):
+        nonlocal calls
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("plan", ["fixed", "auto"])
+def test_a_backward_runs_ferrys_python_a_fixed_number_of_times_whatever_the_number_of_parameters(plan):
+    """The gradient hooks are the library's C functions: ferry's Python runs when the backward reaches the
+    forward's output and when it ends, the same number of calls for 42 parameters as for 402 (before, one
+    Python hook per parameter), and the gradients are the model's own (world size 1)."""
+    import copy
+    import ferry.torch
+
+    counts = {}
+    for blocks in (10, 100):
+        torch.manual_seed(0)
+        alone = Blocks(blocks)
+        dp = ferry.torch.DataParallel(copy.deepcopy(alone), plan=plan, learn_steps=1, first_bucket_mb=0.0005,
+                                      bucket_cap_mb=0.001)
+        try:
+            assert len(list(dp.parameters())) == 4 * blocks + 2
+            per_step = []
+            for step in range(6):  # auto: one bucket, learning, then the decided plan
+                x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+                for m in (alone, dp):
+                    m.zero_grad(set_to_none=step % 2 == 0)
+                ref = alone(x).square().sum()
+                ref.backward()
+                loss = dp(x).square().sum()
+                per_step.append(ferry_python_calls(loss.backward))
+                for (name, a), b in zip(alone.named_parameters(), dp.module.parameters()):
+                    assert torch.allclose(a.grad, b.grad, atol=1e-6), (blocks, step, name)
+            assert plan == "auto" or dp.stats()["buckets"] > 1
+        finally:
+            dp.close()
+        counts[blocks] = per_step
+    assert counts[10] == counts[100], counts
+    assert max(counts[100]) <= 40, counts
+
+
+def test_gradients_dropped_after_the_forward_are_seated_and_reduced():
+    """zero_grad(set_to_none=True) between forward and backward (pytorch/examples' imagenet loop): the
+    gradients are seated in their views when the backward starts, and they are the model's own."""
+    import copy
+    import ferry.torch
+
+    torch.manual_seed(0)
+    alone = Blocks(3)
+    dp = ferry.torch.DataParallel(copy.deepcopy(alone), plan="fixed", bucket_cap_mb=0.0005)
+    try:
+        for step in range(3):
+            x = torch.randn(5, 4)
+            outs = [m(x).sum() for m in (alone, dp)]
+            for m in (alone, dp):
+                m.zero_grad(set_to_none=True)
+            for o in outs:
+                o.backward()
+            for a, b in zip(alone.parameters(), dp.module.parameters()):
+                assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    finally:
+        dp.close()
+
+
+def test_misuses_the_c_hooks_cannot_raise_in_are_raised_at_the_end_of_backward_by_name():
+    """A hook cannot raise: what it meets is raised when the backward ends (or at the next forward), naming
+    the parameter: a parameter used only outside forward (its gradient complete before the backward reached
+    the outputs), a second gradient in one step (two backward passes of one forward), and create_graph=True
+    (autograd would replace the bucket views). torch.autograd.grad through the outputs accumulates nothing:
+    the step waits for its backward."""
+    import ferry.torch
+
+    class Outside(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.scale = torch.nn.Linear(4, 2), torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, x):
+            return self.lin(x)
+
+    dp = ferry.torch.DataParallel(Outside(), plan="fixed")
+    try:
+        with pytest.raises(RuntimeError, match=r"parameter scale's gradient was complete before the backward"):
+            (dp(torch.ones(3, 4)).sum() + dp.module.scale * 2).backward()
+    finally:
+        dp.close()
+
+    dp = ferry.torch.DataParallel(torch.nn.Linear(4, 2), plan="fixed")
+    try:
+        x = torch.ones(3, 4, requires_grad=True)
+        out = dp(x).sum()
+        (gx,) = torch.autograd.grad(out, x, retain_graph=True)  # no parameter's gradient: not the step's
+        assert torch.allclose(gx, dp.module.weight.sum(0).expand(3, 4))
+        out.backward(retain_graph=True)
+        assert torch.allclose(dp.module.bias.grad, torch.full((2,), 3.0))
+        out.backward()  # a second backward after the step's: noted as a gradient made outside a step
+        assert torch.allclose(dp.module.bias.grad, torch.full((2,), 6.0))
+        with pytest.raises(RuntimeError, match=r"create_graph=True"):
+            dp(x).sum().backward(create_graph=True)
+    finally:
+        dp.close()
+
+    class Reentrant(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            from torch.utils.checkpoint import checkpoint
+            return checkpoint(self.lin, x, use_reentrant=True) + self.lin(x)
+
+    dp = ferry.torch.DataParallel(Reentrant(), plan="fixed")
+    try:
+        with pytest.raises(RuntimeError, match=r"parameter lin\.(weight|bias) got a second gradient in one "
+                                               r"backward.*use_reentrant=False"):
+            dp(torch.ones(3, 4, requires_grad=True)).sum().backward()
+    finally:
+        dp.close()

@@ -20,7 +20,7 @@ C_TYPES = {
     "void*": ctypes.c_void_p, "const void*": ctypes.c_void_p, "void**": P(ctypes.c_void_p),
     "const void* const*": P(ctypes.c_void_p), "const size_t*": P(ctypes.c_size_t),
     "size_t*": P(ctypes.c_size_t), "const int64_t*": P(ctypes.c_int64), "uint64_t*": P(ctypes.c_uint64),
-    "int*": P(ctypes.c_int), "ferry_chunk_fn": _c.CHUNK_FN, "const ferry_kv_store*": P(_c.KvStore),
+    "int*": P(ctypes.c_int), "int64_t*": P(ctypes.c_int64), "uint8_t*": P(ctypes.c_uint8), "ferry_chunk_fn": _c.CHUNK_FN, "const ferry_kv_store*": P(_c.KvStore),
 }
 
 

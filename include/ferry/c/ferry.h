@@ -293,6 +293,27 @@ FERRY_C_API int ferry_reducer_mark_ready_many(ferry_reducer* r, const size_t* ps
 /* out[p] = the bucket of gradient p in the current layout, for p < n (n = the parameter count);
  * *learning = 1 while the automatic plan learns (it needs every gradient's own mark, when it is ready). */
 FERRY_C_API int ferry_reducer_buckets(ferry_reducer* r, size_t* out, size_t n, int* learning);
+/* Gradient hooks: for a framework that calls a function as each gradient completes (PyTorch's
+ * post-accumulate-grad hooks, called through ctypes), so that the caller runs none of its own code per
+ * gradient. ferry_reducer_begin_step opens the step's hooks; ferry_reducer_hooks_arm says its backward
+ * started, with the gradients produced on `stream`; from then ferry_reducer_grad_hook(r, p, _) counts
+ * gradient p, and tells the reducer a bucket's gradients once the bucket is full (while the automatic plan
+ * learns, each at once); ferry_reducer_finish closes them. A hook never fails and ignores its last
+ * argument(s) (the framework's: the tensor, or a node hook's two tuples): a hook outside a step notes the
+ * gradient as made outside one (ferry_reducer_hooks_flags' `unsynced`, cleared as read), a hook before arm
+ * or a second one for a gradient in the step is kept for ferry_reducer_hooks_state (*early, *twice: the
+ * first such gradient, else -1), as is the reducer's first failure under a hook (*error: NULL when none,
+ * else a string for ferry_string_free). FERRY_ERROR_INVALID from arm outside a step, after a gradient of
+ * the step was counted (arming again before any is allowed: a backward that accumulated none), or for a
+ * stream of another device. */
+FERRY_C_API int ferry_reducer_hooks_arm(ferry_reducer* r, uintptr_t stream);
+FERRY_C_API void ferry_reducer_grad_hook(ferry_reducer* r, size_t p, void* tensor);
+FERRY_C_API void ferry_reducer_grad_node_hook(ferry_reducer* r, size_t p, void* grad_inputs, void* grad_outputs);
+FERRY_C_API int ferry_reducer_hooks_state(ferry_reducer* r, size_t* marks, int64_t* twice, int64_t* early,
+                                          char** error);
+/* marked[p] = 1 if gradient p was hooked in this step; unsynced[p] = 1 if it was hooked outside a
+ * step since the last call; either may be NULL; n must be the parameter count. */
+FERRY_C_API int ferry_reducer_hooks_flags(ferry_reducer* r, uint8_t* marked, uint8_t* unsynced, size_t n);
 /* Closes the step: `stream` waits for the last bucket. FERRY_ERROR_INVALID names the gradients never
  * marked (the step stays open). */
 FERRY_C_API int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream);

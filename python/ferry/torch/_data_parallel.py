@@ -7,9 +7,12 @@
         opt.step()
 
 How it works. Every parameter's .grad is a view into ferry's flat gradient buffer (no copy in or out);
-each parameter's gradient-accumulation hook tells the reducer its gradient is complete on the current
-stream, and the reducer launches each bucket's all-reduce on its own stream as soon as the bucket is full,
-in the same order on every rank. At the end of backward the current stream waits for the last bucket, so
+each parameter's gradient-accumulation hook is a C function of ferry's library (no Python runs per
+gradient: ferry._native.reducer), which counts the gradients of each bucket, and the reducer launches each
+bucket's all-reduce on its own stream as soon as the bucket is full, in the same order on every rank.
+ferry's Python runs twice per backward whatever the number of parameters: when the backward reaches the
+forward's outputs (a hook on them seats the gradients' views and arms the hooks on the stream of that
+moment) and when it ends. At the end of backward the current stream waits for the last bucket, so
 the optimizer reads averaged gradients with no host synchronization (with find_unused_parameters, one in
 the steps where this rank has a parameter without a gradient: whether another rank used it decides its .grad). With plan="auto" the reducer learns
 the backward over its first 1 + 3 * learn_steps steps (one bucket, then DDP's 25 MB buckets), measures the
@@ -31,17 +34,16 @@ in flight across a backward pass of this module.
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import warnings
-from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from .. import _runtime
-from .._c import ReducerHandle, lib, take_string
+from .._c import lib
 from .._device import Device
-from .._dlpack import make_capsule
+from .._native.reducer import Reducer
 from ._common import resolve_device
 from ._group import Group
 
@@ -119,6 +121,23 @@ def _check_device_ids(device_ids: Any, output_device: Any, device: Any) -> List[
     return ids
 
 
+def _grad_tensors(obj: Any) -> Iterator[Any]:
+    """The tensors of a forward's output that require grad (in tuples, lists, dicts and dataclasses, as
+    DDP finds them)."""
+    if isinstance(obj, torch.Tensor):
+        if obj.requires_grad:
+            yield obj
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _grad_tensors(v)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _grad_tensors(v)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _grad_tensors(getattr(obj, f.name))
+
+
 def _to_device(obj: Any, device: Any) -> Any:
     """The forward's arguments with every tensor moved to `device` (what DDP does when given device_ids)."""
     if isinstance(obj, torch.Tensor):
@@ -180,12 +199,11 @@ class DataParallel(torch.nn.Module):
         self._pid = _runtime.current_pid()
         self._closed = True  # until the group and the reducer exist: close() then has nothing to release
         self._hooks: List[Any] = []
-        self._red: Optional[ReducerHandle] = None
+        self._red: Optional[Reducer] = None
         self._group: Optional[Group] = None
         self._views: List[Any] = []
         self._params: List[Any] = []
         self._step_open = False
-        self._marks = 0
         # static_graph=True lets DDP meet parameters that never get a gradient without find_unused_parameters;
         # ferry's reducer learns the backward either way, and treats them as find_unused_parameters does.
         self._find_unused = bool(find_unused_parameters) or bool(static_graph)
@@ -258,49 +276,40 @@ class DataParallel(torch.nn.Module):
                 self._broadcast([p.detach() for p in module.parameters()] + list(module.buffers()))
 
         # The reducer over the parameters' gradients.
-        rows = (c_int64 * len(self._params))()
-        cols = (c_int64 * len(self._params))()
-        for i, p in enumerate(self._params):
-            rows[i], cols[i] = _shape_2d(p.shape)
         options = {"plan": plan, "lossy": bool(lossy), "learn_steps": int(learn_steps),
                    "first_bucket_bytes": int(first_bucket_mb * (1 << 20)),
                    "bucket_cap_bytes": int(bucket_cap_mb * (1 << 20)), "grad_dtype": _GRAD_DTYPES[grad_dtype],
                    "reduce_dtype": None if reduce_dtype in (None, grad_dtype) else "f32"}
-        red = ReducerHandle()
         try:
-            lib.ferry_reducer_create(handle, rows, cols, len(self._params), json.dumps(options).encode(),
-                                     byref(red))
+            self._red = Reducer(handle, [_shape_2d(p.shape) for p in self._params], options)
         except Exception as e:
             raise self._group.with_store_error(e) from None
-        self._red = red
         self._generation = -1
         self._views: List[Any] = []
         self._point_grads(keep=[p.grad for p in self._params])
-        self._bucket_generation = -1
-        self._learning = True
-        self._read_buckets(self._generation)
-        self._left: List[int] = []
-        self._pending: List[List[int]] = []
-        self._pending_stream: List[int] = []
 
         self._sync = True
         self._step_open = False
-        self._marked = [False] * len(self._params)
-        self._marks = 0
-        self._used_unsynced = [False] * len(self._params)
+        self._seated = False  # the step's gradients sit in their views (at the first backward's start)
+        self._armed = False   # a backward of the step is running: the hooks count
+        self._create_graph = False
         self._dropped: List[int] = []
-        self._callback_queued = False
         self._error: Optional[str] = None
-        self._hooks = [self._hook(i, p) for i, p in enumerate(self._params)]
+        self._hooks = self._install_hooks()
 
     # ---- the step ----------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._check_usable()
-        if self._step_open and self._marks > 0:
-            # The last backward stopped part way (an exception in it, a Ctrl-C): some of its buckets went
-            # out, others never will, so the ranks no longer agree on the next collective.
-            self._fail("the previous backward stopped part way (an exception or an interrupt during it), after "
-                       f"{self._marks} of {len(self._params)} gradients; the ranks' collectives no longer match")
+        if self._step_open:
+            state = self._red.hook_state()
+            if state.early is not None:
+                self._fail(self._early_message(state.early))
+            if state.marks > 0:
+                # The last backward stopped part way (an exception in it, a Ctrl-C): some of its buckets
+                # went out, others never will, so the ranks no longer agree on the next collective.
+                self._fail("the previous backward stopped part way (an exception or an interrupt during it), "
+                           f"after {state.marks} of {len(self._params)} gradients; the ranks' collectives no "
+                           "longer match")
         grad_sync = self._sync and torch.is_grad_enabled()
         # Rank 0's buffers before the first forward after a synced one, whatever the grad mode (DDP's
         # require_forward_param_sync): the evaluation under no_grad that follows a step sees the same
@@ -317,6 +326,10 @@ class DataParallel(torch.nn.Module):
             args, kwargs = _to_device((args, kwargs), self._torch_device)
         out = self.module(*args, **kwargs)
         self._forward_sync = grad_sync
+        if self._step_open and torch.is_grad_enabled():
+            # The backward's start: where the gradients are seated and the hooks armed.
+            for t in _grad_tensors(out):
+                t.register_hook(self._backward_starts)
         return out
 
     @contextlib.contextmanager
@@ -352,80 +365,62 @@ class DataParallel(torch.nn.Module):
                            "codecs go in as ferry.torch.comm_hook)")
 
     def _begin_step(self) -> None:
-        # The gradients that are None before the step: given back as None if no rank uses them
-        # (find_unused_parameters).
-        self._dropped = [i for i, p in enumerate(self._params) if p.grad is None]
-        generation, pending = c_uint64(), c_int()
-        lib.ferry_reducer_layout(self._red, byref(generation), byref(pending))
+        generation, pending = self._red.layout()
         keep = None
-        if pending.value:
+        if pending:
             # The gradients move to a new layout: keep what they hold (an accumulation under no_sync, the
             # zeros of zero_grad) and write it into the new views.
             keep = [p.grad.detach().clone() if p.grad is not None else None for p in self._params]
             if self._cuda:
                 torch.cuda.current_stream(self._torch_device).synchronize()
-        lib.ferry_reducer_begin_step(self._red)
-        lib.ferry_reducer_layout(self._red, byref(generation), None)
-        if generation.value != self._generation:
+        self._red.begin_step()
+        if self._red.layout()[0] != self._generation:
             self._point_grads(keep=keep)
-        if self._learning or generation.value != self._bucket_generation:
-            self._read_buckets(generation.value)
-        # Gradients the optimizer set to None become their zeroed views again, so that backward accumulates
-        # into them in place and the hooks copy nothing (one zeroing launch for all when all were None).
-        dropped = [i for i, p in enumerate(self._params) if p.grad is None]
-        if dropped:
-            with torch.no_grad():
-                if len(dropped) == len(self._params):
-                    self._flat.zero_()
-                else:
-                    for i in dropped:
-                        self._views[i].zero_()
-                for i in dropped:
-                    self._params[i].grad = self._views[i]
         self._step_open = True
-        self._marked = [False] * len(self._params)
-        self._marks = 0
-        self._left = list(self._bucket_sizes)
-        self._pending = [[] for _ in self._bucket_sizes]
-        self._pending_stream = [0] * len(self._bucket_sizes)
-        self._callback_queued = False
+        self._seated = False
+        self._armed = False
 
-    def _read_buckets(self, generation: int) -> None:
-        """Each gradient's bucket, so the hooks call the library once a bucket, not once a gradient (while
-        the automatic plan learns, it needs every gradient's own mark: then they mark one by one)."""
-        n = len(self._params)
-        out = (c_size_t * n)()
-        learning = c_int()
-        lib.ferry_reducer_buckets(self._red, out, n, byref(learning))
-        self._bucket_of = list(out)
-        sizes = [0] * (max(self._bucket_of) + 1)
-        for b in self._bucket_of:
-            sizes[b] += 1
-        self._bucket_sizes = sizes
-        self._learning = bool(learning.value)
-        self._bucket_generation = generation
+    def _seat(self) -> None:
+        """Every .grad its view before the backward accumulates, so that autograd adds into the views in
+        place and no gradient is copied: one that is None (the optimizer's zero_grad(set_to_none=True),
+        before the forward or after it) becomes its zeroed view (one zeroing launch for all when all were
+        None), another tensor is copied into its view. Remembers which were None: given back as None if no
+        rank uses them (find_unused_parameters)."""
+        dropped, replaced = [], []
+        for i, (p, v) in enumerate(zip(self._params, self._views)):
+            g = p.grad
+            if g is v:
+                continue
+            if g is None:
+                dropped.append(i)
+            elif g.data_ptr() != v.data_ptr():
+                replaced.append(i)
+        self._dropped = dropped
+        if not (dropped or replaced):
+            return
+        with torch.no_grad():
+            if len(dropped) == len(self._params):
+                self._flat.zero_()
+            else:
+                for i in dropped:
+                    self._views[i].zero_()
+            for i in replaced:
+                self._views[i].copy_(self._params[i].grad)
+            for i in dropped + replaced:
+                self._params[i].grad = self._views[i]
 
     def _point_grads(self, keep: Optional[List[Any]]) -> None:
         """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout), holding
         keep[i]; a gradient whose keep[i] is None stays None (as DDP leaves it until backward: the next
         synced forward seats it)."""
         from torch.utils.dlpack import from_dlpack
-        generation = c_uint64()
-        lib.ferry_reducer_layout(self._red, byref(generation), None)
-        managed = c_void_p()
-        lib.ferry_reducer_flat_dlpack(self._red, byref(managed))
-        try:
-            flat = from_dlpack(make_capsule(managed.value))
-        except BaseException:
-            lib.ferry_dlpack_delete(managed)
-            raise
-        offset, count = c_size_t(), c_size_t()
+        generation = self._red.layout()[0]
+        flat = self._red.flat(from_dlpack)
         views = []
         with torch.no_grad():
             flat.zero_()
-            for i, p in enumerate(self._params):
-                lib.ferry_reducer_place(self._red, i, byref(offset), byref(count))
-                v = flat[offset.value:offset.value + count.value].view(p.shape)
+            for i, (p, (offset, count)) in enumerate(zip(self._params, self._red.places())):
+                v = flat[offset:offset + count].view(p.shape)
                 if keep is None or keep[i] is not None:
                     if keep is not None:
                         v.copy_(keep[i])
@@ -435,16 +430,20 @@ class DataParallel(torch.nn.Module):
                 views.append(v)
         self._flat = flat
         self._views = views
-        self._generation = generation.value
+        self._generation = generation
 
-    def _hook(self, i: int, p: Any) -> Any:
-        if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
-            return p.register_post_accumulate_grad_hook(lambda _p, i=i: self._ready(i))
+    def _install_hooks(self) -> List[Any]:
+        """Each parameter's hook: the reducer's C function for its gradient, called by autograd after the
+        gradient is accumulated (no Python runs)."""
+        if hasattr(self._params[0], "register_post_accumulate_grad_hook"):  # torch >= 2.1
+            return [p.register_post_accumulate_grad_hook(h) for p, h in zip(self._params, self._red.hooks())]
         # torch < 2.1: a hook on the parameter's AccumulateGrad node (kept alive here, as DDP does).
-        with torch.enable_grad():
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-        handle = acc.register_hook(lambda *_, i=i: self._ready(i))
-        return (acc, handle)
+        hooks = []
+        for p, h in zip(self._params, self._red.hooks(node=True)):
+            with torch.enable_grad():
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            hooks.append((acc, acc.register_hook(h)))
+        return hooks
 
     def _stream(self) -> int:
         if self._cuda:
@@ -453,60 +452,51 @@ class DataParallel(torch.nn.Module):
             return int(torch.cuda.current_stream(self._torch_device).cuda_stream)
         return self._host_stream.handle
 
-    def _mark(self, ps: List[int], stream: int) -> None:
-        if len(ps) == 1:
-            lib.ferry_reducer_mark_ready(self._red, ps[0], stream)
-        else:
-            lib.ferry_reducer_mark_ready_many(self._red, (c_size_t * len(ps))(*ps), len(ps), stream)
-
-    def _ready(self, i: int) -> None:
-        """Parameter i's gradient is complete (its accumulation hook, on the autograd thread)."""
-        if not self._step_open:
-            # A backward under no_sync(): the gradient counts as used at the next synced step.
-            self._used_unsynced[i] = True
+    def _backward_starts(self, _grad: Any) -> None:
+        """A hook on the forward's outputs: a backward reaches them. The first of the step seats the
+        gradients; each arms the reducer's hooks on the current stream (where autograd runs the backward of
+        ops made on it) and queues the end of backward."""
+        if not self._step_open or self._armed:
             return
-        if self._marked[i]:
-            self._fail(f"parameter {self._names[i]} got a second gradient in one backward after its bucket was "
-                       "launched (reentrant activation checkpointing, or a parameter used by two backward "
-                       "passes of one step); use torch.utils.checkpoint with use_reentrant=False, or one "
-                       "backward per step")
-        p, v = self._params[i], self._views[i]
-        g = p.grad
-        if g is None or g.data_ptr() != v.data_ptr():
-            # The optimizer's zero_grad(set_to_none=True) dropped the view: autograd made a new tensor.
-            with torch.no_grad():
-                if g is None:
-                    v.zero_()
-                else:
-                    v.copy_(g)
-            p.grad = v
-        self._marked[i] = True
-        self._marks += 1
-        stream = self._stream()
-        if self._learning:
-            lib.ferry_reducer_mark_ready(self._red, i, stream)
-        else:
-            # Counted here; the library hears of the bucket's gradients once it is full, on the stream of
-            # the last (which covers the others when they share it: on another stream, those before are
-            # marked at once, on their own).
-            b = self._bucket_of[i]
-            pending = self._pending[b]
-            if pending and self._pending_stream[b] != stream:
-                self._mark(pending, self._pending_stream[b])
-                pending.clear()
-            pending.append(i)
-            self._pending_stream[b] = stream
-            self._left[b] -= 1
-            if self._left[b] == 0:
-                self._mark(pending, stream)
-                pending.clear()
-        if not self._callback_queued:
-            self._callback_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+        if not self._seated:
+            self._seat()
+            self._seated = True
+        self._red.arm(self._stream())
+        self._armed = True
+        self._create_graph = torch.is_grad_enabled()
+        torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _early_message(self, i: int) -> str:
+        return (f"parameter {self._names[i]}'s gradient was complete before the backward reached the forward's "
+                "outputs: a parameter of the module used only outside its forward, or a backward that does not "
+                "start from the forward's outputs. Use every parameter inside forward(), and call backward on "
+                "what the outputs gave")
 
     def _finish(self) -> None:
         """The end of backward: unused parameters, then the current stream waits for the last bucket."""
-        missing = [i for i, m in enumerate(self._marked) if not m]
+        self._armed = False
+        state = self._red.hook_state()
+        if state.error is not None:
+            self._fail(f"a gradient hook failed: {state.error}")
+        if state.twice is not None:
+            self._fail(f"parameter {self._names[state.twice]} got a second gradient in one backward after its "
+                       "bucket was launched (reentrant activation checkpointing, or a parameter used by two "
+                       "backward passes of one step); use torch.utils.checkpoint with use_reentrant=False, or one "
+                       "backward per step")
+        if state.early is not None:
+            self._fail(self._early_message(state.early))
+        if state.marks == 0:
+            # This backward accumulated no parameter's gradient (torch.autograd.grad through the outputs, as
+            # DDP, leaves .grad alone): not the step's; the step waits for the next.
+            return
+        if self._create_graph:
+            self._fail("backward(create_graph=True): autograd then replaces each .grad with a new tensor instead "
+                       "of adding into ferry's bucket views, so the buckets would carry stale gradients; as DDP, "
+                       "DataParallel reduces first-order gradients only (take higher-order ones with "
+                       "torch.autograd.grad, which it leaves alone)")
+        marked, unsynced = (self._red.hook_flags(unsynced=self._find_unused)
+                            if state.marks < len(self._params) or self._find_unused else (None, None))
+        missing = [] if marked is None else [i for i, m in enumerate(marked) if not m]
         if missing and not self._find_unused:
             names = ", ".join(self._names[i] for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
             self._fail(f"{len(missing)} parameter(s) got no gradient in this backward: {names}. Every parameter "
@@ -524,7 +514,7 @@ class DataParallel(torch.nn.Module):
                 p, v = self._params[i], self._views[i]
                 g = p.grad
                 if g is not None and g.data_ptr() == v.data_ptr():
-                    # Seated at this step's forward over a None (its zeros are reduced), or the view as it was.
+                    # Seated at this backward's start over a None (its zeros are reduced), or the view as it was.
                     before[i] = (False, None) if i in dropped else (True, v.clone())
                 else:
                     # Another tensor (a gradient made under no_sync) is reduced as it stands, None as zeros.
@@ -534,28 +524,21 @@ class DataParallel(torch.nn.Module):
                     else:
                         v.copy_(g)
                     p.grad = v
-                self._marked[i] = True
-                lib.ferry_reducer_mark_ready(self._red, i, stream)
-        # Buckets that the unused gradients completed: their counted gradients (on their own streams).
-        for b, pending in enumerate(self._pending):
-            if pending:
-                self._mark(pending, self._pending_stream[b])
-                pending.clear()
-        lib.ferry_reducer_finish(self._red, stream)
+                self._red.hook(i)
+        self._red.finish(stream)
         self._step_open = False
-        used = self._reduce_used(missing, stream) if self._find_unused else None
+        used = self._reduce_used(missing, unsynced, stream) if self._find_unused else None
         if not self._cuda:
             lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
         if used is not None and missing:
             self._restore_unused(missing, before, used)
 
-    def _reduce_used(self, missing: List[int], stream: int) -> Any:
+    def _reduce_used(self, missing: List[int], unsynced: List[bool], stream: int) -> Any:
         """How many ranks used each parameter in this step (in its backward, or in one under no_sync() since
         the last synced step): one all-reduce of an int32 map after the last bucket, made on every rank so
         that the collectives match; read back only where this rank has an unused parameter."""
         unused = set(missing)
-        local = [int(unsynced or i not in unused) for i, unsynced in enumerate(self._used_unsynced)]
-        self._used_unsynced = [False] * len(self._params)
+        local = [int(u or i not in unused) for i, u in enumerate(unsynced)]
         counts = torch.tensor(local, dtype=torch.int32)
         if self._cuda:
             # From pinned memory, asynchronously: a pageable copy would wait for the last bucket here.
@@ -628,9 +611,7 @@ class DataParallel(torch.nn.Module):
         """The reducer's plan and counters: {"buckets", "bucket_bytes", "codecs", "steps", "learning",
         "decided" (the automatic plan's choice, or None while it learns), ...}."""
         self._check_usable()
-        out = c_void_p()
-        lib.ferry_reducer_stats_json(self._red, byref(out))
-        s = json.loads(take_string(out))
+        s = self._red.stats()
         s["plan"] = {"buckets": s["buckets"], "bucket_bytes": s["bucket_bytes"],
                      "lossy_buckets": sum(c != "none" for c in s["codecs"])}
         return s
@@ -649,7 +630,8 @@ class DataParallel(torch.nn.Module):
         if getattr(self, "_closed", True) or _runtime.current_pid() != self._pid:
             return
         self._closed = True
-        if (self._step_open and self._marks > 0) or _runtime.exiting_on_interrupt():
+        if (self._step_open and self._red is not None and self._red.hook_state().marks > 0) \
+                or _runtime.exiting_on_interrupt():
             # Half a step, or a Ctrl-C: the other ranks learn at once instead of at their timeout, and the
             # waits below end.
             self._abort(f"rank {self.rank} closed its DataParallel during a step or after an interrupt")
@@ -665,7 +647,7 @@ class DataParallel(torch.nn.Module):
         self._views, self._flat = [], None
         red, self._red = self._red, None
         if red is not None:
-            lib.ferry_reducer_destroy(red)
+            red.close()
         self._comm = None
         if self._group is not None:
             self._group.close()
