@@ -128,13 +128,13 @@ def test_an_object_made_in_the_parent_is_refused_in_a_fork_child_and_left_alone_
 # Modules not yet on the native layer (they are being rewritten by others as this is written), each with
 # its reason: drop an entry once its module is ported.
 TEMPORARY = {
-    # issue 37's lead rewrites it onto a Reducer native object (ferry/_native/reducer.py)
-    "torch/_data_parallel.py": "being rewritten onto ferry/_native/reducer.py",
+    # on ferry/_native/reducer.py's Reducer now; its group's collectives, abort and the host stream's
+    # synchronize are left, which Group (a ferry._native.comm.Comm) and ferry.Stream already offer
+    "torch/_data_parallel.py": "the lead's rewrite, under way",
 }
-# Functions of otherwise ported modules that still take raw handles (the Prefetcher and torch/_loader.py
-# pass theirs, `native.handle`): a Batch method making the DLPack tensor and Prefetch.released would
-# take their place.
-TEMPORARY_FUNCTIONS = {"torch/_batch.py": {"slot_still_held", "batch_tensor"}}
+# Functions of otherwise ported modules still allowed to call the library directly (with the module-level
+# imports they need); none today.
+TEMPORARY_FUNCTIONS: dict = {}
 # Not part of the package's import graph: sitecustomize runs inside traced programs and declares
 # libferry_inject's functions, not libferry_c's (issue 37 section 1 gives it a header test of its own).
 OTHER_LIBRARY = {"_trace_site/sitecustomize.py"}
