@@ -29,7 +29,6 @@ namespace {
 
 std::atomic<bool> g_cuda_seen{false};
 std::atomic<bool> g_handed_over{false};
-std::atomic<bool> g_closed{false};  // cupti_close: the process is exiting, CUDA's teardown may come
 
 void* real_symbol(const char* name, const char* const* libraries) {
   if (void* p = dlsym(RTLD_NEXT, name)) return p;
@@ -46,7 +45,7 @@ void* real_symbol(const char* name, const char* const* libraries) {
 
 void cupti_start(process_state& s) noexcept {
 #if FERRY_INJECT_CUPTI
-  if (!s.cuda.load() || g_handed_over.load() || g_closed.load() || s.cupti_on.load()) return;
+  if (!s.cuda.load() || g_handed_over.load() || exit_begun() || s.cupti_on.load()) return;
   try {
     const own_call own;
     cupti::options o;
@@ -66,9 +65,9 @@ void cupti_start(process_state& s) noexcept {
                                       ? "all but the quiet queries (cudaGetDevice, cudaGetLastError, ...)"
                                       : "all");
   } catch (const std::exception& e) {
-    if (!g_closed.load()) note("cupti", std::string("unavailable: ") + e.what());
+    if (!exit_begun()) note("cupti", std::string("unavailable: ") + e.what());
   } catch (...) {
-    if (!g_closed.load()) note("cupti", "unavailable");
+    if (!exit_begun()) note("cupti", "unavailable");
   }
 #else
   static_cast<void>(s);
@@ -99,7 +98,6 @@ void cupti_stop(process_state& s) noexcept {
 }
 
 void cupti_close(process_state& s) noexcept {
-  g_closed.store(true);
 #if FERRY_INJECT_CUPTI
   // Only where this process's own cuInit ran: a fork child holds a copy of its parent's session, which
   // is not its own to end. There unconditionally, whatever cupti_on says: cupti::close() waits for a
@@ -114,7 +112,6 @@ void cupti_close(process_state& s) noexcept {
 }
 
 void cupti_abandon(process_state& s) noexcept {
-  g_closed.store(true);
 #if FERRY_INJECT_CUPTI
   if (!s.cuda.load()) return;  // a fork child: its parent's session is not its own
   const bool was_on = s.cupti_on.exchange(false);

@@ -15,8 +15,9 @@
 // - Events go into the process's trace::recorder. A writer thread, started at the first event, appends
 //   them to the file every flush interval (50 ms), so a process killed with SIGKILL loses at most one
 //   interval, and polls the capture switch file.
-// - exit(), _exit() (os._exit, multiprocessing's workers) and a SIGTERM left at its default flush and
-//   write the X line; the atexit handler covers a return from main.
+// - The process ends through one of the ways out of exit.cpp (return from main, exit, glibc's own exit,
+//   a pthread_exit main, _exit, SIGTERM, SIGKILL), whose table says what each writes; all but SIGKILL
+//   write the last events and the X line, CUPTI stopped before the CUDA runtime's teardown.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -50,8 +51,6 @@ settings& g_settings = *new settings;  // NOLINT(cert-err58-cpp): at load, out o
 std::atomic<process_state*> g_state{nullptr};
 std::atomic<pid_t> g_pid{0};                   // this process's pid, kept current by the fork handler
 std::atomic_flag g_making = ATOMIC_FLAG_INIT;  // one state made at a time
-volatile std::sig_atomic_t g_sigterm = 0;
-std::atomic<bool> g_sigterm_done{false};  // the writer has flushed for a SIGTERM
 
 std::int64_t clock_ns(clockid_t id) noexcept {
   timespec ts{};
@@ -114,6 +113,8 @@ void write_all(int fd, std::string_view data) noexcept {
   }
 }
 
+}  // namespace
+
 std::string read_small(const char* path) {
   std::string out;
   const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
@@ -129,6 +130,8 @@ std::string read_small(const char* path) {
   syscall(SYS_close, fd);
   return out;
 }
+
+namespace {
 
 // Fields 4 (ppid) and 22 (start time in clock ticks) of /proc/self/stat.
 void read_stat(std::uint64_t& ppid, std::uint64_t& start) {
@@ -187,52 +190,14 @@ void apply_capture(process_state& s, bool on) noexcept {
   }
 }
 
-// True when the program's threads have all ended and only this one (the writer) is left: the thread-group
-// leader is a zombie (main called pthread_exit) and the process counts two threads, that zombie and the
-// writer. Without the writer, glibc would then have ended the process as exit(0) does; the writer's thread
-// alone would keep it alive for ever.
-bool only_the_writer_is_left() noexcept {
-  try {
-    const std::string stat = read_small("/proc/self/stat");
-    const std::size_t close = stat.rfind(')');  // after the command name, which may hold spaces
-    if (close == std::string::npos) return false;
-    std::size_t at = close + 2;  // field 3, the state
-    if (at >= stat.size() || stat[at] != 'Z') return false;
-    for (int field = 3; field < 20; ++field) {  // to field 20, num_threads
-      at = stat.find(' ', at);
-      if (at == std::string::npos) return false;
-      ++at;
-    }
-    return std::strtol(stat.c_str() + at, nullptr, 10) == 2;
-  } catch (...) {
-    return false;  // out of memory: asked again at the next flush
-  }
-}
-
 void writer_loop(process_state* s) {
   const own_call own;
   trace::name_this_thread("ferry trace");
   std::string last_control;
   for (;;) {
-    timespec ts{static_cast<time_t>(g_settings.flush_ns / 1'000'000'000),
-                static_cast<long>(g_settings.flush_ns % 1'000'000'000)};
-    while (syscall(SYS_nanosleep, &ts, &ts) != 0 && errno == EINTR && g_sigterm == 0) {
-    }
-    // Done once the process has written its exit: nothing of it may be touched while it tears down.
-    if (s->exited.load() || s->pid != g_pid.load(std::memory_order_relaxed)) return;
-    if (only_the_writer_is_left()) {  // as glibc at the last thread's end: exit(0), handlers included
-      finish(0);
-      // The program's exit handlers run here: with the program's signal mask (a child they start
-      // inherits it) and as the program's code, not ferry's.
-      pthread_sigmask(SIG_SETMASK, &g_program_mask, nullptr);
-      t_in_ferry = false;
-      std::exit(0);  // NOLINT(concurrency-mt-unsafe): no other thread of the program is left
-    }
-    if (g_sigterm != 0) {
-      finish(128 + SIGTERM);
-      g_sigterm_done.store(true);
-      return;  // the handler ends the process
-    }
+    writer_sleep(g_settings.flush_ns);
+    // Done once the process writes its exit: nothing of it may be touched while it tears down.
+    if (s->pid != g_pid.load(std::memory_order_relaxed) || writer_must_stop(*s)) return;
     if (!g_settings.control.empty()) {
       std::string c = read_small(g_settings.control.c_str());
       if (c != last_control) {
@@ -255,44 +220,12 @@ void on_fork_child() {
   g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)), std::memory_order_relaxed);
   g_state.store(nullptr, std::memory_order_relaxed);
   g_making.clear();
-  g_sigterm = 0;
-  g_sigterm_done.store(false);
+  exit_after_fork();
   os_calls_after_fork();
   nvtx_after_fork();
   // Its file now, so that a child killed before its first event (a worker blocked in a queue) is still
   // in the recording. glibc's malloc is safe to use in a fork child; the writer thread waits for an event.
   make_state(true);
-}
-
-// SIGTERM at its default disposition: the writer flushes and writes the exit, while this handler waits
-// (2 s at most, so a stuck writer cannot keep the process alive); then the signal ends the process as the
-// default would have. The waiting thread does not return into the program in between.
-void on_sigterm(int) {
-  process_state* s = g_state.load(std::memory_order_relaxed);
-  if (s != nullptr && s->writer_started.load() && s->pid == g_pid.load(std::memory_order_relaxed)) {
-    g_sigterm = 1;
-    for (int i = 0; i < 400 && !g_sigterm_done.load(); ++i) {
-      timespec ts{0, 5'000'000};
-      syscall(SYS_nanosleep, &ts, nullptr);
-    }
-  }
-  std::signal(SIGTERM, SIG_DFL);
-  syscall(SYS_kill, syscall(SYS_getpid), SIGTERM);
-}
-
-// main's return value, seen through the interposed __libc_start_main: libc then calls exit() from inside
-// itself, past the interposed one.
-std::atomic<int> g_main_status{-1};
-// main returned, or exit() was called through the interposed one: CUPTI was stopped before the exit
-// handlers. Not so for glibc's own calls to exit (errx, error), which only this handler sees.
-std::atomic<bool> g_exit_seen{false};
-
-// The last exit handler: a return from main, or an exit nobody saw (-1).
-void at_exit() {
-  if (!g_exit_seen.load() && syscall(SYS_getpid) == g_pid.load(std::memory_order_relaxed)) {
-    if (process_state* s = state()) cupti_abandon(*s);
-  }
-  finish(g_main_status.load());
 }
 
 process_state* make_state(bool forked) noexcept {
@@ -324,15 +257,7 @@ void load() noexcept {
   if (!g_settings.active) return;
   g_pid.store(static_cast<pid_t>(syscall(SYS_getpid)));
   pthread_atfork(nullptr, nullptr, on_fork_child);
-  std::atexit(at_exit);
-  struct sigaction old {};
-  if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    struct sigaction sa {};
-    sa.sa_handler = on_sigterm;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, nullptr);
-  }
+  install_exit_handlers();
   make_state(false);
   errno = saved;
 }
@@ -416,6 +341,23 @@ process_state* state() noexcept {
   return make_state(true);
 }
 
+process_state* existing_state() noexcept {
+  if (!g_settings.active) return nullptr;
+  process_state* s = g_state.load(std::memory_order_acquire);
+  return s != nullptr && s->pid == g_pid.load(std::memory_order_relaxed) ? s : nullptr;
+}
+
+bool in_recorded_process() noexcept {
+  return g_settings.active && syscall(SYS_getpid) == g_pid.load(std::memory_order_relaxed);
+}
+
+void become_program_thread() noexcept {
+  // The program's exit handlers run on it next: with the program's signal mask (a child they start
+  // inherits it) and as the program's code, not ferry's.
+  pthread_sigmask(SIG_SETMASK, &g_program_mask, nullptr);
+  t_in_ferry = false;
+}
+
 bool in_ferry() noexcept { return t_in_ferry; }
 
 own_call::own_call() noexcept : previous_(t_in_ferry) { t_in_ferry = true; }
@@ -477,36 +419,17 @@ void flush(process_state& s, bool cupti_forced) noexcept {
   write_batch(s);
 }
 
-void finish(int status, bool may_block) noexcept {
-  if (!g_settings.active) return;
-  // A vfork child (posix_spawn, subprocess) shares its parent's memory and runs no fork handler: it
-  // must not write, nor mark, the parent's file.
-  if (syscall(SYS_getpid) != g_pid.load(std::memory_order_relaxed)) return;
-  process_state* s = state();
-  if (s == nullptr || s->exited.exchange(true)) return;
+void write_last(process_state& s, int status, bool may_block) noexcept {
   const own_call own;
-  if (may_block)
-    cupti_close(*s);  // flushes CUPTI's buffers (forced: the program's work is done), disables it
   // From _exit (which a signal handler may call, having interrupted ferry's own writer): write only if the
   // file is free now.
-  std::unique_lock lock(s->write_mu, std::defer_lock);
+  std::unique_lock lock(s.write_mu, std::defer_lock);
   if (may_block)
     lock.lock();
   else if (!lock.try_lock())
     return;
-  write_batch(*s);
-  if (file_is_ours(*s)) write_all(s->fd, trace::format_process_exit(now_ns(), status));
-}
-
-void main_returned() noexcept {
-  g_exit_seen.store(true);
-  if (!g_settings.active || syscall(SYS_getpid) != g_pid.load(std::memory_order_relaxed)) return;
-  process_state* s = state();
-  if (s == nullptr) return;
-  const own_call own;
-  // GPU activity ends with the program's work, while CUDA is still up: the exit handlers (the CUDA
-  // runtime's teardown among them) run after this. The CPU side goes on to the X line (finish).
-  cupti_close(*s);
+  write_batch(s);
+  if (file_is_ours(s)) write_all(s.fd, trace::format_process_exit(now_ns(), status));
 }
 
 void set_capture(bool on) noexcept {
@@ -529,7 +452,6 @@ void set_capture(bool on) noexcept {
 }  // namespace ferry::inject
 
 using ferry::inject::config;
-using ferry::inject::finish;
 
 /// 1 when this process records (ferry trace started it), else 0.
 FERRY_INJECT_EXPORT int ferry_inject_recording(void) { return ferry::inject::state() != nullptr ? 1 : 0; }
@@ -565,52 +487,4 @@ FERRY_INJECT_EXPORT void ferry_inject_step(long long index, long long start_ns, 
   if (c.steps_first < 0) return;
   if (index + 1 == c.steps_first) ferry::inject::set_capture(true);
   if (index == c.steps_last) ferry::inject::set_capture(false);
-}
-
-// The exits that skip atexit handlers: os._exit (multiprocessing's workers end so), and exit() itself,
-// flushed here while CUDA is still up (before the atexit handlers tear it down).
-FERRY_INJECT_EXPORT void _exit(int status) {
-  finish(status, false);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
-FERRY_INJECT_EXPORT void _Exit(int status) {
-  finish(status, false);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
-FERRY_INJECT_EXPORT void exit(int status) {
-  ferry::inject::g_exit_seen.store(true);
-  finish(status);
-  using exit_fn = void (*)(int);
-  static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));
-  if (real != nullptr) real(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
-namespace {
-using main_fn = int (*)(int, char**, char**);
-main_fn g_real_main = nullptr;
-int wrapped_main(int argc, char** argv, char** envp) {
-  const int status = g_real_main(argc, argv, envp);
-  ferry::inject::g_main_status.store(status & 0xff);
-  ferry::inject::main_returned();
-  return status;
-}
-}  // namespace
-
-/// The program's start: its main is wrapped so that its return value is known at exit.
-// NOLINTNEXTLINE(bugprone-reserved-identifier): glibc's entry point, interposed
-FERRY_INJECT_EXPORT int __libc_start_main(main_fn main, int argc, char** argv, void (*init)(), void (*fini)(),
-                                          void (*rtld_fini)(), void* stack_end) {
-  using start_fn = int (*)(main_fn, int, char**, void (*)(), void (*)(), void (*)(), void*);
-  void* p = dlvsym(RTLD_NEXT, "__libc_start_main", "GLIBC_2.34");
-  if (p == nullptr) p = dlsym(RTLD_NEXT, "__libc_start_main");
-  const auto real = reinterpret_cast<start_fn>(p);
-  g_real_main = main;
-  return real(ferry::inject::config().active ? wrapped_main : main, argc, argv, init, fini, rtld_fini,
-              stack_end);
 }

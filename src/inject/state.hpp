@@ -1,6 +1,6 @@
 // The injection library's per-process state, shared by its parts: the process's recorder and file, the
 // writer thread that appends to the file every flush interval, and the guard that keeps ferry's own
-// calls out of the trace. See inject.cpp for the life of a process's recording.
+// calls out of the trace. See inject.cpp for the life of a process's recording, exit.cpp for its end.
 #pragma once
 
 #include <sys/types.h>
@@ -38,7 +38,6 @@ struct process_state {
   std::atomic<bool> cuda{false};        // CUDA was initialized in this process (InitializeInjection)
   std::atomic<bool> cupti_on{false};    // the CUPTI recorder runs
   std::atomic<bool> capture_on{false};  // the recorder's switch, for readers that must not lock
-  std::atomic<bool> exited{false};      // the X line is written
   std::mutex capture_mu;                // apply_capture's: one switch at a time
   bool capture_opened = false;          // under capture_mu
   bool capture_closed = false;
@@ -68,6 +67,13 @@ struct settings {
 /// This process's state: made on first use in a fork child; nullptr when the process does not record or
 /// the state cannot be made.
 [[nodiscard]] process_state* state() noexcept;
+
+/// This process's state if it has one already, nullptr else; makes none (async-signal-safe).
+[[nodiscard]] process_state* existing_state() noexcept;
+
+/// True when this process records and is the one the library's memory belongs to: false in a vfork child
+/// (posix_spawn, subprocess), which shares its parent's memory and runs no fork handler.
+[[nodiscard]] bool in_recorded_process() noexcept;
 
 /// True while ferry's own code runs on this thread (its writer, its interning): wrappers pass through.
 [[nodiscard]] bool in_ferry() noexcept;
@@ -100,14 +106,30 @@ void note(std::string_view key, std::string_view value) noexcept;
 /// Writes what was recorded so far; `cupti_forced` also forces CUPTI's partly filled buffers out.
 void flush(process_state& s, bool cupti_forced) noexcept;
 
-/// The exit paths: flushes everything, CUPTI included where it runs in this process, and writes the X
-/// line once. Never throws; safe to call again. `may_block` false (_exit, which signal handlers call):
-/// CUPTI is left alone and nothing is written when the file's lock is taken.
-void finish(int status, bool may_block = true) noexcept;
+/// Writes what was recorded and then the X line with `status`; `may_block` false (_exit): only if the
+/// file's lock is free now. Called once, by the way out that finishes (exit.cpp).
+void write_last(process_state& s, int status, bool may_block) noexcept;
 
-/// main has returned (the interposed __libc_start_main saw it), in the process that recorded it: stops
-/// CUPTI for good (cupti_close) before the exit handlers run.
-void main_returned() noexcept;
+/// The calling thread (the writer, about to run the program's exit handlers) takes the program's signal
+/// mask and is no longer ferry's own.
+void become_program_thread() noexcept;
+
+/// The contents of a small file (up to about 1 MiB), read with raw system calls; empty when unreadable.
+[[nodiscard]] std::string read_small(const char* path);
+
+/// exit.cpp, the exit protocol (its table says what each way out does). At load: the last exit handler
+/// and, where SIGTERM is at its default, its handler.
+void install_exit_handlers() noexcept;
+/// In a fork child: its own exit is to come (the phase starts again).
+void exit_after_fork() noexcept;
+/// Whether the process has begun to exit (main returned, exit(), SIGTERM, ...): CUPTI is stopped or about
+/// to be, for good.
+[[nodiscard]] bool exit_begun() noexcept;
+/// The writer's sleep between flushes: `ns`, or until a SIGTERM asks it to finish.
+void writer_sleep(std::int64_t ns) noexcept;
+/// Asked by the writer after each sleep: finishes for a SIGTERM, runs exit(0) when only it is left (a
+/// pthread_exit main), and says whether the writer must stop (the X line is written or being written).
+[[nodiscard]] bool writer_must_stop(process_state& s) noexcept;
 
 /// Turns the capture switch of every process of the recording (writes the control file).
 void set_capture(bool on) noexcept;
@@ -117,10 +139,11 @@ void set_capture(bool on) noexcept;
 void cupti_start(process_state& s) noexcept;
 void cupti_stop(process_state& s) noexcept;
 void cupti_flush(process_state& s, bool forced) noexcept;
-/// Stops the CUPTI recorder for good: no capture window starts it again. Called when main returns and from
-/// finish(), before the exit handlers run: the CUDA runtime's teardown is among them (a statically linked
-/// cudart registers it after cuInit, so it runs before this library's own handler), and CUPTI called after
-/// it crashes the process (seen on an H200: cuptiActivityDisable, SIGSEGV).
+/// Stops the CUPTI recorder for good (exit.cpp calls it once the process has begun to exit, so no capture
+/// window starts it again): when main returns or exit() is called, before the exit handlers run, the CUDA
+/// runtime's teardown among them (a statically linked cudart registers it after cuInit, so it runs before
+/// this library's own handler); CUPTI called after it crashes the process (seen on an H200:
+/// cuptiActivityDisable, SIGSEGV). Waits for a close in progress on another thread.
 void cupti_close(process_state& s) noexcept;
 /// The last exit handler of a process that exited past main's return and exit() (errx, error: glibc calls
 /// its own exit): CUDA's teardown may have run, so the running trace is dropped without a CUPTI call.

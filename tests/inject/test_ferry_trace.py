@@ -210,12 +210,27 @@ def test_sigkill_loses_at_most_one_flush_interval(tmp_path):
     assert any("no exit record" in n for n in analysis["notes"]), analysis["notes"]
 
 
-def test_sigterm_at_its_default_flushes_then_ends_the_process(tmp_path):
-    r = record(tmp_path / "t", FIXTURE, "sigterm")
+@pytest.mark.parametrize("flush_ms", [None, 5000])
+def test_sigterm_at_its_default_flushes_then_ends_the_process(tmp_path, flush_ms):
+    # With a flush interval longer than the handler's wait (2 s), the writer is woken for the SIGTERM: it
+    # used to sleep through it, and the process ended without its last events and exit line.
+    r = record(tmp_path / "t", FIXTURE, "sigterm", flags=["--flush-ms", str(flush_ms)] if flush_ms else [])
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
     [p] = fixture_processes(tmp_path / "t")
     assert "before SIGTERM" in names(p)
     assert p["exit"] == 128 + signal.SIGTERM
+
+
+@pytest.mark.parametrize("how, status", [("return", 4), ("_exit", 6), ("sigterm", 128 + signal.SIGTERM)])
+def test_the_programs_exit_handlers_after_exit_are_recorded(tmp_path, how, status):
+    # exit(4), then an exit handler of the program's that records a range and returns, calls _exit(6) or
+    # raises SIGTERM: the exit line comes after the handlers, with the status the process ended with (it was
+    # written inside exit(), before them: their events were lost and the status was exit's).
+    r = record(tmp_path / "t", FIXTURE, "exithandler", how)
+    assert r.returncode == status, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert "before exit" in names(p) and "in an exit handler" in names(p), names(p)
+    assert p["exit"] == status
 
 
 def test_nvtx_ranges_in_any_domain_across_threads_and_in_a_fork_child(tmp_path):
@@ -273,6 +288,26 @@ def test_cupti_stops_when_main_returns_before_the_cuda_runtimes_teardown(tmp_pat
     assert r.returncode == 5 and "ended by errx" in r.stderr, r.stderr
     [p] = fixture_processes(tmp_path / "errx")
     assert "cupti_abandoned" in p["notes"], p["notes"]
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_FAKE_CUPTI"),
+                    reason="FERRY_FAKE_CUPTI is not set (ctest sets it in a build with the CUDA toolkit; "
+                           "without it the injection library has no CUPTI recorder)")
+@pytest.mark.parametrize("how, status", [("exit", 7), ("_exit", 8), ("sigterm", 128 + signal.SIGTERM),
+                                         ("pthreadexit", 0)])
+def test_every_way_out_leaves_no_cupti_call_after_the_cuda_runtimes_teardown(tmp_path, how, status):
+    # The ways out besides main's return and errx (above), each with the stand-in libcupti that aborts on a
+    # CUPTI call after the teardown: exit() and a pthread_exit main stop CUPTI before the exit handlers, a
+    # SIGTERM stops it on the writer (no handler runs), _exit leaves it alone (none runs either).
+    fake = Path(os.environ["FERRY_FAKE_CUPTI"])
+    library_path = ":".join(p for p in (str(fake.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    r = record(tmp_path / "t", FIXTURE, "cudateardown", fake.name, how, env={"LD_LIBRARY_PATH": library_path})
+    assert r.returncode == status, r.stderr
+    assert "fake libcupti" not in r.stderr, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert p["notes"]["cupti"].startswith("recording"), p["notes"]
+    assert "cupti_end" not in p["notes"] and "cupti_abandoned" not in p["notes"], p["notes"]
+    assert p["exit"] == status
 
 
 def test_python_process_trees_with_every_start_method(tmp_path):

@@ -311,11 +311,34 @@ int cuda() {
   return result == 2 ? 0 : 4;
 }
 
+// exit(4), and a handler of the program's own that records a range, then ends as `how` says: returns
+// ("return"), calls _exit(6) ("_exit") or raises SIGTERM at its default ("sigterm").
+std::string g_exit_handler_how;
+void exit_handler() {
+  const std::int64_t t = now_ns();
+  range()("in an exit handler", "fixture", t, t + 1000);
+  if (g_exit_handler_how == "_exit") _exit(6);
+  if (g_exit_handler_how == "sigterm") {
+    raise(SIGTERM);
+    sleep_ms(3000);
+  }
+}
+[[noreturn]] void exit_with_handler(const std::string& how) {
+  g_exit_handler_how = how;
+  const std::int64_t t = now_ns();
+  range()("before exit", "fixture", t, t + 1000);
+  std::atexit(exit_handler);
+  std::exit(4);
+}
+
+int pthread_exit_main();
+
 // As a program linked with the static CUDA runtime: its first cuInit (where the driver calls
-// InitializeInjection), then the runtime's teardown registered with atexit, then a return from main. The
-// teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in `cupti`), which aborts on any
-// CUPTI call after it: CUPTI must be stopped before the exit handlers run. With `how` "errx" it ends
-// through glibc's errx, whose exit no preload sees.
+// InitializeInjection), then the runtime's teardown registered with atexit, then one way out: `how` ""
+// returns from main (0), "exit" calls exit(7), "_exit" _exit(8), "errx" glibc's errx (5), whose exit no
+// preload sees, "sigterm" raises SIGTERM at its default, "pthreadexit" ends main with pthread_exit (0, at
+// the last thread's end). The teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in
+// `cupti`), which aborts on any CUPTI call after it: CUPTI must be stopped before the exit handlers run.
 int cuda_teardown(const char* cupti, const std::string& how) {
   const char* path = std::getenv("CUDA_INJECTION64_PATH");
   void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
@@ -331,7 +354,11 @@ int cuda_teardown(const char* cupti, const std::string& how) {
   std::atexit(teardown);
   sleep_ms(120);  // the writer flushes CUPTI meanwhile
   if (how == "errx") errx(5, "ended by errx");
-  return 0;
+  if (how == "exit") std::exit(7);
+  if (how == "_exit") _exit(8);
+  if (how == "sigterm") return sigterm_self();
+  if (how == "pthreadexit") return pthread_exit_main();
+  return how.empty() ? 0 : 9;
 }
 
 // main ends with pthread_exit while another thread finishes its work: the process ends with that thread,
@@ -365,9 +392,10 @@ int main(int argc, char** argv) {
   if (mode == "cuda") return cuda();
   if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2], argc > 3 ? argv[3] : "");
   if (mode == "pthreadexit") return pthread_exit_main();
-  std::fprintf(
-      stderr,
-      "usage: tree_fixture blocking|fork|forkexec|doublefork "
-      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME [errx]|pthreadexit\n");
+  if (mode == "exithandler" && argc > 2) exit_with_handler(argv[2]);
+  std::fprintf(stderr,
+               "usage: tree_fixture blocking|fork|forkexec|doublefork "
+               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME "
+               "[exit|_exit|errx|sigterm|pthreadexit]|pthreadexit|exithandler return|_exit|sigterm\n");
   return 2;
 }
