@@ -16,7 +16,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include <sys/eventfd.h>
@@ -25,6 +24,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/unique_handle.hpp"
 #include "ferry/core/units.hpp"
+#include "loader_impl.hpp"
 
 namespace ferry::ingest {
 namespace {
@@ -167,12 +167,14 @@ void feed::close() noexcept {
   if (impl_->loader_) impl_->loader_->close();
 }
 
-// The slot feed: a loader of one field (the whole slot), one sample per batch, one worker thread per slot.
-// The fill of batch k runs once the loader gave k its slot (batch k - slots was released); it marks k
-// writable and waits for ready(k). The bytes are the caller's, already in the slot: nothing is copied.
+// The slot feed: a loader of one field (the whole slot) and one sample per batch, with no workers: the
+// caller is the producer, on the loader's ring (loader_impl.hpp). Batch k is the ring's acquisition k, in
+// slot k % slots: wait_writable(k) makes it (once batch k - slots was released) or finds it made, ready(k)
+// finds it and marks it ready, and the loader's next() and release() do the rest. So no thread waits on
+// the caller's writing, and close() (the feed's, the loader's or a prefetcher's) wakes every wait through
+// the ring. The bytes are the caller's, already in the slot: nothing is copied.
 struct slot_feed::impl {
-  impl(device& dev, const slot_feed_options& opts);
-  void fill(const sample& s);
+  explicit impl(const slot_feed_options& opts) : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
   void signal() const noexcept {
     if (event_fd_.get() < 0) return;
     const std::uint64_t one = 1;
@@ -182,59 +184,36 @@ struct slot_feed::impl {
 
   slot_feed_options opts_;
   unique_fd event_fd_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<std::uint64_t> writable_;  // batches whose slot is theirs and that are not ready yet
-  std::set<std::uint64_t> ready_;     // batches marked ready whose fill has not returned yet
-  std::uint64_t readied_below_ = 0;   // every batch below it was marked ready
-  bool closed_ = false;
-
-  std::unique_ptr<loader> loader_;  // last: its workers use the members above
+  std::unique_ptr<loader> loader_;
+  loader::impl* state_ = nullptr;  // loader_'s
 };
 
-slot_feed::impl::impl(device& dev, const slot_feed_options& opts)
-    : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  FERRY_EXPECTS(opts_.slots > 0, "ingest slot_feed: 0 slots; at least one is needed");
-  FERRY_EXPECTS(opts_.slot_bytes > 0 && opts_.slot_bytes % chunk_alignment == 0,
-                fmt::format("ingest slot_feed: slot_bytes {} must be a positive multiple of {}",
-                            opts_.slot_bytes, chunk_alignment));
-  FERRY_EXPECTS(opts_.pool.kind == memory_kind::pinned && opts_.pool.data != nullptr,
+slot_feed::slot_feed(device& dev, const slot_feed_options& opts) : impl_(std::make_unique<impl>(opts)) {
+  const slot_feed_options& o = impl_->opts_;
+  FERRY_EXPECTS(o.slots > 0, "ingest slot_feed: 0 slots; at least one is needed");
+  FERRY_EXPECTS(o.slot_bytes > 0 && o.slot_bytes % chunk_alignment == 0,
+                fmt::format("ingest slot_feed: slot_bytes {} must be a positive multiple of {}", o.slot_bytes,
+                            chunk_alignment));
+  FERRY_EXPECTS(o.pool.kind == memory_kind::pinned && o.pool.data != nullptr,
                 fmt::format("ingest slot_feed: the pool is {} memory; register it with device::register_host",
-                            to_string(opts_.pool.kind)));
-  FERRY_EXPECTS(opts_.pool.bytes / opts_.slots >= opts_.slot_bytes,
+                            to_string(o.pool.kind)));
+  FERRY_EXPECTS(o.pool.bytes / o.slots >= o.slot_bytes,
                 fmt::format("ingest slot_feed: a pool of {} holds fewer than {} slots of {}",
-                            format_bytes(opts_.pool.bytes), opts_.slots, format_bytes(opts_.slot_bytes)));
+                            format_bytes(o.pool.bytes), o.slots, format_bytes(o.slot_bytes)));
   loader_options lo;
-  lo.fields = {{"slot", opts_.slot_bytes}};
+  lo.fields = {{"slot", o.slot_bytes}};
   lo.sampling.dataset_size = 1;
   lo.sampling.batch_size = 1;
-  lo.workers = opts_.slots;  // each waits in its batch's fill: one per slot keeps every slot writable
-  lo.slots = opts_.slots;
+  lo.workers = 0;  // the caller writes
+  lo.slots = o.slots;
   lo.epochs = 0;
-  lo.pool = opts_.pool;
-  auto made = std::make_unique<loader>(dev, lo, [this](const sample& s, sample_fields) { fill(s); });
-  const std::lock_guard lock(mu_);
-  loader_ = std::move(made);
+  lo.pool = o.pool;
+  auto state = std::make_unique<loader::impl>(dev, lo, loader::impl::external_fill{});
+  // A release frees a slot: the batch `slots` after it may be writable now.
+  state->on_release_ = [feed = impl_.get()] { feed->signal(); };
+  impl_->state_ = state.get();
+  impl_->loader_.reset(new loader(std::move(state)));  // NOLINT(cppcoreguidelines-owning-memory): private
 }
-
-void slot_feed::impl::fill(const sample& s) {
-  const std::uint64_t k = s.epoch;
-  std::unique_lock lock(mu_);
-  writable_.insert(k);
-  cv_.notify_all();
-  signal();
-  while (!closed_ && ready_.count(k) == 0) {
-    if (loader_ && loader_->stopping()) break;
-    cv_.wait_for(lock, std::chrono::milliseconds(5));
-  }
-  if (ready_.erase(k) == 0) {
-    writable_.erase(k);
-    throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} was being written", k));
-  }
-}
-
-slot_feed::slot_feed(device& dev, const slot_feed_options& opts) : impl_(std::make_unique<impl>(dev, opts)) {}
 
 slot_feed::~slot_feed() {
   close();
@@ -242,19 +221,13 @@ slot_feed::~slot_feed() {
 }
 
 bool slot_feed::wait_writable(std::uint64_t k, std::chrono::milliseconds timeout) {
-  std::unique_lock lock(impl_->mu_);
-  FERRY_EXPECTS(k >= impl_->readied_below_ && impl_->ready_.count(k) == 0,
-                fmt::format("ingest slot_feed: batch {} was marked ready already", k));
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    // The loader may be closed directly (a prefetcher's close() closes it), so the wait polls it too.
-    if (impl_->closed_ || (impl_->loader_ && impl_->loader_->stopping())) {
-      throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} waited for its slot", k));
-    }
-    if (impl_->writable_.count(k) != 0) return true;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= until) return false;
-    impl_->cv_.wait_until(lock, std::min(until, now + std::chrono::milliseconds(5)));
+  try {
+    return impl_->state_->claim(k, timeout).has_value();
+  } catch (const stopped_error&) {
+    throw stopped_error(fmt::format("ingest slot_feed: closed while batch {} waited for its slot", k));
+  } catch (const logic_error&) {
+    FERRY_EXPECTS(false, fmt::format("ingest slot_feed: batch {} was marked ready already", k));
+    throw;  // not reached
   }
 }
 
@@ -265,20 +238,20 @@ std::span<std::byte> slot_feed::slot(std::uint64_t k) const {
 }
 
 void slot_feed::ready(std::uint64_t k) {
-  {
-    const std::lock_guard lock(impl_->mu_);
-    if (impl_->closed_) throw stopped_error(fmt::format("ingest slot_feed: batch {} ready after close()", k));
-    FERRY_EXPECTS(impl_->writable_.erase(k) != 0,
-                  fmt::format("ingest slot_feed: batch {} marked ready, but its slot was not writable (wait "
-                              "until wait_writable({}) returns true; each batch is marked ready once)",
-                              k, k));
-    impl_->ready_.insert(k);
-    while (impl_->readied_below_ <= k &&
-           (impl_->readied_below_ == k || impl_->ready_.count(impl_->readied_below_) != 0)) {
-      ++impl_->readied_below_;
-    }
+  std::optional<std::size_t> slot;
+  try {
+    // Batch k may be marked ready whenever its slot is writable, even if wait_writable was not asked.
+    slot = impl_->state_->claim(k, std::chrono::nanoseconds::zero());
+  } catch (const stopped_error&) {
+    throw stopped_error(fmt::format("ingest slot_feed: batch {} ready after close()", k));
+  } catch (const logic_error&) {
+    slot.reset();  // marked ready already: refused below
   }
-  impl_->cv_.notify_all();
+  FERRY_EXPECTS(slot.has_value(),
+                fmt::format("ingest slot_feed: batch {} marked ready, but its slot was not writable (wait "
+                            "until wait_writable({}) returns true; each batch is marked ready once)",
+                            k, k));
+  impl_->state_->finish(*slot);
 }
 
 int slot_feed::event_fd() const noexcept { return impl_->event_fd_.get(); }
@@ -286,13 +259,8 @@ int slot_feed::event_fd() const noexcept { return impl_->event_fd_.get(); }
 loader& slot_feed::source() noexcept { return *impl_->loader_; }
 
 void slot_feed::close() noexcept {
-  {
-    const std::lock_guard lock(impl_->mu_);
-    impl_->closed_ = true;
-  }
-  impl_->cv_.notify_all();
-  impl_->signal();
   if (impl_->loader_) impl_->loader_->close();
+  impl_->signal();
 }
 
 }  // namespace ferry::ingest

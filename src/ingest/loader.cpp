@@ -1,21 +1,9 @@
 // The loader: N workers write samples straight into pinned batch slots; batches are handed out in order.
-//
-// Work. Batch g (counted over every epoch: epoch g / batches_per_epoch, batch g % batches_per_epoch)
-// always lives in slot g % slots. Workers draw tickets from one atomic counter; ticket t is position
-// t % batch_size of batch t / batch_size (positions past a short final batch are skipped). So the workers
-// cooperate on the oldest batches, and a ticket whose slot still holds batch g - slots waits until the
-// consumer releases it: the workers run at most `slots` batches ahead. Each slot counts the samples left
-// to fill; the worker that writes the last one marks the batch ready.
-//
-// Synchronization. `free_for_[s]` (atomic, written under mu_) is the batch slot s may be filled with;
-// `remaining_[s]` counts its unwritten samples. Sample bytes are published by the release/acquire chain
-// of `remaining_` and then mu_, under which next() reads `ready_`. Every blocking wait (a worker's wait for
-// its slot, next()'s wait for its batch) is on a condition variable of mu_ and wakes on close or failure.
+// Its state, slots, work and synchronization are described atop loader_impl.hpp.
 #include <fmt/format.h>
 #include <time.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -27,6 +15,7 @@
 #include "ferry/ingest/ingest.hpp"
 #include "ferry/trace/timeline.hpp"
 #include "layout.hpp"
+#include "loader_impl.hpp"
 
 namespace ferry::ingest {
 namespace {
@@ -40,8 +29,13 @@ std::uint64_t thread_cpu_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-loader_options validated(const loader_options& o, bool has_fill) {
-  FERRY_EXPECTS(has_fill, "ingest loader of an empty fill function: pass a callable that writes a sample");
+std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count();
+}
+
+loader_options validated(const loader_options& o, bool has_fill, bool external) {
+  FERRY_EXPECTS(has_fill || external,
+                "ingest loader of an empty fill function: pass a callable that writes a sample");
   FERRY_EXPECTS(!o.fields.empty(),
                 "ingest loader_options::fields is empty: a sample needs at least one field");
   for (std::size_t f = 0; f < o.fields.size(); ++f) {
@@ -51,7 +45,8 @@ loader_options validated(const loader_options& o, bool has_fill) {
                     "1 byte per sample",
                     f, o.fields[f].name));
   }
-  FERRY_EXPECTS(o.workers > 0, "ingest loader_options::workers is 0: at least one thread must fill samples");
+  FERRY_EXPECTS(o.workers > 0 || external,
+                "ingest loader_options::workers is 0: at least one thread must fill samples");
   FERRY_EXPECTS(o.slots > 0,
                 "ingest loader_options::slots is 0: the loader needs at least one pinned batch slot");
   return o;
@@ -71,74 +66,23 @@ mem_view host_batch::view(std::size_t f) const {
   return fields_[f].subview(0, samples * sample_bytes_[f]);
 }
 
-struct loader::impl {
-  impl(device& dev, const loader_options& opts, fill_fn fill);
-  impl(const impl&) = delete;
-  impl& operator=(const impl&) = delete;
-  ~impl() { close(); }
-
-  std::optional<host_batch> take(bool block);
-  void release(const host_batch& b);
-  void close() noexcept;
-  void fail(std::exception_ptr e) noexcept;
-  void work(std::size_t worker) noexcept;
-  [[nodiscard]] std::size_t samples_of(std::uint64_t g) const {
-    return sampler_.batch_samples(g % per_epoch_);
-  }
-  // Starts slot s's cycle for batch g (or marks it unused past the end); with mu_ held or before the
-  // workers start.
-  void open_slot(std::size_t s, std::uint64_t g) noexcept;
-  [[nodiscard]] host_batch batch_of(std::uint64_t g) const;
-
-  device& dev_;
-  const loader_options opts_;
-  const sampler sampler_;
-  const fill_fn fill_;
-  const detail::batch_layout layout_;
-  const std::size_t per_epoch_ = sampler_.batches_per_epoch();
-  const std::uint64_t total_;  // batches over every epoch; none: forever
-
-  stats_registry stats_;
-  stage_stats& fill_time_ = stats_.add_stage("fill");
-  stage_stats& fill_cpu_ = stats_.add_stage("fill_cpu");
-  stage_stats& wait_slot_ = stats_.add_stage("wait_slot");
-  stage_stats& wait_batch_ = stats_.add_stage("wait_batch");
-
-  buffer own_pool_;  // empty when the slots are the caller's (loader_options::pool)
-  mem_view pool_;
-  double pin_seconds_ = 0;
-  std::vector<std::vector<mem_view>> slot_fields_;  // per slot, per field: the whole field region
-
-  std::atomic<std::uint64_t> next_ticket_{0};
-  std::unique_ptr<std::atomic<std::uint64_t>[]> free_for_;
-  std::unique_ptr<std::atomic<std::size_t>[]> remaining_;
-  std::atomic<bool> ended_{false};  // closed or failed: workers stop
-
-  mutable std::mutex mu_;
-  std::condition_variable slot_freed_;   // workers wait on it
-  std::condition_variable batch_ready_;  // next() waits on it
-  // Guarded by mu_:
-  std::vector<std::uint64_t> ready_;  // per slot: the filled batch it holds, or none
-  std::vector<std::uint64_t> lent_;   // per slot: the batch handed out and not yet released, or none
-  std::uint64_t next_out_ = 0;
-  bool closed_ = false;
-  std::exception_ptr error_;
-
-  std::mutex join_mu_;
-  std::vector<std::thread> workers_;
-};
-
 namespace {
 thread_local const void* current_worker_of = nullptr;
 }  // namespace
 
 loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
+    : impl(dev, opts, std::move(fill), false) {}
+
+loader::impl::impl(device& dev, const loader_options& opts, external_fill) : impl(dev, opts, {}, true) {}
+
+loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill, bool external)
     : dev_(dev),
-      opts_(validated(opts, static_cast<bool>(fill))),
+      opts_(validated(opts, static_cast<bool>(fill), external)),
       sampler_(opts_.sampling),
       fill_(std::move(fill)),
       layout_(opts_.fields, opts_.sampling.batch_size),
-      total_(opts_.epochs == 0 || opts_.epochs > none / per_epoch_ ? none : opts_.epochs * per_epoch_) {
+      total_(opts_.epochs == 0 || opts_.epochs > none / per_epoch_ ? none : opts_.epochs * per_epoch_),
+      ring_(opts_.slots, delivery::in_order, placement::rotating) {
   FERRY_EXPECTS(opts_.slots <= std::numeric_limits<std::size_t>::max() / layout_.slot_bytes,
                 fmt::format("ingest loader: {} slots of {} overflow the address space", opts_.slots,
                             format_bytes(layout_.slot_bytes)));
@@ -162,17 +106,15 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
 
   const std::size_t n = opts_.slots;
   slot_fields_.resize(n);
-  free_for_ = std::make_unique<std::atomic<std::uint64_t>[]>(n);
-  remaining_ = std::make_unique<std::atomic<std::size_t>[]>(n);
-  ready_.assign(n, none);
-  lent_.assign(n, none);
+  filled_ = std::make_unique<std::atomic<std::size_t>[]>(n);
+  claimed_at_ = std::make_unique<std::atomic<std::int64_t>[]>(n);
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t f = 0; f < opts_.fields.size(); ++f) {
       slot_fields_[s].push_back(
           pool_.subview(s * layout_.slot_bytes + layout_.offset[f], layout_.field_bytes[f]));
     }
-    open_slot(s, s);
   }
+  if (external) return;
   workers_.reserve(opts_.workers);
   try {
     for (std::size_t w = 0; w < opts_.workers; ++w) workers_.emplace_back([this, w] { work(w); });
@@ -180,15 +122,6 @@ loader::impl::impl(device& dev, const loader_options& opts, fill_fn fill)
     close();
     throw;
   }
-}
-
-void loader::impl::open_slot(std::size_t s, std::uint64_t g) noexcept {
-  if (g >= total_) {
-    free_for_[s].store(none, std::memory_order_release);
-    return;
-  }
-  remaining_[s].store(samples_of(g), std::memory_order_relaxed);
-  free_for_[s].store(g, std::memory_order_release);
 }
 
 host_batch loader::impl::batch_of(std::uint64_t g) const {
@@ -202,6 +135,25 @@ host_batch loader::impl::batch_of(std::uint64_t g) const {
   return b;
 }
 
+std::optional<std::size_t> loader::impl::slot_for(std::uint64_t g) {
+  try {
+    if (auto slot = ring_.try_acquire_nth(g)) return slot;
+    const auto t0 = steady::now();
+    const std::size_t slot = ring_.acquire_nth(g);
+    wait_slot_.record(steady::now() - t0);
+    return slot;
+  } catch (...) {
+    if (ring_.stopped()) return std::nullopt;  // closed or failed: the worker's work is over
+    throw;
+  }
+}
+
+void loader::impl::filled(std::size_t slot, std::uint64_t g) {
+  if (filled_[slot].fetch_add(1, std::memory_order_acq_rel) + 1 != samples_of(g)) return;
+  filled_[slot].store(0, std::memory_order_relaxed);  // for its next batch, handed out after mark_ready
+  ring_.mark_ready(slot);
+}
+
 void loader::impl::work(std::size_t worker) noexcept {
   trace::name_this_thread(fmt::format("ingest-load-{}", worker));
   current_worker_of = this;
@@ -210,24 +162,22 @@ void loader::impl::work(std::size_t worker) noexcept {
   std::vector<std::span<std::byte>> out(nfields);  // reused for every sample
   sample s;
   s.worker = worker;
+  // The batch this worker wrote its last sample into: a later position of it needs no ring call, since
+  // the batch cannot be complete (and its slot reused) while this worker holds one of its positions.
+  std::uint64_t joined = none;
   try {
     while (!ended_.load(std::memory_order_acquire)) {
       const std::uint64_t t = next_ticket_.fetch_add(1, std::memory_order_relaxed);
       const std::uint64_t g = t / bs;
       const std::size_t pos = static_cast<std::size_t>(t % bs);
       if (g >= total_) return;
+      // Past a short final batch: skipped before joining, so that nobody joins a batch once it is ready.
+      if (pos >= samples_of(g)) continue;
       const std::size_t slot = static_cast<std::size_t>(g % opts_.slots);
-      if (free_for_[slot].load(std::memory_order_acquire) != g) {
-        const auto t0 = steady::now();
-        std::unique_lock lock(mu_);
-        slot_freed_.wait(
-            lock, [&] { return closed_ || error_ || free_for_[slot].load(std::memory_order_acquire) == g; });
-        if (closed_ || error_) return;
-        lock.unlock();
-        wait_slot_.record(steady::now() - t0);
+      if (joined != g) {
+        if (!slot_for(g)) return;
+        joined = g;
       }
-      const std::size_t n = samples_of(g);
-      if (pos >= n) continue;  // past a short final batch
       s.epoch = g / per_epoch_;
       s.batch = g % per_epoch_;
       s.position = pos;
@@ -244,13 +194,7 @@ void loader::impl::work(std::size_t worker) noexcept {
       fill_(s, sample_fields(out));
       fill_cpu_.record(std::chrono::nanoseconds(thread_cpu_ns() - cpu0), 1, bytes);
       fill_time_.record(steady::now() - t0, 1, bytes);
-      if (remaining_[slot].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        {
-          const std::lock_guard lock(mu_);
-          ready_[slot] = g;
-        }
-        batch_ready_.notify_all();
-      }
+      filled(slot, g);
     }
   } catch (...) {
     fail(std::current_exception());
@@ -258,59 +202,73 @@ void loader::impl::work(std::size_t worker) noexcept {
 }
 
 void loader::impl::fail(std::exception_ptr e) noexcept {
-  {
-    const std::lock_guard lock(mu_);
-    if (!error_) error_ = std::move(e);
-    ended_.store(true, std::memory_order_release);
+  ended_.store(true, std::memory_order_release);
+  try {
+    ring_.fail(std::move(e));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): only for a null error, which a catch never passes
   }
-  slot_freed_.notify_all();
-  batch_ready_.notify_all();
 }
 
 std::optional<host_batch> loader::impl::take(bool block) {
-  std::unique_lock lock(mu_);
-  std::optional<steady::time_point> t0;
-  for (;;) {
-    if (error_) std::rethrow_exception(error_);
-    if (closed_) throw stopped_error("ingest loader is closed: it hands out no more batches");
-    if (next_out_ >= total_) return std::nullopt;
-    const std::size_t slot = static_cast<std::size_t>(next_out_ % opts_.slots);
-    if (ready_[slot] == next_out_) {
-      if (t0) wait_batch_.record(steady::now() - *t0);
-      ready_[slot] = none;
-      lent_[slot] = next_out_;
-      return batch_of(next_out_++);
+  std::optional<std::size_t> slot;
+  try {
+    slot = ring_.try_take_ready();
+    if (!slot) {
+      if (!block) return std::nullopt;
+      const auto t0 = steady::now();
+      slot = ring_.take_ready();
+      wait_batch_.record(steady::now() - t0);
     }
-    if (!block) return std::nullopt;
-    if (!t0) t0 = steady::now();
-    batch_ready_.wait(lock);
+  } catch (const stopped_error&) {
+    if (ring_.failed()) throw;  // closed (or a fill's stopped_error): as it is
+    return std::nullopt;        // stopped without a failure: every batch was handed out
   }
+  const std::uint64_t g = ring_.sequence(*slot);
+  if (g + 1 == total_) {
+    finished_.store(true, std::memory_order_release);
+    ring_.stop();  // a consumer waiting for a batch after the last one wakes to nullopt
+  }
+  return batch_of(g);
 }
 
 void loader::impl::release(const host_batch& b) {
-  {
-    const std::lock_guard lock(mu_);
-    const std::uint64_t g = b.epoch * per_epoch_ + b.batch;
-    FERRY_EXPECTS(
-        b.slot < opts_.slots && lent_[b.slot] == g,
-        fmt::format("ingest loader release of batch {} of epoch {} in slot {}, which is not lent out "
-                    "(released twice, or from another loader?)",
-                    b.batch, b.epoch, b.slot));
-    lent_[b.slot] = none;
-    if (closed_ || error_) return;
-    open_slot(b.slot, g + opts_.slots > g ? g + opts_.slots : none);
+  const std::uint64_t g = b.epoch * per_epoch_ + b.batch;
+  FERRY_EXPECTS(
+      b.slot < opts_.slots && ring_.state(b.slot) == slot_state::in_use && ring_.sequence(b.slot) == g,
+      fmt::format("ingest loader release of batch {} of epoch {} in slot {}, which is not lent out "
+                  "(released twice, or from another loader?)",
+                  b.batch, b.epoch, b.slot));
+  ring_.release(b.slot);
+  if (on_release_) on_release_();
+}
+
+std::optional<std::size_t> loader::impl::claim(std::uint64_t g, std::chrono::nanoseconds timeout) {
+  std::optional<std::size_t> slot = ring_.try_acquire_nth(g);
+  if (!slot && timeout > std::chrono::nanoseconds::zero()) {
+    const auto t0 = steady::now();
+    slot = ring_.acquire_nth_for(g, timeout);
+    if (slot) wait_slot_.record(steady::now() - t0);
   }
-  slot_freed_.notify_all();
+  if (slot) {
+    std::int64_t unclaimed = 0;
+    claimed_at_[*slot].compare_exchange_strong(unclaimed, steady_ns(), std::memory_order_relaxed);
+  }
+  return slot;
+}
+
+void loader::impl::finish(std::size_t slot) {
+  const std::int64_t since = claimed_at_[slot].exchange(0, std::memory_order_relaxed);
+  ring_.mark_ready(slot);
+  fill_time_.record(std::chrono::nanoseconds(since == 0 ? 0 : steady_ns() - since), 1, layout_.batch_bytes);
 }
 
 void loader::impl::close() noexcept {
-  {
-    const std::lock_guard lock(mu_);
-    closed_ = true;
-    ended_.store(true, std::memory_order_release);
+  ended_.store(true, std::memory_order_release);
+  try {
+    ring_.fail(std::make_exception_ptr(stopped_error("ingest loader is closed: it hands out no more batches")));
+  } catch (...) {  // making the error failed (out of memory): stop at least
+    ring_.stop();
   }
-  slot_freed_.notify_all();
-  batch_ready_.notify_all();
   // A fill that closes its own loader cannot join itself; the destructor (on another thread) joins.
   if (current_worker_of == this) return;
   const std::lock_guard lock(join_mu_);
@@ -321,14 +279,12 @@ void loader::impl::close() noexcept {
 
 loader::loader(device& dev, const loader_options& opts, fill_fn fill)
     : impl_(std::make_unique<impl>(dev, opts, std::move(fill))) {}
+loader::loader(std::unique_ptr<impl> state) noexcept : impl_(std::move(state)) {}
 loader::~loader() = default;
 std::optional<host_batch> loader::next() { return impl_->take(true); }
 std::optional<host_batch> loader::try_next() { return impl_->take(false); }
 void loader::release(const host_batch& b) { impl_->release(b); }
-bool loader::done() const {
-  const std::lock_guard lock(impl_->mu_);
-  return impl_->next_out_ >= impl_->total_;
-}
+bool loader::done() const { return impl_->finished_.load(std::memory_order_acquire); }
 void loader::close() { impl_->close(); }
 bool loader::stopping() const noexcept { return impl_->ended_.load(std::memory_order_acquire); }
 const loader_options& loader::options() const noexcept { return impl_->opts_; }

@@ -169,6 +169,9 @@ class loader {
 
  private:
   struct impl;
+  // A slot_feed's loader has no workers: the feed's caller writes the slots and the feed marks them ready.
+  friend class slot_feed;
+  explicit loader(std::unique_ptr<impl> state) noexcept;
   std::unique_ptr<impl> impl_;
 };
 
