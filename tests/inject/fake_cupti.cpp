@@ -5,8 +5,9 @@
 // cuInit, as a statically linked cudart does), any CUPTI call aborts the process, as the real libcupti
 // crashed there (cuptiActivityDisable, SIGSEGV, on an H200); the teardown itself aborts while a CUPTI call
 // is in progress on another thread. FERRY_FAKE_CUPTI_SLOW_FLUSH_MS makes each unforced
-// cuptiActivityFlushAll (the writer thread's) last that long, so a teardown lands inside one. C entry points
-// with the ABI's integer and pointer types: it needs no CUDA header.
+// cuptiActivityFlushAll (the writer thread's) last that long, so a teardown lands inside one;
+// FERRY_FAKE_CUPTI_SLOW_FORCED_FLUSH_MS does the same for the forced ones (CUPTI's stop at exit). C entry
+// points with the ABI's integer and pointer types: it needs no CUDA header.
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -44,12 +45,15 @@ class call {
   call& operator=(call&&) = delete;
 };
 
-int slow_flush_ms() {
-  static const int ms = [] {
-    const char* v = std::getenv("FERRY_FAKE_CUPTI_SLOW_FLUSH_MS");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  return ms;
+int env_ms(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
+int slow_flush_ms(bool forced) {
+  static const int unforced_ms = env_ms("FERRY_FAKE_CUPTI_SLOW_FLUSH_MS");
+  static const int forced_ms = env_ms("FERRY_FAKE_CUPTI_SLOW_FORCED_FLUSH_MS");
+  return forced ? forced_ms : unforced_ms;
 }
 
 }  // namespace
@@ -115,8 +119,8 @@ FERRY_FAKE_EXPORT cupti_result cuptiActivityDisable(int /*kind*/) {
 
 FERRY_FAKE_EXPORT cupti_result cuptiActivityFlushAll(std::uint32_t flag) {
   const call c("cuptiActivityFlushAll");
-  if (flag == 0 && slow_flush_ms() > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(slow_flush_ms()));
+  if (const int ms = slow_flush_ms(flag != 0); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return success;  // no buffer holds a record: no callback
 }
 

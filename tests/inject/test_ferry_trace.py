@@ -310,6 +310,22 @@ def test_every_way_out_leaves_no_cupti_call_after_the_cuda_runtimes_teardown(tmp
     assert p["exit"] == status
 
 
+@pytest.mark.skipif(not os.environ.get("FERRY_FAKE_CUPTI"),
+                    reason="FERRY_FAKE_CUPTI is not set (ctest sets it in a build with the CUDA toolkit; "
+                           "without it the injection library has no CUPTI recorder)")
+def test_a_second_exit_waits_for_the_first_ones_cupti_stop_before_the_exit_handlers(tmp_path):
+    # exit(7) on the main thread stops CUPTI, its forced flush taking 300 ms; exit(7) on another thread 50 ms
+    # later must not run the exit handlers (the CUDA runtime's teardown among them) before that stop ends:
+    # it returned at once, and the stand-in aborted for a teardown inside a CUPTI call. Which thread writes
+    # the exit line, and whether the other ends the process first, is glibc's: not asserted.
+    fake = Path(os.environ["FERRY_FAKE_CUPTI"])
+    library_path = ":".join(p for p in (str(fake.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    r = record(tmp_path / "t", FIXTURE, "cudateardown", fake.name, "twoexits",
+               env={"LD_LIBRARY_PATH": library_path, "FERRY_FAKE_CUPTI_SLOW_FORCED_FLUSH_MS": "300"})
+    assert r.returncode == 7, r.stderr
+    assert "fake libcupti" not in r.stderr, r.stderr
+
+
 def test_python_process_trees_with_every_start_method(tmp_path):
     script = tmp_path / "tree.py"
     pids = tmp_path / "pids"

@@ -337,8 +337,9 @@ int pthread_exit_main();
 // InitializeInjection), then the runtime's teardown registered with atexit, then one way out: `how` ""
 // returns from main (0), "exit" calls exit(7), "_exit" _exit(8), "errx" glibc's errx (5), whose exit no
 // preload sees, "sigterm" raises SIGTERM at its default, "pthreadexit" ends main with pthread_exit (0, at
-// the last thread's end). The teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in
-// `cupti`), which aborts on any CUPTI call after it: CUPTI must be stopped before the exit handlers run.
+// the last thread's end), "twoexits" calls exit(7) on two threads, the second 50 ms after the first. The
+// teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in `cupti`), which aborts on any
+// CUPTI call after it: CUPTI must be stopped before the exit handlers run.
 int cuda_teardown(const char* cupti, const std::string& how) {
   const char* path = std::getenv("CUDA_INJECTION64_PATH");
   void* lib = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
@@ -358,6 +359,13 @@ int cuda_teardown(const char* cupti, const std::string& how) {
   if (how == "_exit") _exit(8);
   if (how == "sigterm") return sigterm_self();
   if (how == "pthreadexit") return pthread_exit_main();
+  if (how == "twoexits") {  // a second exit(7) while the first is stopping CUPTI (a slow forced flush)
+    std::thread([] {
+      sleep_ms(50);
+      std::exit(7);  // NOLINT(concurrency-mt-unsafe): the point of the test
+    }).detach();
+    std::exit(7);  // NOLINT(concurrency-mt-unsafe)
+  }
   return how.empty() ? 0 : 9;
 }
 
@@ -393,9 +401,10 @@ int main(int argc, char** argv) {
   if (mode == "cudateardown" && argc > 2) return cuda_teardown(argv[2], argc > 3 ? argv[3] : "");
   if (mode == "pthreadexit") return pthread_exit_main();
   if (mode == "exithandler" && argc > 2) exit_with_handler(argv[2]);
-  std::fprintf(stderr,
-               "usage: tree_fixture blocking|fork|forkexec|doublefork "
-               "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME "
-               "[exit|_exit|errx|sigterm|pthreadexit]|pthreadexit|exithandler return|_exit|sigterm\n");
+  std::fprintf(
+      stderr,
+      "usage: tree_fixture blocking|fork|forkexec|doublefork "
+      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME "
+      "[exit|_exit|errx|sigterm|pthreadexit|twoexits]|pthreadexit|exithandler return|_exit|sigterm\n");
   return 2;
 }
