@@ -159,7 +159,8 @@ std::optional<std::size_t> slot_ring::acquire_nth_within(std::uint64_t n, std::c
 std::optional<std::size_t> slot_ring::advance_to_locked(std::uint64_t n) {
   if (failure_) std::rethrow_exception(failure_);
   if (stopped_) {
-    throw stopped_error(fmt::format("slot_ring of {} slots is stopped; cannot acquire (acquisition {})", size(), n));
+    throw stopped_error(
+        fmt::format("slot_ring of {} slots is stopped; cannot acquire (acquisition {})", size(), n));
   }
   bool made = false;
   while (acquired_ <= n) {
@@ -173,15 +174,17 @@ std::optional<std::size_t> slot_ring::advance_to_locked(std::uint64_t n) {
   // Made: by this call or an earlier one. Its slot is the one whose last acquisition is n, if any still is.
   for (std::size_t slot = 0; slot < size(); ++slot) {
     if (sequence_[slot] != n) continue;
-    FERRY_EXPECTS(states_[slot] == slot_state::in_flight,
-                  fmt::format("slot_ring::acquire_nth({}): acquisition {} holds slot {}, which is {}, expected "
-                              "in_flight (a producer joined a slot after it was marked ready)",
-                              n, n, slot, to_string(states_[slot])));
+    FERRY_EXPECTS(
+        states_[slot] == slot_state::in_flight,
+        fmt::format("slot_ring::acquire_nth({}): acquisition {} holds slot {}, which is {}, expected "
+                    "in_flight (a producer joined a slot after it was marked ready)",
+                    n, n, slot, to_string(states_[slot])));
     return slot;
   }
-  FERRY_EXPECTS(false, fmt::format("slot_ring::acquire_nth({}): acquisition {} is over (its slot was taken by "
-                                   "a later acquisition; {} were made)",
-                                   n, n, acquired_));
+  FERRY_EXPECTS(false,
+                fmt::format("slot_ring::acquire_nth({}): acquisition {} is over (its slot was taken by "
+                            "a later acquisition; {} were made)",
+                            n, n, acquired_));
   return std::nullopt;  // not reached
 }
 

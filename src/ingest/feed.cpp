@@ -174,7 +174,8 @@ void feed::close() noexcept {
 // the caller's writing, and close() (the feed's, the loader's or a prefetcher's) wakes every wait through
 // the ring. The bytes are the caller's, already in the slot: nothing is copied.
 struct slot_feed::impl {
-  explicit impl(const slot_feed_options& opts) : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  explicit impl(const slot_feed_options& opts)
+      : opts_(opts), event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
   void signal() const noexcept {
     if (event_fd_.get() < 0) return;
     const std::uint64_t one = 1;

@@ -265,7 +265,8 @@ void loader::impl::finish(std::size_t slot) {
 void loader::impl::close() noexcept {
   ended_.store(true, std::memory_order_release);
   try {
-    ring_.fail(std::make_exception_ptr(stopped_error("ingest loader is closed: it hands out no more batches")));
+    ring_.fail(
+        std::make_exception_ptr(stopped_error("ingest loader is closed: it hands out no more batches")));
   } catch (...) {  // making the error failed (out of memory): stop at least
     ring_.stop();
   }

@@ -504,7 +504,8 @@ TEST(slot_ring, producers_of_one_slot_share_its_acquisition_and_deliver_in_numbe
     EXPECT_EQ(ring.acquire_nth(2), s2);
     EXPECT_EQ(ring.try_acquire_nth(0), s0);
     EXPECT_EQ(ring.acquire_nth_for(1, 0ms), s1);
-    EXPECT_EQ((std::vector<std::size_t>{s0, s1, s2}), (std::vector<std::size_t>{0, 1, 2})) << to_string(place);
+    EXPECT_EQ((std::vector<std::size_t>{s0, s1, s2}), (std::vector<std::size_t>{0, 1, 2}))
+        << to_string(place);
     EXPECT_EQ(ring.acquisitions(), 3U) << "joining made no acquisition";
     EXPECT_EQ(ring.try_acquire_nth(3), std::nullopt) << "no slot is free";
     EXPECT_EQ(ring.acquisitions(), 3U);
@@ -524,13 +525,15 @@ TEST(slot_ring, joining_an_acquisition_that_moved_on_is_misuse_naming_it) {
   slot_ring ring(2, delivery::in_order, placement::rotating);
   EXPECT_EQ(ring.acquire_nth(0), 0U);
   ring.mark_ready(0);
-  EXPECT_NE(misuse_message([&] { (void)ring.acquire_nth(0); }).find("slot 0, which is ready, expected in_flight"),
-            std::string::npos);
+  EXPECT_NE(
+      misuse_message([&] { (void)ring.acquire_nth(0); }).find("slot 0, which is ready, expected in_flight"),
+      std::string::npos);
   EXPECT_EQ(ring.take_ready(), 0U);
   ring.release(0);
   EXPECT_NE(misuse_message([&] { (void)ring.try_acquire_nth(0); }).find("which is free"), std::string::npos);
   EXPECT_EQ(ring.acquire_nth(2), 0U);  // makes 1 (slot 1) and 2 (slot 0 again)
-  EXPECT_NE(misuse_message([&] { (void)ring.acquire_nth(0); }).find("acquisition 0 is over"), std::string::npos);
+  EXPECT_NE(misuse_message([&] { (void)ring.acquire_nth(0); }).find("acquisition 0 is over"),
+            std::string::npos);
   EXPECT_EQ(ring.acquire_nth(1), 1U);
 }
 
