@@ -37,10 +37,10 @@
 // | pthread_exit in main | as exit(0), which the writer   | as exit(0)               | not in a handler  |
 // |                      | calls when it is the last      |                          |                   |
 // |                      | thread left; X 0               |                          |                   |
-// | _exit(n), _Exit(n)   | all, if the file's lock is free| left as it is (no exit   | waits for no lock |
-// | (os._exit,           | (else none); X n by _exit      | handler follows): the GPU| and calls no CUPTI|
-// | multiprocessing's    | itself (finishing)             | records since the        | but formats the   |
-// | workers, fork child) |                                | writer's last flush lost | batch with malloc |
+// | _exit(n), _Exit(n)   | all, if the file's lock comes  | left as it is (no exit   | waits 50 ms at    |
+// | (os._exit,           | free within 50 ms (else none); | handler follows): the GPU| most for a lock,  |
+// | multiprocessing's    | X n by _exit itself            | records since the        | calls no CUPTI but|
+// | workers, fork child) | (finishing)                    | writer's last flush lost | mallocs the batch |
 // | SIGTERM at SIG_DFL   | all, where the writer runs (an | closed by the writer (no | the handler:      |
 // | (ferry's handler,    | event or cuInit came), else    | exit handler follows)    | atomics, futex,   |
 // | installed only then) | none; X 128+15 by the writer   |                          | kill: async-      |
@@ -128,7 +128,7 @@ void wait_for_exited() noexcept {
 process_state* own_state() noexcept { return in_recorded_process() ? state() : nullptr; }
 
 // finishing: the last batch and the X line, by the first thread here. `may_block` false (_exit, which
-// signal handlers call): CUPTI is left alone and nothing is written when the file's lock is taken.
+// signal handlers call): CUPTI is left alone and nothing is written when the file's lock stays taken.
 void finish(process_state& s, int status, bool may_block) noexcept {
   if (advance(exit_phase::finishing) >= exit_phase::finishing) {
     if (may_block) wait_for_exited();

@@ -419,14 +419,26 @@ void flush(process_state& s, bool cupti_forced) noexcept {
   write_batch(s);
 }
 
+namespace {
+// _exit's wait for the file, which a signal handler may call having interrupted a thread inside a flush or
+// a note (the writer's signals are blocked): that lock is never freed, the writer's flush frees it within
+// microseconds. 50 ms at most, in raw sleeps.
+bool lock_soon(std::unique_lock<std::mutex>& lock) noexcept {
+  for (int ms = 0; ms < 50; ++ms) {
+    if (lock.try_lock()) return true;
+    timespec ts{0, 1'000'000};
+    syscall(SYS_nanosleep, &ts, nullptr);
+  }
+  return false;
+}
+}  // namespace
+
 void write_last(process_state& s, int status, bool may_block) noexcept {
   const own_call own;
-  // From _exit (which a signal handler may call, having interrupted ferry's own writer): write only if the
-  // file is free now.
   std::unique_lock lock(s.write_mu, std::defer_lock);
   if (may_block)
     lock.lock();
-  else if (!lock.try_lock())
+  else if (!lock_soon(lock))
     return;
   write_batch(s);
   if (file_is_ours(s)) write_all(s.fd, trace::format_process_exit(now_ns(), status));

@@ -107,7 +107,7 @@ void note(std::string_view key, std::string_view value) noexcept;
 void flush(process_state& s, bool cupti_forced) noexcept;
 
 /// Writes what was recorded and then the X line with `status`; `may_block` false (_exit): only if the
-/// file's lock is free now. Called once, by the way out that finishes (exit.cpp).
+/// file's lock comes free within 50 ms. Called once, by the way out that finishes (exit.cpp).
 void write_last(process_state& s, int status, bool may_block) noexcept;
 
 /// The calling thread (the writer, about to run the program's exit handlers) takes the program's signal
