@@ -18,7 +18,6 @@
 // - The process ends through one of the ways out of exit.cpp (return from main, exit, glibc's own exit,
 //   a pthread_exit main, _exit, SIGTERM, SIGKILL), whose table says what each writes; all but SIGKILL
 //   write the last events and the X line, CUPTI stopped before the CUDA runtime's teardown.
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
