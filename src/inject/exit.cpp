@@ -29,6 +29,8 @@
 // |                      | last; finishing), main's value | exit handlers            |                   |
 // | exit(n), interposed  | as return from main; X n       | closed inside exit(),    | as glibc's exit:  |
 // |                      |                                | before the exit handlers | none              |
+// | quick_exit(n),       | as exit(n), the at_quick_exit  | as exit(n)               | as exit(n)        |
+// | interposed           | handlers for the exit handlers |                          |                   |
 // | glibc's own exit     | all; X by ferry's exit handler | abandoned there: no CUPTI| not in a handler  |
 // | (errx, error), which | (running to finishing), -1:    | call (CUDA may be torn   |                   |
 // | no preload sees      | the status is unknown          | down), records not yet   |                   |
@@ -160,9 +162,9 @@ void close_for_exit(int status) noexcept {
   cupti_close(*s);
 }
 
-// The last exit handler (registered at load, before the program's): a return from main, exit() or a
-// pthread_exit main, which closed CUPTI; or glibc's own exit (errx, error), which only this sees: CUDA's
-// teardown may have run, so CUPTI's trace is dropped without a CUPTI call.
+// The last exit handler (registered at load, before the program's): a return from main, exit(),
+// quick_exit() or a pthread_exit main, which closed CUPTI; or glibc's own exit (errx, error), which only
+// this sees: CUDA's teardown may have run, so CUPTI's trace is dropped without a CUPTI call.
 void at_exit() {
   process_state* s = own_state();
   if (s == nullptr) return;
@@ -209,6 +211,7 @@ bool only_the_writer_is_left() noexcept {
 
 void install_exit_handlers() noexcept {
   std::atexit(at_exit);
+  std::at_quick_exit(at_exit);
   struct sigaction old {};
   if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     struct sigaction sa {};
@@ -258,6 +261,17 @@ FERRY_INJECT_EXPORT void exit(int status) {
   ferry::inject::close_for_exit(status);
   using exit_fn = void (*)(int);
   static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));
+  if (real != nullptr) real(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+/// quick_exit(): as exit(), its handlers the at_quick_exit ones (glibc ends it with an _exit of its own,
+/// which no preload sees).
+FERRY_INJECT_EXPORT void quick_exit(int status) {
+  ferry::inject::close_for_exit(status);
+  using exit_fn = void (*)(int);
+  static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "quick_exit"));
   if (real != nullptr) real(status);
   syscall(SYS_exit_group, status);
   __builtin_unreachable();

@@ -181,6 +181,15 @@ def test_the_commands_exit_status_comes_through(tmp_path):
     assert [f.name for f in (tmp_path / "x").iterdir()] == ["kept"], "the folder was touched"
 
 
+def test_quick_exit_writes_its_handlers_events_and_the_exit_status(tmp_path):
+    # glibc's quick_exit ends with an _exit of its own, which no preload sees: it left no exit line.
+    r = record(tmp_path / "t", FIXTURE, "quickexit")
+    assert r.returncode == 3, r.stderr
+    [p] = fixture_processes(tmp_path / "t")
+    assert "before quick_exit" in names(p) and "in a quick_exit handler" in names(p), names(p)
+    assert p["exit"] == 3
+
+
 def test_a_main_that_calls_pthread_exit_ends_with_its_last_thread(tmp_path):
     # ferry's writer thread must not keep the process alive once the program's threads have all ended.
     r = record(tmp_path / "t", FIXTURE, "pthreadexit", timeout=30)

@@ -333,6 +333,17 @@ void exit_handler() {
 
 int pthread_exit_main();
 
+// A range, then quick_exit(3), with an at_quick_exit handler that records one of its own.
+[[noreturn]] void quick_exit_with_handler() {
+  const std::int64_t t = now_ns();
+  range()("before quick_exit", "fixture", t, t + 1000);
+  std::at_quick_exit([] {
+    const std::int64_t t1 = now_ns();
+    range()("in a quick_exit handler", "fixture", t1, t1 + 1000);
+  });
+  std::quick_exit(3);
+}
+
 // As a program linked with the static CUDA runtime: its first cuInit (where the driver calls
 // InitializeInjection), then the runtime's teardown registered with atexit, then one way out: `how` ""
 // returns from main (0), "exit" calls exit(7), "_exit" _exit(8), "errx" glibc's errx (5), whose exit no
@@ -391,6 +402,7 @@ int main(int argc, char** argv) {
   if (mode == "forkexec") return fork_exec(argv[0]);
   if (mode == "doublefork" && argc > 2) return double_fork(argv[2]);
   if (mode == "exit3") std::exit(3);
+  if (mode == "quickexit") quick_exit_with_handler();
   if (mode == "kill") return kill_self();
   if (mode == "sigterm") return sigterm_self();
   if (mode == "marks") return marks();
@@ -404,7 +416,7 @@ int main(int argc, char** argv) {
   std::fprintf(
       stderr,
       "usage: tree_fixture blocking|fork|forkexec|doublefork "
-      "FILE|exit3|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME "
+      "FILE|exit3|quickexit|kill|sigterm|marks|profiler|nvtx|nvtxwindow|cuda|cudateardown SONAME "
       "[exit|_exit|errx|sigterm|pthreadexit|twoexits]|pthreadexit|exithandler return|_exit|sigterm\n");
   return 2;
 }
