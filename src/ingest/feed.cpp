@@ -6,6 +6,13 @@
 // mu_ guards the pushed batches (their piece lists, by batch number), the per-batch count of chunks still
 // to copy, and the closed flag. A fill reads its batch's pieces outside the lock: the entry is erased
 // only after its last chunk was copied.
+//
+// Why a mutex and a condition variable of its own, not a slot_ring: the slots (back-pressure, order,
+// close) are the loader's ring already; what the feed adds is the list of pushed batches, and that is not
+// a fixed set of slots. push() never blocks and any number of batches may be pushed ahead of the slots,
+// so it is an unbounded queue keyed by batch number, and a fill waits for "batch k was pushed", which no
+// ring state stands for. That wait polls the loader's stopping() too, because a close of the loader
+// alone (a prefetcher's close() closes its source) does not reach the feed's condition variable.
 #include "ferry/ingest/feed.hpp"
 
 #include <fmt/format.h>
@@ -214,6 +221,7 @@ slot_feed::slot_feed(device& dev, const slot_feed_options& opts) : impl_(std::ma
   state->on_release_ = [feed = impl_.get()] { feed->signal(); };
   impl_->state_ = state.get();
   impl_->loader_.reset(new loader(std::move(state)));  // NOLINT(cppcoreguidelines-owning-memory): private
+  impl_->signal();  // every slot is writable now
 }
 
 slot_feed::~slot_feed() {

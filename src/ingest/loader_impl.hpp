@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,7 +73,7 @@ struct loader::impl {
   const fill_fn fill_;
   const detail::batch_layout layout_;
   const std::size_t per_epoch_ = sampler_.batches_per_epoch();
-  const std::uint64_t total_;  // batches over every epoch; none: forever
+  const std::uint64_t total_;  // batches over every epoch; the uint64 maximum: forever
 
   stats_registry stats_;
   stage_stats& fill_time_ = stats_.add_stage("fill");

@@ -1,6 +1,13 @@
 // The prefetcher: one copier thread takes the loader's batches in order and queues their H2D copies on
 // the prefetcher's copy stream, into device slots used in rotation (batch k in slot k % depth).
 //
+// The device slots are a slot_ring, in order and rotating (batch k is acquisition k, in slot k % depth):
+// the copier acquires a slot (back-pressure: it waits while the consumer holds the batch depth before),
+// queues the copy and marks the slot ready at once (the copy's completion is an event the consumer's
+// stream waits on, not a host wait); next() takes slots in order and release() frees them. The copier
+// stops the ring at the loader's end (next() drains what was queued, then returns nullopt); close() and
+// errors fail it, so that next() throws even when batches are queued, as before.
+//
 // Per device slot d, a completion event `released_[d]`, recorded on the consumer's stream by release().
 // Per copy, a pair of timing events around it, from a ring of depth + loader-slots pairs (copy k uses
 // pair k % ring): `start_[p]` and `ready_[p]`. A copy into d is queued only once the consumer released
@@ -22,12 +29,12 @@
 #include <utility>
 
 #include <atomic>
-#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/slot_ring.hpp"
 #include "ferry/core/units.hpp"
 #include "ferry/ingest/ingest.hpp"
 #include "ferry/trace/timeline.hpp"
@@ -73,33 +80,24 @@ struct prefetcher::impl {
 
   buffer pool_;
   std::vector<std::vector<mem_view>> slot_fields_;  // per device slot, per field: the whole region
-  // Per device slot, filled by the copier; read by next() under mu_.
+  // Per device slot, filled by the copier before it marks the slot ready; read after take_ready().
   std::vector<std::vector<mem_view>> lent_fields_;  // per slot, per field: samples * sample_bytes
   std::vector<event> released_;                     // per device slot
   std::vector<event> start_;                        // per timing pair
   std::vector<event> ready_;                        // per timing pair
   std::vector<std::uint64_t> copied_bytes_;  // per timing pair: bytes of the copy not yet harvested (0: none)
-  std::vector<std::size_t> ready_pair_;      // per device slot: the timing pair of the copy it holds
   std::atomic<std::uint64_t> copier_waits_{0};
   // Per loader slot: the host batch whose copy is in flight (written by the copier, read by the host
   // function that returns it; the loader's hand-out orders the two).
   std::vector<host_batch> held_;
 
-  std::mutex mu_;
-  std::condition_variable queued_;  // next() waits on it
-  std::condition_variable freed_;   // the copier waits on it
-  // Guarded by mu_:
-  std::vector<device_batch> queue_;  // a ring of depth entries, in order
-  std::size_t head_ = 0;
-  std::size_t count_ = 0;
-  std::vector<bool> busy_;  // per device slot: queued or lent, not yet released
-  std::vector<bool> lent_;  // per device slot: handed out by next(), not yet released
-  // Per device slot: the (epoch, batch) it holds, so a stale release of an earlier occupant is refused.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> occupant_;
-  std::vector<std::uint64_t> seq_;  // per device slot: sequence of the batch it holds
-  bool ended_ = false;              // the loader has no more batches
-  bool closing_ = false;
-  std::exception_ptr error_;
+  slot_ring ring_;
+  // Per device slot, written by the copier before mark_ready and read after take_ready (the ring orders
+  // them): the batch it holds (a stale release of an earlier occupant is refused by its epoch and batch)
+  // and the timing pair of its copy.
+  std::vector<device_batch> held_batch_;
+  std::vector<std::size_t> ready_pair_;
+  std::atomic<bool> closing_{false};
 
   std::mutex close_mu_;
   bool closed_ = false;  // guarded by close_mu_
@@ -111,7 +109,8 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
     : dev_(dev),
       source_(source),
       opts_(opts),
-      layout_(source.options().fields, source.options().sampling.batch_size) {
+      layout_(source.options().fields, source.options().sampling.batch_size),
+      ring_(opts.depth == 0 ? 1 : opts.depth, delivery::in_order, placement::rotating) {
   FERRY_EXPECTS(opts.depth > 0,
                 "ingest prefetch_options::depth is 0: the prefetcher needs at least one device slot");
   FERRY_EXPECTS(opts.depth <= std::numeric_limits<std::size_t>::max() / layout_.slot_bytes,
@@ -137,11 +136,7 @@ prefetcher::impl::impl(device& dev, loader& source, const prefetch_options& opts
   copied_bytes_.assign(pairs, 0);
   ready_pair_.assign(n, 0);
   held_.resize(source.options().slots);
-  queue_.resize(n);
-  busy_.assign(n, false);
-  lent_.assign(n, false);
-  occupant_.assign(n, {0, 0});
-  seq_.assign(n, 0);
+  held_batch_.resize(n);
   copy_stream_ = dev_.make_stream();
   thread_ = std::thread([this] { copier(); });
 }
@@ -159,12 +154,10 @@ prefetcher::impl::~impl() {
 }
 
 void prefetcher::impl::fail(std::exception_ptr e) noexcept {
-  {
-    const std::lock_guard lock(mu_);
-    if (!error_) error_ = std::move(e);
+  try {
+    ring_.fail(std::move(e));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): only for a null error, which a catch never passes
   }
-  queued_.notify_all();
-  freed_.notify_all();
 }
 
 void prefetcher::impl::harvest(std::size_t p) {
@@ -197,23 +190,22 @@ void prefetcher::impl::copier() noexcept {
     for (;; ++k) {
       hb = source_.next();
       if (!hb) {
-        {
-          const std::lock_guard lock(mu_);
-          ended_ = true;
-        }
-        queued_.notify_all();
+        ring_.stop();  // the end: next() hands out what was queued, then nullopt
         return;
       }
-      const std::size_t d = static_cast<std::size_t>(k % opts_.depth);
-      {
-        std::unique_lock lock(mu_);
-        if (busy_[d] && !closing_ && !error_) {
+      std::optional<std::size_t> slot;
+      try {
+        slot = ring_.try_acquire();
+        if (!slot) {
           const auto t0 = steady::now();
-          freed_.wait(lock, [&] { return !busy_[d] || closing_ || error_; });
+          slot = ring_.acquire();
           wait_slot_.record(steady::now() - t0);
         }
-        if (closing_ || error_) break;
+      } catch (...) {
+        if (!ring_.stopped()) throw;
+        break;  // closed or failed meanwhile
       }
+      const std::size_t d = *slot;  // k % depth
       const std::size_t p = static_cast<std::size_t>(k % start_.size());
       harvest(p);  // the copy that last used pair p (ring copies ago: complete, see above)
       if (released_[d].recorded()) copy_stream_.wait(released_[d]);
@@ -239,31 +231,19 @@ void prefetcher::impl::copier() noexcept {
           fail(std::current_exception());
         }
       });
-      {
-        const std::lock_guard lock(mu_);
-        device_batch& b = queue_[(head_ + count_) % opts_.depth];
-        b.epoch = held_[ls].epoch;
-        b.batch = held_[ls].batch;
-        b.samples = held_[ls].samples;
-        b.slot = d;
-        b.fields_ = lent_fields_[d];
-        ready_pair_[d] = p;
-        busy_[d] = true;
-        occupant_[d] = {b.epoch, b.batch};
-        seq_[d] = k;
-        ++count_;
-      }
-      queued_.notify_all();
+      device_batch& b = held_batch_[d];
+      b.epoch = held_[ls].epoch;
+      b.batch = held_[ls].batch;
+      b.samples = held_[ls].samples;
+      b.slot = d;
+      b.fields_ = lent_fields_[d];
+      ready_pair_[d] = p;
+      ring_.mark_ready(d);
     }
   } catch (const stopped_error&) {
     // Closed by close(): nothing to report. Closed by someone else: the consumer must hear of it, or its
     // next() would wait for a batch that never comes.
-    bool closing = false;
-    {
-      const std::lock_guard lock(mu_);
-      closing = closing_;
-    }
-    if (!closing) fail(std::current_exception());
+    if (!closing_.load(std::memory_order_acquire)) fail(std::current_exception());
   } catch (...) {
     fail(std::current_exception());
   }
@@ -276,56 +256,48 @@ void prefetcher::impl::copier() noexcept {
 }
 
 std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
-  std::unique_lock lock(mu_);
-  std::optional<steady::time_point> t0;
-  for (;;) {
-    if (error_) std::rethrow_exception(error_);
-    if (closing_) throw stopped_error("ingest prefetcher is closed: it hands out no more batches");
-    if (count_ > 0) {
-      const device_batch b = queue_[head_];
-      head_ = (head_ + 1) % opts_.depth;
-      --count_;
-      if (t0) wait_batch_.record(steady::now() - *t0);
-      // Recorded by the copier before it queued the batch, and not again before the slot is released
-      // (the pair is reused ring > depth copies later).
-      consumer.wait(ready_[ready_pair_[b.slot]]);
-      lent_[b.slot] = true;
-      return b;
+  std::optional<std::size_t> slot;
+  try {
+    slot = ring_.try_take_ready();
+    if (!slot) {
+      const auto t0 = steady::now();
+      slot = ring_.take_ready();
+      wait_batch_.record(steady::now() - t0);
     }
-    if (ended_) return std::nullopt;
-    if (!t0) t0 = steady::now();
-    queued_.wait(lock);
+  } catch (const stopped_error&) {
+    if (ring_.failed()) throw;  // closed (or the loader's stopped_error): as it is
+    return std::nullopt;        // stopped without a failure: the loader ended and every batch was taken
   }
+  // Recorded by the copier before it marked the slot ready, and not again before the slot is released
+  // (the pair is reused ring > depth copies later).
+  consumer.wait(ready_[ready_pair_[*slot]]);
+  return held_batch_[*slot];
 }
 
 void prefetcher::impl::release(const device_batch& b, stream_view consumer) {
-  {
-    const std::lock_guard lock(mu_);
-    FERRY_EXPECTS(
-        b.slot < opts_.depth && lent_[b.slot] && occupant_[b.slot] == std::make_pair(b.epoch, b.batch) &&
-            b.fields_.data() == lent_fields_[b.slot].data(),
-        fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
-                    "lent out (released twice, or from another prefetcher?)",
-                    b.batch, b.epoch, b.slot));
-    // The copier waits for busy_ to clear before it reads released_[slot], so recording under mu_
-    // orders the record before the copy stream's wait.
-    released_[b.slot].record(consumer);
-    lent_[b.slot] = false;
-    busy_[b.slot] = false;
-  }
-  freed_.notify_all();
+  FERRY_EXPECTS(b.slot < opts_.depth && ring_.state(b.slot) == slot_state::in_use &&
+                    held_batch_[b.slot].epoch == b.epoch && held_batch_[b.slot].batch == b.batch &&
+                    b.fields_.data() == lent_fields_[b.slot].data(),
+                fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
+                            "lent out (released twice, or from another prefetcher?)",
+                            b.batch, b.epoch, b.slot));
+  // The copier reads released_[slot] only after it acquired the slot again, which the ring orders after
+  // this release: the record comes first.
+  released_[b.slot].record(consumer);
+  ring_.release(b.slot);
 }
 
 void prefetcher::impl::close() noexcept {
   const std::lock_guard close_lock(close_mu_);
   if (closed_) return;
   closed_ = true;
-  {
-    const std::lock_guard lock(mu_);
-    closing_ = true;
+  closing_.store(true, std::memory_order_release);
+  try {
+    ring_.fail(
+        std::make_exception_ptr(stopped_error("ingest prefetcher is closed: it hands out no more batches")));
+  } catch (...) {  // making the error failed (out of memory): stop at least
+    ring_.stop();
   }
-  queued_.notify_all();
-  freed_.notify_all();
   source_.close();  // wakes the copier in loader::next()
   if (thread_.joinable()) thread_.join();
   try {

@@ -1,4 +1,8 @@
-// The accounting of a fixed set of buffer slots: the building block of back-pressure in every pipeline.
+// The accounting of a fixed set of buffer slots and the waits on it: back-pressure for producers, delivery
+// in order or as completed for consumers, shutdown that wakes both. Every fixed slot pool of ferry's
+// pipelines is one: egress's slots, the ingest loader's pinned batch slots (so the feeds' too) and the
+// prefetcher's device slots. A queue that is not a fixed set of slots is not (ingest::feed's pushed
+// batches: src/ingest/feed.cpp says why).
 #pragma once
 
 #include <chrono>
