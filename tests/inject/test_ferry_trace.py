@@ -1,8 +1,10 @@
 """`ferry trace -- CMD` on process trees, without a GPU: every process gets its own file, nothing hangs,
 the exit status comes through, a fork child does not repeat its parent's events, blocking calls are
 recorded with their lengths and callers, NVTX ranges are recorded in any process, the CUDA driver's
-injection contract holds without CUPTI, a SIGKILL loses at most one flush interval, a SIGTERM flushes,
-and the recording merges and analyzes.
+injection contract holds without CUPTI, a SIGKILL loses at most one flush interval, every other way out of
+src/inject/exit.cpp's table (return from main, exit, quick_exit, glibc's own exit, a pthread_exit main,
+_exit, SIGTERM) writes the exit line and leaves no CUPTI call after the CUDA runtime's teardown, and the
+recording merges and analyzes.
 
 Run by ctest (`inject`, label cpu) with FERRY_CLI, FERRY_INJECT_FIXTURE (tests/inject/tree_fixture.cpp)
 and FERRY_INJECT_LIBRARY set. Every run has a timeout: a hang fails the test rather than the CI job.
@@ -323,14 +325,14 @@ def test_every_way_out_leaves_no_cupti_call_after_the_cuda_runtimes_teardown(tmp
                     reason="FERRY_FAKE_CUPTI is not set (ctest sets it in a build with the CUDA toolkit; "
                            "without it the injection library has no CUPTI recorder)")
 def test_a_second_exit_waits_for_the_first_ones_cupti_stop_before_the_exit_handlers(tmp_path):
-    # exit(7) on the main thread stops CUPTI, its forced flush taking 300 ms; exit(7) on another thread 50 ms
-    # later must not run the exit handlers (the CUDA runtime's teardown among them) before that stop ends:
-    # it returned at once, and the stand-in aborted for a teardown inside a CUPTI call. Which thread writes
-    # the exit line, and whether the other ends the process first, is glibc's: not asserted.
+    # exit(7) on the main thread stops CUPTI, its two forced flushes taking 100 ms each; exit(7) on another
+    # thread 30 ms later must not run the exit handlers (the CUDA runtime's teardown among them) before that
+    # stop ends: it returned at once, and the stand-in aborted for a teardown inside a CUPTI call. Which
+    # thread writes the exit line, and whether the other ends the process first, is glibc's: not asserted.
     fake = Path(os.environ["FERRY_FAKE_CUPTI"])
     library_path = ":".join(p for p in (str(fake.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p)
     r = record(tmp_path / "t", FIXTURE, "cudateardown", fake.name, "twoexits",
-               env={"LD_LIBRARY_PATH": library_path, "FERRY_FAKE_CUPTI_SLOW_FORCED_FLUSH_MS": "300"})
+               env={"LD_LIBRARY_PATH": library_path, "FERRY_FAKE_CUPTI_SLOW_FORCED_FLUSH_MS": "100"})
     assert r.returncode == 7, r.stderr
     assert "fake libcupti" not in r.stderr, r.stderr
 

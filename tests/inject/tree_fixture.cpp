@@ -348,7 +348,7 @@ int pthread_exit_main();
 // InitializeInjection), then the runtime's teardown registered with atexit, then one way out: `how` ""
 // returns from main (0), "exit" calls exit(7), "_exit" _exit(8), "errx" glibc's errx (5), whose exit no
 // preload sees, "sigterm" raises SIGTERM at its default, "pthreadexit" ends main with pthread_exit (0, at
-// the last thread's end), "twoexits" calls exit(7) on two threads, the second 50 ms after the first. The
+// the last thread's end), "twoexits" calls exit(7) on two threads, the second 30 ms after the first. The
 // teardown comes from the stand-in libcupti (fake_cupti.cpp, its soname in `cupti`), which aborts on any
 // CUPTI call after it: CUPTI must be stopped before the exit handlers run.
 int cuda_teardown(const char* cupti, const std::string& how) {
@@ -372,7 +372,7 @@ int cuda_teardown(const char* cupti, const std::string& how) {
   if (how == "pthreadexit") return pthread_exit_main();
   if (how == "twoexits") {  // a second exit(7) while the first is stopping CUPTI (a slow forced flush)
     std::thread([] {
-      sleep_ms(50);
+      sleep_ms(30);
       std::exit(7);  // NOLINT(concurrency-mt-unsafe): the point of the test
     }).detach();
     std::exit(7);  // NOLINT(concurrency-mt-unsafe)
