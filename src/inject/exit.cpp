@@ -9,7 +9,8 @@
 // starts again at running.
 //
 // - running:     the program runs; CUPTI starts and stops with the capture window.
-// - closed:      main returned or exit() was called: CUPTI is stopped for good (cupti_close: its records
+// - closed:      main returned or exit() (quick_exit()) was called: CUPTI is stopped for good (cupti_close:
+// its records
 //                flushed, forced, and written; no window starts it again), because the exit handlers come
 //                next and the CUDA runtime's teardown is among them (a statically linked cudart registers
 //                it after cuInit); a CUPTI call after it crashes the process (cuptiActivityDisable,
@@ -162,6 +163,14 @@ void close_for_exit(int status) noexcept {
   cupti_close(*s);
 }
 
+// exit() and quick_exit(): closed, then libc's `real` one, which runs the handlers.
+[[noreturn]] void close_then(int status, void (*real)(int)) noexcept {
+  close_for_exit(status);
+  if (real != nullptr) real(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
 // The last exit handler (registered at load, before the program's): a return from main, exit(),
 // quick_exit() or a pthread_exit main, which closed CUPTI; or glibc's own exit (errx, error), which only
 // this sees: CUDA's teardown may have run, so CUPTI's trace is dropped without a CUPTI call.
@@ -258,23 +267,15 @@ FERRY_INJECT_EXPORT void _Exit(int status) { ferry::inject::exit_now(status); }
 
 /// exit(): CUPTI stopped here, while CUDA is still up; the exit handlers then run, ferry's last.
 FERRY_INJECT_EXPORT void exit(int status) {
-  ferry::inject::close_for_exit(status);
-  using exit_fn = void (*)(int);
-  static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));
-  if (real != nullptr) real(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
+  static const auto real = reinterpret_cast<void (*)(int)>(dlsym(RTLD_NEXT, "exit"));
+  ferry::inject::close_then(status, real);
 }
 
 /// quick_exit(): as exit(), its handlers the at_quick_exit ones (glibc ends it with an _exit of its own,
 /// which no preload sees).
 FERRY_INJECT_EXPORT void quick_exit(int status) {
-  ferry::inject::close_for_exit(status);
-  using exit_fn = void (*)(int);
-  static const auto real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "quick_exit"));
-  if (real != nullptr) real(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
+  static const auto real = reinterpret_cast<void (*)(int)>(dlsym(RTLD_NEXT, "quick_exit"));
+  ferry::inject::close_then(status, real);
 }
 
 namespace {
