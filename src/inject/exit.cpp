@@ -9,12 +9,12 @@
 // starts again at running.
 //
 // - running:     the program runs; CUPTI starts and stops with the capture window.
-// - closed:      main returned or exit() (quick_exit()) was called: CUPTI is stopped for good (cupti_close:
-// its records
-//                flushed, forced, and written; no window starts it again), because the exit handlers come
-//                next and the CUDA runtime's teardown is among them (a statically linked cudart registers
-//                it after cuInit); a CUPTI call after it crashes the process (cuptiActivityDisable,
-//                SIGSEGV, on an H200). The writer goes on flushing the CPU side meanwhile.
+// - closed:      main returned or exit() or quick_exit() was called: CUPTI is stopped for good
+//                (cupti_close: its records flushed, forced, and written; no window starts it again),
+//                because the exit handlers come next and the CUDA runtime's teardown is among them (a
+//                statically linked cudart registers it after cuInit); a CUPTI call after it crashes the
+//                process (cuptiActivityDisable, SIGSEGV, on an H200). The writer goes on flushing the CPU
+//                side meanwhile.
 // - terminating: SIGTERM's handler parks its thread and has woken the writer to finish.
 // - finishing:   one thread, the winner of the move here, writes the last batch and the X line.
 // - exited:      the X line is written (or given up): nothing of the recording is touched again; a second
