@@ -221,7 +221,7 @@ slot_feed::slot_feed(device& dev, const slot_feed_options& opts) : impl_(std::ma
   state->on_release_ = [feed = impl_.get()] { feed->signal(); };
   impl_->state_ = state.get();
   impl_->loader_.reset(new loader(std::move(state)));  // NOLINT(cppcoreguidelines-owning-memory): private
-  impl_->signal();  // every slot is writable now
+  impl_->signal();                                     // every slot is writable now
 }
 
 slot_feed::~slot_feed() {

@@ -275,12 +275,13 @@ std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
 }
 
 void prefetcher::impl::release(const device_batch& b, stream_view consumer) {
-  FERRY_EXPECTS(b.slot < opts_.depth && ring_.state(b.slot) == slot_state::in_use &&
-                    held_batch_[b.slot].epoch == b.epoch && held_batch_[b.slot].batch == b.batch &&
-                    b.fields_.data() == lent_fields_[b.slot].data(),
-                fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
-                            "lent out (released twice, or from another prefetcher?)",
-                            b.batch, b.epoch, b.slot));
+  FERRY_EXPECTS(
+      b.slot < opts_.depth && ring_.state(b.slot) == slot_state::in_use &&
+          held_batch_[b.slot].epoch == b.epoch && held_batch_[b.slot].batch == b.batch &&
+          b.fields_.data() == lent_fields_[b.slot].data(),
+      fmt::format("ingest prefetcher release of batch {} of epoch {} in device slot {}, which is not "
+                  "lent out (released twice, or from another prefetcher?)",
+                  b.batch, b.epoch, b.slot));
   // The copier reads released_[slot] only after it acquired the slot again, which the ring orders after
   // this release: the record comes first.
   released_[b.slot].record(consumer);

@@ -2,11 +2,15 @@
 // several workers included; a piece past the batch is refused before anything is queued; close wakes a
 // consumer waiting for a batch that was never pushed. A slot feed: slots of caller memory registered as
 // pinned and written in place reach the device in order, never more than `slots` batches ahead of the
-// consumer; bad memory is refused naming what is wrong.
+// consumer; its eventfd tells when a slot came free; a close wakes a writer waiting for a slot; bad memory
+// is refused naming what is wrong.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -155,6 +159,48 @@ TEST_P(ingest_feed, slots_written_in_place_reach_the_device_in_order_and_never_r
       EXPECT_THROW((void)in.wait_writable(batches, 1s), stopped_error);  // the prefetcher closed the feed
     }
     EXPECT_EQ(dev().pinned().bytes, 0u);  // unregistered with the buffer
+  });
+}
+
+TEST_P(ingest_feed, a_slot_feeds_eventfd_tells_of_free_slots_and_close_wakes_a_writer_waiting_for_one) {
+  with_watchdog(60s, [&] {
+    constexpr std::size_t slot_bytes = 4096;
+    shared_mapping memory(2 * slot_bytes);
+    ASSERT_NE(memory.data, MAP_FAILED);
+    buffer pinned = dev().register_host(memory.data, memory.bytes);
+    slot_feed in(dev(), {.pool = pinned.view(), .slot_bytes = slot_bytes, .slots = 2});
+    const int fd = in.event_fd();
+    ASSERT_GE(fd, 0);
+    const auto readable = [fd](int ms) {
+      pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, ms) != 1) return false;
+      std::uint64_t n = 0;
+      return ::read(fd, &n, sizeof n) == sizeof n;
+    };
+    EXPECT_TRUE(readable(0)) << "every slot is writable at the start";
+    EXPECT_FALSE(readable(0));
+    // A batch whose slot is writable may be marked ready without asking wait_writable first.
+    fill_pattern(in.slot(0), 70);
+    in.ready(0);
+    EXPECT_TRUE(in.wait_writable(1, 0ms));
+    in.ready(1);
+    EXPECT_FALSE(in.wait_writable(2, 0ms));
+    loader& source = in.source();
+    auto b0 = source.next();
+    ASSERT_TRUE(b0.has_value());
+    EXPECT_EQ(b0->slot, 0u);
+    EXPECT_FALSE(find_pattern_mismatch(b0->field(0), 70).has_value());
+    source.release(*b0);
+    EXPECT_TRUE(readable(10000)) << "a release frees a slot";
+    EXPECT_TRUE(in.wait_writable(2, 0ms));
+    EXPECT_EQ(static_cast<void*>(in.slot(2).data()), memory.data);
+    // Batch 3 needs slot 1, which batch 1 holds: the writer waits until the feed is closed.
+    auto writer = std::async(std::launch::async, [&] { return in.wait_writable(3, 60s); });
+    EXPECT_EQ(writer.wait_for(50ms), std::future_status::timeout);
+    in.close();
+    EXPECT_THROW((void)writer.get(), stopped_error);
+    EXPECT_THROW(in.ready(2), stopped_error);
+    EXPECT_THROW((void)source.next(), stopped_error);
   });
 }
 
