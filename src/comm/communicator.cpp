@@ -184,8 +184,12 @@ event communicator::all_reduce(mem_view send, mem_view recv, std::size_t count, 
                             "memory; pass the same view for an in-place all-reduce",
                             rank_, fmt::ptr(send.data), fmt::ptr(recv.data)));
   // A group of one: the mean is the sum, and x / 1 is x exactly in every dtype. NCCL would still scale
-  // every element by 1 (a full pass over memory, beside the caller's compute); an in-place sum is free.
-  if (size_ == 1) op = reduce_op::sum;
+  // every element by 1 (a full pass over memory, beside the caller's compute), and even an in-place sum
+  // of one rank is a copy kernel of NCCL's: in place, there is nothing to do.
+  if (size_ == 1) {
+    if (send.data == recv.data) return completion(s);
+    op = reduce_op::sum;
+  }
   do_all_reduce(send.data, recv.data, count, type, op, s);
   return completion(s);
 }

@@ -175,21 +175,25 @@ class recording : public communicator {
   void do_barrier(stream_view) override {}
 };
 
-TEST(comm_group, a_group_of_one_averages_by_summing_and_a_larger_group_still_averages) {
+TEST(comm_group, a_group_of_one_averages_by_summing_in_place_by_nothing_and_a_larger_group_still_averages) {
   host_ranks g(1);
   device& d = g.dev(0);
   const stream s = d.make_stream();
   const buffer buf = d.alloc_device(16);
+  const buffer other = d.alloc_device(16);
   for (const int size : {1, 2}) {
     recording c(d, size);
     for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
       static_cast<void>(c.all_reduce(buf, buf, 2, t, reduce_op::avg, s));
       static_cast<void>(c.all_reduce(buf, buf, 2, t, reduce_op::sum, s));
     }
-    const reduce_op mean = size == 1 ? reduce_op::sum : reduce_op::avg;
-    EXPECT_EQ(c.ops,
-              (std::vector<reduce_op>{mean, reduce_op::sum, mean, reduce_op::sum, mean, reduce_op::sum}))
-        << "group of " << size;
+    static_cast<void>(c.all_reduce(buf, other, 2, dtype::f32, reduce_op::avg, s));
+    // In place over one rank there is nothing to do (not even a copy); out of place, the sum copies.
+    const std::vector<reduce_op> want =
+        size == 1 ? std::vector<reduce_op>{reduce_op::sum}
+                  : std::vector<reduce_op>{reduce_op::avg, reduce_op::sum, reduce_op::avg, reduce_op::sum,
+                                           reduce_op::avg, reduce_op::sum, reduce_op::avg};
+    EXPECT_EQ(c.ops, want) << "group of " << size;
   }
   // The host group of one still returns the values, as a mean over one rank must.
   std::vector<float> v{1.5F, -2.25F, 3.0F, 1e30F};

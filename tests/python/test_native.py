@@ -127,11 +127,9 @@ def test_an_object_made_in_the_parent_is_refused_in_a_fork_child_and_left_alone_
 
 # Modules not yet on the native layer (they are being rewritten by others as this is written), each with
 # its reason: drop an entry once its module is ported.
-TEMPORARY = {
-    # on ferry/_native/reducer.py's Reducer now; its group's collectives, abort and the host stream's
-    # synchronize are left, which Group (a ferry._native.comm.Comm) and ferry.Stream already offer
-    "torch/_data_parallel.py": "the lead's rewrite, under way",
-}
+# Modules not yet ported onto the native layer: none today (DataParallel is on ferry/_native/reducer.py's
+# Reducer and its Group's collectives).
+TEMPORARY: dict = {}
 # Functions of otherwise ported modules still allowed to call the library directly (with the module-level
 # imports they need); none today.
 TEMPORARY_FUNCTIONS: dict = {}

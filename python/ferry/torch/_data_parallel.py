@@ -41,7 +41,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from .. import _runtime
-from .._c import lib
 from .._device import Device
 from .._native.reducer import Reducer
 from ._common import resolve_device
@@ -119,6 +118,14 @@ def _check_device_ids(device_ids: Any, output_device: Any, device: Any) -> List[
                          f"parameters are on {device}; ferry runs one device per process: pass [{device.index}] "
                          "or leave them out")
     return ids
+
+
+def _in_compiled_autograd() -> bool:
+    """Whether torch._dynamo's compiled autograd runs this backward (torch >= 2.4; False before)."""
+    import sys
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    return ca is not None and bool(getattr(ca, "compiled_autograd_enabled", False)
+                                   or getattr(ca, "in_compiled_autograd_region", False))
 
 
 def _grad_tensors(obj: Any) -> Iterator[Any]:
@@ -458,6 +465,12 @@ class DataParallel(torch.nn.Module):
         ops made on it) and queues the end of backward."""
         if not self._step_open or self._armed:
             return
+        if _in_compiled_autograd():
+            # Compiled autograd traces the gradient hooks into its graph; a C function is opaque to it.
+            self._fail("torch._dynamo's compiled autograd is on: it traces the parameters' gradient hooks, and "
+                       "ferry's are C functions it cannot trace, so the buckets would never be reduced; turn it "
+                       "off for this module's backward (torch.compile of the model and of DataParallel both "
+                       "work without it)")
         if not self._seated:
             self._seat()
             self._seated = True
@@ -529,7 +542,7 @@ class DataParallel(torch.nn.Module):
         self._step_open = False
         used = self._reduce_used(missing, unsynced, stream) if self._find_unused else None
         if not self._cuda:
-            lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+            self._host_stream.synchronize()
         if used is not None and missing:
             self._restore_unused(missing, before, used)
 
@@ -543,8 +556,8 @@ class DataParallel(torch.nn.Module):
         if self._cuda:
             # From pinned memory, asynchronously: a pageable copy would wait for the last bucket here.
             counts = counts.pin_memory().to(self._torch_device, non_blocking=True)
-        lib.ferry_comm_all_reduce(self._comm, counts.data_ptr(), counts.data_ptr(), counts.numel(), b"i32", b"sum",
-                                  stream)
+        self._group.all_reduce(counts.data_ptr(), counts.data_ptr(), counts.numel(), dtype="i32", op="sum",
+                               stream=stream)
         return counts
 
     def _restore_unused(self, missing: List[int], before: Dict[int, Tuple[bool, Any]], counts: Any) -> None:
@@ -567,7 +580,7 @@ class DataParallel(torch.nn.Module):
         """Aborts the group: the other ranks' pending and later collectives fail at once, naming `why`."""
         if self._comm is not None:
             try:
-                lib.ferry_comm_abort(self._comm, why.encode())
+                self._group.abort(why)
             except Exception:  # noqa: BLE001 - the group may be aborted already
                 pass
 
@@ -596,10 +609,10 @@ class DataParallel(torch.nn.Module):
             pad = (-flat.numel()) % 8
             if pad:
                 flat = torch.cat([flat, flat.new_zeros(pad)])
-            lib.ferry_comm_broadcast(self._comm, flat.data_ptr(), flat.data_ptr(), flat.numel() // 8, b"i64", 0,
-                                     self._stream())
+            self._group.broadcast(flat.data_ptr(), flat.data_ptr(), flat.numel() // 8, dtype="i64", root=0,
+                                  stream=self._stream())
             if not self._cuda:
-                lib.ferry_stream_synchronize(self._dev.handle, self._host_stream.handle)
+                self._host_stream.synchronize()
             at = 0
             for c in chunk:
                 n = c.numel() * c.element_size()

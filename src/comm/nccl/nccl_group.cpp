@@ -424,6 +424,37 @@ shim::nccl_result nccl_group::issue(rank_state& rs, const call& c, void* stream)
   return shim::nccl_invalid_argument;
 }
 
+// Note [Collectives in a CUDA graph]: a collective issued on a stream that a CUDA graph is capturing runs
+// at each replay, where no host code runs: it has no completion record (the watchdog could not follow its
+// replays, and querying an event recorded in a capture is refused), and it is enqueued as NCCL captures it.
+// The watchdog itself runs in the relaxed capture mode, so its queries of collectives issued before the
+// capture never invalidate a capture that another thread runs in the global mode (torch.cuda.graph's
+// default).
+bool nccl_group::capturing(stream_view s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(s.native()), &status) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  return status == cudaStreamCaptureStatusActive;
+}
+
+void nccl_group::run_captured(int rank, rank_state& rs, const call& c, stream_view s, std::uint64_t seq) {
+  const std::lock_guard call_lock(rs.call_mu);
+  if (rs.comm == nullptr) fail_aborted(rank, c.op, seq);
+  const device_scope on(rs.ordinal);
+  const shim::nccl_result r = issue(rs, c, s.native());
+  if (r != shim::nccl_success) {
+    const char* detail = api_.get_last_error != nullptr ? api_.get_last_error(rs.comm) : nullptr;
+    throw comm_error(
+        fmt::format("{} #{} on rank {} of {} (GPU {}), in a CUDA graph's capture: NCCL failed: "
+                    "{}{}{} (the capture is not aborted: end it, and the group stays usable)",
+                    to_string(c.op), seq, global(rank), size(), rs.ordinal, api_.error_string(r),
+                    detail != nullptr && *detail != '\0' ? ": " : "", detail != nullptr ? detail : ""),
+        c.op, global(rank));
+  }
+}
+
 void nccl_group::run(int rank, const call& c, stream_view s) {
   rank_state& rs = *ranks_[static_cast<std::size_t>(rank)];
   std::unique_lock lock(mu_);
@@ -432,6 +463,12 @@ void nccl_group::run(int rank, const call& c, stream_view s) {
     lock.unlock();
     fail_aborted(rank, c.op, seq);
   }
+  lock.unlock();
+  if (capturing(s)) {
+    run_captured(rank, rs, c, s, seq);
+    return;
+  }
+  lock.lock();
   record& rec = acquire(rank, c.op, seq, lock);
   lock.unlock();
 
@@ -600,6 +637,9 @@ std::string nccl_group::check_async_errors() noexcept {
 }
 
 void nccl_group::watch() noexcept {
+  // Note [Collectives in a CUDA graph]: this thread's event queries must not end another thread's capture.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (in_flight_ == 0) {

@@ -127,6 +127,10 @@ class nccl_group {
   // Aborts the group with `why` and throws it as rank `rank`'s comm_error.
   [[noreturn]] void fail(int rank, collective op, const std::string& why);
   shim::nccl_result issue(rank_state& rs, const call& c, void* stream) const;
+  // True while a CUDA graph captures `s` (Note [Collectives in a CUDA graph] in nccl_group.cpp).
+  static bool capturing(stream_view s);
+  // Issues a collective into the capture of `s`: no completion record, nothing for the watchdog.
+  void run_captured(int rank, rank_state& rs, const call& c, stream_view s, std::uint64_t seq);
   // Polls ncclCommGetAsyncError of every rank's communicator that is not null until none answers
   // ncclInProgress, at most until `deadline`; the first error (or "") as text.
   std::string settle_all(const char* what, clock::time_point deadline) noexcept;
