@@ -16,6 +16,7 @@
 #include "ferry/trace/timeline.hpp"
 #include "layout.hpp"
 #include "loader_impl.hpp"
+#include "ring_waits.hpp"
 
 namespace ferry::ingest {
 namespace {
@@ -137,11 +138,9 @@ host_batch loader::impl::batch_of(std::uint64_t g) const {
 
 std::optional<std::size_t> loader::impl::slot_for(std::uint64_t g) {
   try {
-    if (auto slot = ring_.try_acquire_nth(g)) return slot;
-    const auto t0 = steady::now();
-    const std::size_t slot = ring_.acquire_nth(g);
-    wait_slot_.record(steady::now() - t0);
-    return slot;
+    return detail::timed_if_waiting(
+        wait_slot_, [&] { return ring_.try_acquire_nth(g); },
+        [&] { return std::optional<std::size_t>(ring_.acquire_nth(g)); });
   } catch (...) {
     if (ring_.stopped()) return std::nullopt;  // closed or failed: the worker's work is over
     throw;
@@ -212,13 +211,11 @@ void loader::impl::fail(std::exception_ptr e) noexcept {
 std::optional<host_batch> loader::impl::take(bool block) {
   std::optional<std::size_t> slot;
   try {
-    slot = ring_.try_take_ready();
-    if (!slot) {
-      if (!block) return std::nullopt;
-      const auto t0 = steady::now();
-      slot = ring_.take_ready();
-      wait_batch_.record(steady::now() - t0);
-    }
+    slot = block ? detail::timed_if_waiting(
+                       wait_batch_, [&] { return ring_.try_take_ready(); },
+                       [&] { return std::optional<std::size_t>(ring_.take_ready()); })
+                 : ring_.try_take_ready();
+    if (!slot) return std::nullopt;
   } catch (const stopped_error&) {
     if (ring_.failed()) throw;  // closed (or a fill's stopped_error): as it is
     return std::nullopt;        // stopped without a failure: every batch was handed out
@@ -264,12 +261,7 @@ void loader::impl::finish(std::size_t slot) {
 
 void loader::impl::close() noexcept {
   ended_.store(true, std::memory_order_release);
-  try {
-    ring_.fail(
-        std::make_exception_ptr(stopped_error("ingest loader is closed: it hands out no more batches")));
-  } catch (...) {  // making the error failed (out of memory): stop at least
-    ring_.stop();
-  }
+  detail::fail_closed(ring_, "ingest loader is closed: it hands out no more batches");
   // A fill that closes its own loader cannot join itself; the destructor (on another thread) joins.
   if (current_worker_of == this) return;
   const std::lock_guard lock(join_mu_);

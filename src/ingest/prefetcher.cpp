@@ -39,11 +39,9 @@
 #include "ferry/ingest/ingest.hpp"
 #include "ferry/trace/timeline.hpp"
 #include "layout.hpp"
+#include "ring_waits.hpp"
 
 namespace ferry::ingest {
-namespace {
-using steady = std::chrono::steady_clock;
-}  // namespace
 
 mem_view device_batch::field(std::size_t f) const {
   FERRY_EXPECTS(
@@ -195,12 +193,9 @@ void prefetcher::impl::copier() noexcept {
       }
       std::optional<std::size_t> slot;
       try {
-        slot = ring_.try_acquire();
-        if (!slot) {
-          const auto t0 = steady::now();
-          slot = ring_.acquire();
-          wait_slot_.record(steady::now() - t0);
-        }
+        slot = detail::timed_if_waiting(
+            wait_slot_, [&] { return ring_.try_acquire(); },
+            [&] { return std::optional<std::size_t>(ring_.acquire()); });
       } catch (...) {
         if (!ring_.stopped()) throw;
         break;  // closed or failed meanwhile
@@ -258,12 +253,9 @@ void prefetcher::impl::copier() noexcept {
 std::optional<device_batch> prefetcher::impl::next(stream_view consumer) {
   std::optional<std::size_t> slot;
   try {
-    slot = ring_.try_take_ready();
-    if (!slot) {
-      const auto t0 = steady::now();
-      slot = ring_.take_ready();
-      wait_batch_.record(steady::now() - t0);
-    }
+    slot = detail::timed_if_waiting(
+        wait_batch_, [&] { return ring_.try_take_ready(); },
+        [&] { return std::optional<std::size_t>(ring_.take_ready()); });
   } catch (const stopped_error&) {
     if (ring_.failed()) throw;  // closed (or the loader's stopped_error): as it is
     return std::nullopt;        // stopped without a failure: the loader ended and every batch was taken
@@ -293,12 +285,7 @@ void prefetcher::impl::close() noexcept {
   if (closed_) return;
   closed_ = true;
   closing_.store(true, std::memory_order_release);
-  try {
-    ring_.fail(
-        std::make_exception_ptr(stopped_error("ingest prefetcher is closed: it hands out no more batches")));
-  } catch (...) {  // making the error failed (out of memory): stop at least
-    ring_.stop();
-  }
+  detail::fail_closed(ring_, "ingest prefetcher is closed: it hands out no more batches");
   source_.close();  // wakes the copier in loader::next()
   if (thread_.joinable()) thread_.join();
   try {
