@@ -411,7 +411,7 @@ def test_a_backward_runs_ferrys_python_a_fixed_number_of_times_whatever_the_numb
             dp.close()
         counts[blocks] = per_step
     assert counts[10] == counts[100], counts
-    assert max(counts[100]) <= 40, counts
+    assert max(counts[100]) <= 60, counts  # about 35: the two entries and what they call
 
 
 def test_gradients_dropped_after_the_forward_are_seated_and_reduced():
