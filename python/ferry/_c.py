@@ -197,6 +197,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_comm_all_reduce": (Status, [_comm, c_void_p, c_void_p, c_size_t, c_char_p, c_char_p, c_uintptr]),
     "ferry_comm_broadcast": (Status, [_comm, c_void_p, c_void_p, c_size_t, c_char_p, c_int, c_uintptr]),
     "ferry_comm_all_reduce_mean": (Status, [_comm, c_void_p, c_size_t, c_char_p, c_uintptr]),
+    "ferry_comm_codecs_json": (Status, [P(c_void_p)]),
     "ferry_comm_abort": (Status, [_comm, c_char_p]),
     "ferry_comm_destroy": (None, [_comm]),
     "ferry_reducer_create": (Status, [_comm, P(c_int64), P(c_int64), c_size_t, c_char_p, P(_reducer)]),

@@ -22,7 +22,6 @@
 #include "ferry/comm/codec_cache.hpp"
 #include "ferry/comm/communicator.hpp"
 #include "ferry/comm/group.hpp"
-#include "ferry/comm/powersgd_codec.hpp"
 #include "ferry/comm/reducer.hpp"
 #include "ferry/core/error.hpp"
 #include "interop.hpp"
@@ -178,10 +177,30 @@ ferry::comm::reducer_options reducer_options_of(const char* json, int world) {
       o.automatic.learn_steps = value.get<int>();
     } else if (key == "timing") {
       o.timing = value.get<bool>();
-    } else if (key == "powersgd_rank") {
-      ferry::comm::powersgd_options p;
-      p.rank = value.get<int>();
-      o.codec_options[ferry::comm::powersgd_kind] = p;
+    } else if (key == "codec_options") {
+      // {"<codec>": {"<field>": number or boolean, ...}, ...}: each codec reads its own fields (its
+      // registry entry's options_from_fields), so no codec is named here.
+      FERRY_EXPECTS(value.is_object(),
+                    "ferry_reducer_create: codec_options must be an object of codec names");
+      for (const auto& [name, fields] : value.items()) {
+        const ferry::comm::codec_kind kind = ferry::comm::parse_codec(name);
+        const auto& entry = ferry::comm::codec_info(kind);
+        FERRY_EXPECTS(static_cast<bool>(entry.options_from_fields),
+                      fmt::format("ferry_reducer_create: codec_options: codec '{}' takes no options", name));
+        FERRY_EXPECTS(fields.is_object(),
+                      fmt::format("ferry_reducer_create: codec_options.{} must be an object "
+                                  "of its fields",
+                                  name));
+        std::vector<std::pair<std::string, double>> named;
+        for (const auto& [field, v] : fields.items()) {
+          FERRY_EXPECTS(v.is_number() || v.is_boolean(),
+                        fmt::format("ferry_reducer_create: codec_options.{}.{} = {}: expected a number or a "
+                                    "boolean",
+                                    name, field, v.dump()));
+          named.emplace_back(field, v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>());
+        }
+        o.codec_options[kind] = entry.options_from_fields(named);
+      }
     } else if (key == "grad_dtype") {
       o.grad_type = ferry::comm::parse_dtype(value.get<std::string>());
     } else if (key == "reduce_dtype") {
@@ -189,7 +208,7 @@ ferry::comm::reducer_options reducer_options_of(const char* json, int world) {
     } else {
       throw ferry::logic_error(
           fmt::format("ferry_reducer_create: option '{}' is not one of plan, lossy, first_bucket_bytes, "
-                      "bucket_cap_bytes, codec, rebuild, learn_steps, timing, powersgd_rank, grad_dtype, "
+                      "bucket_cap_bytes, codec, codec_options, rebuild, learn_steps, timing, grad_dtype, "
                       "reduce_dtype",
                       key));
     }
@@ -296,6 +315,23 @@ int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const ch
     st.wire_free.record(s);
     // The caller's stream waits for the exchange through the same event (a wait takes the record it sees).
     ferry::c_api::wait_event(*st.dev, stream, st.wire_free);
+  });
+}
+
+int ferry_comm_codecs_json(char** out) {
+  return guard([&] {
+    expect_out(out, "ferry_comm_codecs_json");
+    nlohmann::json list = nlohmann::json::array();
+    for (const ferry::comm::codec_kind k : ferry::comm::registered_codecs()) {
+      const auto& e = ferry::comm::codec_info(k);
+      list.push_back({{"name", e.name},
+                      {"aliases", e.aliases},
+                      {"lossy", e.lossy},
+                      {"stateless", ferry::comm::stateless(k)},
+                      {"automatic", e.automatic},
+                      {"options", static_cast<bool>(e.options_from_fields)}});
+    }
+    *out = ferry::c_api::dup_string(list.dump());
   });
 }
 

@@ -2,9 +2,16 @@
 // the powersgd object that reduces them and keeps their state between steps; its registry entry with its
 // options (powersgd_options) and their check.
 #include "ferry/comm/powersgd_codec.hpp"
+#include "ferry/core/error.hpp"
+
+#include <fmt/format.h>
 
 #include <any>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace ferry::comm {
 namespace {
@@ -48,6 +55,28 @@ codec_entry powersgd_codec_entry() {
   e.make = [](const bucket_setup& setup) { return std::make_unique<powersgd_codec>(setup); };
   e.options = powersgd_options{};
   e.check_options = [](const std::any& o) { check(std::any_cast<const powersgd_options&>(o)); };
+  e.options_from_fields = [](const std::vector<std::pair<std::string, double>>& fields) {
+    powersgd_options o;
+    for (const auto& [name, value] : fields) {
+      if (name == "rank") {
+        o.rank = static_cast<int>(value);
+        FERRY_EXPECTS(static_cast<double>(o.rank) == value,
+                      fmt::format("powersgd option rank = {}: expected a whole number", value));
+      } else if (name == "min_compression_rate") {
+        o.min_compression_rate = value;
+      } else if (name == "warm_start") {
+        o.warm_start = value != 0;
+      } else if (name == "seed") {
+        FERRY_EXPECTS(value >= 0 && value == static_cast<double>(static_cast<std::uint64_t>(value)),
+                      fmt::format("powersgd option seed = {}: expected a whole number >= 0", value));
+        o.seed = static_cast<std::uint64_t>(value);
+      } else {
+        throw logic_error(
+            fmt::format("powersgd has no option '{}' (rank, min_compression_rate, warm_start, seed)", name));
+      }
+    }
+    return std::any(o);
+  };
   return e;
 }
 

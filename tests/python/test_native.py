@@ -284,3 +284,40 @@ def test_a_batch_tensor_holds_its_slot_and_a_refused_hand_over_runs_the_deleter(
     stream.synchronize()
     assert pipeline.released(1)  # the refused tensor's deleter ran: nothing holds batch 1
     pipeline.close()
+
+
+def test_the_codecs_come_from_the_librarys_registry_and_comm_hook_takes_its_stateless_ones():
+    """comm_hook asks the library which codecs there are (ferry_comm_codecs_json) instead of a Python copy:
+    the stateless ones and their aliases are taken, the others refused naming why."""
+    pytest.importorskip("torch")
+    from ferry._native.comm import codecs
+    import ferry.torch
+
+    by_name = {c["name"]: c for c in codecs()}
+    assert {"none", "fp16", "bf16", "powersgd"} <= set(by_name)
+    assert by_name["none"]["stateless"] and not by_name["none"]["lossy"] and "fp32" in by_name["none"]["aliases"]
+    assert not by_name["powersgd"]["stateless"] and by_name["powersgd"]["options"]
+    with pytest.raises(ValueError, match=r"comm_hook codec 'powersgd': expected one of .*bf16.*powersgd keep state"):
+        ferry.torch.comm_hook("powersgd", device="cpu")
+    with pytest.raises(ValueError, match=r"comm_hook codec 'int8'"):
+        ferry.torch.comm_hook("int8", device="cpu")
+
+
+def test_codec_options_reach_the_codec_through_its_registry_entry_and_are_checked_by_it():
+    """ferry_reducer_create's "codec_options" names no codec in the C ABI: each codec reads its own fields
+    (PowerSGD's rank), refusing a field it lacks; a codec without options refuses any."""
+    from ferry._c import InvalidArgumentError
+    from ferry._native.comm import Comm
+    from ferry._native.reducer import Reducer
+
+    dev = ferry.Device("host")
+    with Comm(dev._native, timeout=30) as comm:
+        ok = Reducer(comm.handle, [(8, 4), (4, 1)],
+                     {"plan": "fixed", "codec": "powersgd", "codec_options": {"powersgd": {"rank": 2, "warm_start": False}}})
+        ok.close()
+        for options, message in (({"powersgd": {"rank": 0}}, r"rank"),
+                                 ({"powersgd": {"bogus": 1}}, r"powersgd has no option 'bogus'"),
+                                 ({"none": {"rank": 1}}, r"codec 'none' takes no options"),
+                                 ({"powersgd": {"rank": "two"}}, r"codec_options.powersgd.rank = \"two\"")):
+            with pytest.raises(InvalidArgumentError, match=message):
+                Reducer(comm.handle, [(8, 4)], {"plan": "fixed", "codec": "powersgd", "codec_options": options})

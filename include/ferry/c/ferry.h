@@ -258,6 +258,10 @@ FERRY_C_API int ferry_comm_broadcast(ferry_comm* c, const void* send, void* recv
  * hook runs per bucket. */
 FERRY_C_API int ferry_comm_all_reduce_mean(ferry_comm* c, void* data, size_t count, const char* codec,
                                            uintptr_t stream);
+/* The registered codecs as JSON, for ferry_string_free: [{"name", "aliases", "lossy", "stateless" (what
+ * ferry_comm_all_reduce_mean takes), "automatic" (a candidate of the automatic plan), "options" (takes
+ * codec_options)}, ...], in registration order. */
+FERRY_C_API int ferry_comm_codecs_json(char** out);
 /* Aborts the group: every process's pending and later collectives fail, naming `why`. */
 FERRY_C_API int ferry_comm_abort(ferry_comm* c, const char* why);
 /* Destroys the handle (aborting the group for processes still in it); reducers made from it keep the
@@ -267,8 +271,10 @@ FERRY_C_API void ferry_comm_destroy(ferry_comm* c);
 /* A reducer of `params` gradients of shapes rows[i] x cols[i] (a 1-D tensor of n elements is n x 1;
  * a higher-dimensional one its first dimension x the rest), in the group of `c`. `options_json` (NULL for
  * the defaults): {"plan": "auto" | "fixed", "lossy": false, "first_bucket_bytes": N, "bucket_cap_bytes":
- * N, "codec": "none" | "fp16" | "bf16" | "powersgd", "rebuild": true, "learn_steps": 3, "timing": false,
- * "grad_dtype": "f32" | "bf16" | "f16", "reduce_dtype": null | "f32"}.
+ * N, "codec": "none" | "fp16" | "bf16" | "powersgd", "codec_options": {"<codec>": {"<field>": number or
+ * boolean}} (each codec's own fields, e.g. {"powersgd": {"rank": 4}}; ferry_comm_codecs_json says which
+ * codecs take options), "rebuild": true, "learn_steps": 3, "timing": false, "grad_dtype": "f32" | "bf16" |
+ * "f16", "reduce_dtype": null | "f32"}.
  * "auto" learns the backward over the first 1 + 3 * learn_steps steps and then sets its own plan;
  * "lossy" allows it bf16 and fp16 buckets (f32 gradients only). bf16/f16 gradients are averaged in their
  * own type, or in f32 with "reduce_dtype": "f32" (widened, rounded back once). Collective. */

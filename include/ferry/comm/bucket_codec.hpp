@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/comm/codec.hpp"
@@ -138,6 +139,10 @@ struct codec_entry {
   /// Throws logic_error, naming the field and its limit, for options of that type the codec cannot
   /// take; empty when every value is valid.
   std::function<void(const std::any& options)> check_options;
+  /// The codec's options from named fields (numbers and booleans as doubles), the defaults for fields not
+  /// named: how a caller without the options type gives them (the C ABI's "codec_options"). Throws
+  /// logic_error naming a field the codec does not have; empty for a codec that takes no options.
+  std::function<std::any(const std::vector<std::pair<std::string, double>>& fields)> options_from_fields;
 };
 
 /// Registers `entry` under the next free codec_kind value and returns it. Throws logic_error for an empty

@@ -5,12 +5,23 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
-from ctypes import byref, c_int
-from typing import Any, Optional
+import functools
+import json
+from ctypes import byref, c_int, c_void_p
+from typing import Any, Dict, List, Optional
 
-from .._c import KV_ERASE_FN, KV_GET_FN, KV_SET_FN, CommHandle, KvStore, lib
+from .._c import KV_ERASE_FN, KV_GET_FN, KV_SET_FN, CommHandle, KvStore, lib, take_string
 from ._base import NativeObject
 from .device import Device
+
+@functools.lru_cache(maxsize=None)
+def codecs() -> List[Dict[str, Any]]:
+    """The library's registered codecs (ferry_comm_codecs_json): name, aliases, lossy, stateless (what
+    Comm.all_reduce_mean takes), automatic, options (takes codec_options)."""
+    out = c_void_p()
+    lib.ferry_comm_codecs_json(byref(out))
+    return json.loads(take_string(out))
+
 
 _prefixes = itertools.count()  # groups opened over a store by this process, the same order on every rank
 

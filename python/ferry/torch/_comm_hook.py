@@ -20,6 +20,7 @@ from typing import Any, Optional
 import torch
 
 from .. import _runtime
+from .._native.comm import codecs
 from ._common import resolve_device
 from ._group import Group
 
@@ -32,14 +33,15 @@ class comm_hook:  # noqa: N801 - used as a function: ddp.register_comm_hook(None
 
     def __init__(self, codec: str = "bf16", *, device: Any = None, timeout: float = 300.0,
                  store: Any = None, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
-        # The codec registry (src/comm/codec_registry.cpp) owns these names ("fp32" is its alias of "none")
-        # and ferry_comm_all_reduce_mean refuses any other, naming the stateless ones. The C ABI has no call
-        # that lists them, so this copy refuses a wrong name when the hook is made rather than at the first
-        # bucket; a `ferry_comm_codecs` call would let it ask instead.
-        if codec not in ("none", "fp32", "bf16", "fp16"):
-            raise ValueError(f"comm_hook codec {codec!r}: expected 'none', 'bf16' or 'fp16' (PowerSGD keeps "
-                             "state per gradient matrix: use DataParallel(lossy=True) for ferry's)")
-        self.codec = "none" if codec == "fp32" else codec
+        # The library's codec registry owns the names: a stateless codec serves every bucket (a codec that
+        # keeps state per gradient matrix, as PowerSGD, needs DataParallel's reducer).
+        names = {alias: c["name"] for c in codecs() if c["stateless"] for alias in [c["name"], *c["aliases"]]}
+        if codec not in names:
+            stateful = [c["name"] for c in codecs() if not c["stateless"]]
+            raise ValueError(f"comm_hook codec {codec!r}: expected one of {', '.join(sorted(names))} "
+                             f"({', '.join(stateful)} keep state per gradient matrix: use "
+                             "DataParallel(lossy=True) for ferry's)")
+        self.codec = names[codec]
         self._dev = resolve_device(device)
         self._cuda = self._dev.backend == "cuda"
         self._group = Group(self._dev, timeout=timeout, store=store, rank=rank, world_size=world_size)
