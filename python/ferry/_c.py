@@ -175,6 +175,7 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_prefetch_create_slots": (Status, [_dev, c_void_p, c_size_t, c_size_t, c_size_t, P(_prefetch)]),
     "ferry_prefetch_slot_wait": (Status, [_prefetch, c_uint64, c_int64, P(c_int)]),
     "ferry_prefetch_slot_ready": (Status, [_prefetch, c_uint64]),
+    "ferry_prefetch_slot_offset": (Status, [_prefetch, c_uint64, P(c_size_t)]),
     "ferry_copy_strided": (Status, [c_void_p, c_void_p, c_size_t, P(c_int64), P(c_int64), c_size_t]),
     "ferry_prefetch_slot_event_fd": (Status, [_prefetch, P(c_int)]),
     "ferry_prefetch_push": (Status, [_prefetch, P(c_void_p), P(c_size_t), P(c_size_t), c_size_t,

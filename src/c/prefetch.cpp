@@ -219,6 +219,15 @@ int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch) {
   });
 }
 
+int ferry_prefetch_slot_offset(ferry_prefetch* p, uint64_t batch, size_t* offset) {
+  return guard([&] {
+    expect_out(offset, "ferry_prefetch_slot_offset");
+    auto& st = *owned(p, "ferry_prefetch_slot_offset").state;
+    const auto& slots = st.slots_of("ferry_prefetch_slot_offset");
+    *offset = static_cast<std::size_t>(slots.slot(batch).data() - slots.slot(0).data());
+  });
+}
+
 int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd) {
   return guard([&] {
     expect_out(fd, "ferry_prefetch_slot_event_fd");

@@ -321,3 +321,26 @@ def test_codec_options_reach_the_codec_through_its_registry_entry_and_are_checke
                                  ({"powersgd": {"rank": "two"}}, r"codec_options.powersgd.rank = \"two\"")):
             with pytest.raises(InvalidArgumentError, match=message):
                 Reducer(comm.handle, [(8, 4)], {"plan": "fixed", "codec": "powersgd", "codec_options": options})
+
+
+def test_a_batchs_slot_is_where_the_librarys_feed_puts_it():
+    """SlotPrefetcher.slot_offset asks the library's slot feed (ferry_prefetch_slot_offset) where batch k's
+    slot lies, rather than restating the rule; a prefetcher of pushed batches has no slots to ask about."""
+    import ctypes
+    from ferry._c import InvalidArgumentError, PrefetchHandle, lib
+    from ferry._native.loader import SlotPrefetcher
+
+    dev = ferry.Device("host")
+    import mmap
+    memory = mmap.mmap(-1, 3 * 4096)  # page-aligned, as the slots must be
+    address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    with SlotPrefetcher(dev._native, address, 4096, 3, 2) as p:
+        assert [p.slot_offset(k) for k in range(7)] == [0, 4096, 8192, 0, 4096, 8192, 0]
+    pushed = PrefetchHandle()
+    lib.ferry_prefetch_create(dev.handle, 4096, 0, 1, 2, 1, ctypes.byref(pushed))
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"ferry_prefetch_slot_offset: this prefetcher takes pushed"):
+            lib.ferry_prefetch_slot_offset(pushed, 0, ctypes.byref(ctypes.c_size_t()))
+    finally:
+        lib.ferry_prefetch_close(pushed)
+        lib.ferry_prefetch_destroy(pushed)

@@ -178,6 +178,9 @@ FERRY_C_API int ferry_prefetch_slot_wait(ferry_prefetch* p, uint64_t batch, int6
                                          int* writable);
 /* Batch `batch` is written: ferry copies it to the device in batch order. */
 FERRY_C_API int ferry_prefetch_slot_ready(ferry_prefetch* p, uint64_t batch);
+/* *offset = where batch `batch`'s slot starts in the memory given to ferry_prefetch_create_slots, in bytes
+ * (the feed owns the rule; a writer asks it rather than restating it). */
+FERRY_C_API int ferry_prefetch_slot_offset(ferry_prefetch* p, uint64_t batch, size_t* offset);
 /* An eventfd readable whenever a slot became writable (read 8 bytes to reset it); -1 if none. */
 FERRY_C_API int ferry_prefetch_slot_event_fd(ferry_prefetch* p, int* fd);
 /* Queues the next batch: `count` host ranges copied to their offsets by the workers. The memory must stay

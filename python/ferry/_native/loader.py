@@ -9,7 +9,7 @@ import ctypes
 import mmap
 import os
 import signal
-from ctypes import addressof, byref, c_char, c_int, c_int64, c_uint64, c_void_p
+from ctypes import addressof, byref, c_char, c_int, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Sequence
 
 from .. import _runtime
@@ -23,11 +23,8 @@ class SlotPrefetcher(Prefetch):
     which other processes write in place: batch k is written once slot_writable(k) says so, then marked
     with slot_ready(k); next() lends the batches in order (Prefetch: next, released, stats, stop, close).
 
-    The slot of batch k is the C++ slot feed's rule (ingest::slot_feed; ferry.h at
-    ferry_prefetch_create_slots: "Batch k lives in slot k % slots"). The C ABI has no call that gives it,
-    so slot_offset() is the one place in Python that restates it; a call
-    `int ferry_prefetch_slot_offset(ferry_prefetch* p, uint64_t batch, size_t* offset)` would let the feed
-    own it alone."""
+    The slot of batch k is the C++ slot feed's rule (ingest::slot_feed): slot_offset() asks it
+    (ferry_prefetch_slot_offset) rather than restating it."""
 
     _what = "slot prefetcher"
 
@@ -45,8 +42,10 @@ class SlotPrefetcher(Prefetch):
         self.event_fd: int = fd.value  # readable whenever a slot became writable; -1 if none
 
     def slot_offset(self, k: int) -> int:
-        """The offset of batch k's slot in the slots' memory (see the class)."""
-        return (k % self.slots) * self.slot_bytes
+        """The offset of batch k's slot in the slots' memory, as the library's feed places it."""
+        out = c_size_t()
+        lib.ferry_prefetch_slot_offset(self.handle, c_uint64(k), byref(out))
+        return out.value
 
     def slot_writable(self, k: int, timeout_ms: int = 0) -> bool:
         """Whether batch k's slot may be written, waiting up to timeout_ms for it."""
