@@ -11,7 +11,6 @@ docs/perf/); results are recorded in docs/PERFORMANCE.md.
 """
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 import torchvision
 
 import ferry.torch
+from dp_common import one_gpu, write_json  # scripts/, this script's folder
 
 LEVELS = ("plain", "ddp", "ferry_inner", "ferry_outer")
 
@@ -49,11 +49,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=29551)
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(args.port))
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
+    dev = one_gpu(args.port)
     g = torch.Generator(device=dev).manual_seed(0)
     xs = torch.randn(4, args.batch, 3, 224, 224, device=dev, generator=g)
     ys = torch.randint(0, 1000, (4, args.batch), device=dev, generator=g)
@@ -107,10 +103,8 @@ def main() -> None:
         print(f"{level:<12} {r.get('steps_per_s', float('nan')):7.2f} {r.get('graphs', '-')!s:>7} "
               f"{r.get('graph_breaks', '-')!s:>7}  {diff:>26}  {r['losses'][-1] if r.get('losses') else r.get('error')}")
     if args.out:
-        with open(args.out + ".tmp", "w") as f:
-            json.dump({"model": args.model, "batch": args.batch, "steps": args.steps, "torch": torch.__version__,
-                       "gpu": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, {"model": args.model, "batch": args.batch, "steps": args.steps, "torch": torch.__version__,
+                       "gpu": torch.cuda.get_device_name(0), "rows": rows})
     dist.destroy_process_group()
 
 

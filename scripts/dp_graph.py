@@ -11,8 +11,6 @@ replayed). Needs a GPU (the machines of docs/perf/); results are recorded in doc
 """
 import argparse
 import copy
-import json
-import os
 import time
 
 import torch
@@ -21,6 +19,7 @@ import torch.nn.functional as F
 import torchvision
 
 import ferry.torch
+from dp_common import one_gpu, write_json  # scripts/, this script's folder
 
 
 def main() -> None:
@@ -34,11 +33,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=29561)
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(args.port))
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
+    dev = one_gpu(args.port)
     dtype = getattr(torch, args.dtype)
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(args.batch, 3, 224, 224, device=dev, generator=g).to(dtype)
@@ -47,7 +42,7 @@ def main() -> None:
     base = getattr(torchvision.models, args.model)().to(dev, dtype)
     rows = {}
 
-    def train(model, params, steps: int, side=None):
+    def train(model, params, steps: int):
         opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
@@ -125,10 +120,8 @@ def main() -> None:
         ratio = "" if rate is None else f"{rate / rows['plain']['steps_per_s']:.3f} of plain"
         print(f"{level:<12} {rate if rate is None else round(rate, 3)!s:>9} steps/s  {ratio}  {extra}")
     if args.out:
-        with open(args.out + ".tmp", "w") as f:
-            json.dump({"model": args.model, "dtype": args.dtype, "batch": args.batch, "torch": torch.__version__,
-                       "gpu": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, {"model": args.model, "dtype": args.dtype, "batch": args.batch, "torch": torch.__version__,
+                       "gpu": torch.cuda.get_device_name(0), "rows": rows})
     dist.destroy_process_group()
 
 

@@ -64,12 +64,9 @@ def run(args) -> None:
     import torchvision
 
     import ferry.torch
+    from dp_common import one_gpu  # scripts/, this script's folder
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(args.port))
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
+    dev = one_gpu(args.port)
     dtype = getattr(torch, args.dtype)
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(args.batch, 3, 224, 224, device=dev, generator=g).to(dtype)
