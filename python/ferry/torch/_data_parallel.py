@@ -302,7 +302,7 @@ class DataParallel(torch.nn.Module):
         self._create_graph = False
         self._dropped: List[int] = []
         self._error: Optional[str] = None
-        self._hooks = self._install_hooks()
+        self._install_hooks()
 
     # ---- the step ----------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -439,18 +439,19 @@ class DataParallel(torch.nn.Module):
         self._views = views
         self._generation = generation
 
-    def _install_hooks(self) -> List[Any]:
+    def _install_hooks(self) -> None:
         """Each parameter's hook: the reducer's C function for its gradient, called by autograd after the
-        gradient is accumulated (no Python runs)."""
+        gradient is accumulated (no Python runs). Each is kept as it is made, so that close() removes every
+        one made before the reducer they point to is destroyed, even after a failure part way."""
         if hasattr(self._params[0], "register_post_accumulate_grad_hook"):  # torch >= 2.1
-            return [p.register_post_accumulate_grad_hook(h) for p, h in zip(self._params, self._red.hooks())]
+            for p, h in zip(self._params, self._red.hooks()):
+                self._hooks.append(p.register_post_accumulate_grad_hook(h))
+            return
         # torch < 2.1: a hook on the parameter's AccumulateGrad node (kept alive here, as DDP does).
-        hooks = []
         for p, h in zip(self._params, self._red.hooks(node=True)):
             with torch.enable_grad():
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            hooks.append((acc, acc.register_hook(h)))
-        return hooks
+            self._hooks.append((acc, acc.register_hook(h)))
 
     def _stream(self) -> int:
         if self._cuda:
