@@ -419,7 +419,7 @@ class DataParallel(torch.nn.Module):
     def _point_grads(self, keep: Optional[List[Any]]) -> None:
         """Makes every parameter's .grad a view of the reducer's flat buffer (after each new layout), holding
         keep[i]; a gradient whose keep[i] is None stays None (as DDP leaves it until backward: the next
-        synced forward seats it)."""
+        synced backward seats it)."""
         from torch.utils.dlpack import from_dlpack
         generation = self._red.layout()[0]
         flat = self._red.flat(from_dlpack)
