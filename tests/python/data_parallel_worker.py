@@ -133,6 +133,12 @@ def main() -> int:
                     loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
             else:
                 loss = loss_fn(model(x[s, lo:hi]), y[s, lo:hi])
+            if SCENARIO == "grad_then_zero":
+                # An input gradient first (adversarial training's pattern), then the optimizer drops the
+                # gradients and the step's own backward follows.
+                xr = x[s, lo:hi].clone().requires_grad_()
+                torch.autograd.grad(model(xr).sum(), xr)
+                opt.zero_grad(set_to_none=True)
             if SCENARIO == "zero_after_forward":
                 # As pytorch/examples' imagenet loop: the gradients dropped between forward and backward.
                 opt.zero_grad(set_to_none=True)

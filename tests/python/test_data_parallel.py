@@ -77,7 +77,8 @@ def assert_close(a, b, tol=2e-5):
 
 
 @pytest.mark.parametrize("scenario,world", [("fixed", 2), ("fixed", 4), ("one_bucket", 2), ("auto", 3),
-                                            ("no_sync", 2), ("zero_after_forward", 2)])
+                                            ("no_sync", 2), ("zero_after_forward", 2),
+                                                ("grad_then_zero", 2)])
 def test_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(tmp_path, scenario, world):
     results = run_job(tmp_path, scenario, world)
     for code, rep, err in results:
@@ -489,5 +490,81 @@ def test_misuses_the_c_hooks_cannot_raise_in_are_raised_at_the_end_of_backward_b
         with pytest.raises(RuntimeError, match=r"parameter lin\.(weight|bias) got a second gradient in one "
                                                r"backward.*use_reentrant=False"):
             dp(torch.ones(3, 4, requires_grad=True)).sum().backward()
+    finally:
+        dp.close()
+
+
+def test_a_backward_that_fails_before_its_first_gradient_leaves_the_step_to_the_next():
+    """An error in the loss's backward before any parameter's gradient (caught, the batch skipped): no
+    bucket went out, so the next backward arms the step again, seats the gradients the optimizer dropped,
+    and reduces them (world size 1: they are the model's own)."""
+    import copy
+    import ferry.torch
+
+    torch.manual_seed(0)
+    alone = Blocks(2)
+    dp = ferry.torch.DataParallel(copy.deepcopy(alone), plan="fixed", bucket_cap_mb=0.0005)
+    try:
+        loss = dp(torch.randn(4, 4)).sum()
+
+        def fail(_grad):
+            raise ValueError("the loss's backward fails")
+
+        loss.register_hook(fail)
+        with pytest.raises(ValueError, match="the loss's backward fails"):
+            loss.backward()
+        x = torch.randn(4, 4)
+        for m in (alone, dp):
+            m.zero_grad(set_to_none=True)
+            m(x).sum().backward()
+        for a, b in zip(alone.parameters(), dp.module.parameters()):
+            assert torch.allclose(a.grad, b.grad, atol=1e-6)
+        assert dp.stats()["steps"] == 1
+    finally:
+        dp.close()
+
+
+def test_an_output_object_is_searched_for_its_tensors_and_an_output_without_one_is_refused():
+    """A forward that returns a torch.distributions object is hooked through its attributes (its loc and
+    scale): the step is reduced. One that returns no tensor computed with grad is refused by name, at the
+    forward, where a backward could not start the reduction."""
+    import copy
+    import ferry.torch
+
+    class Policy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mean, self.log_std = torch.nn.Linear(4, 2), torch.nn.Parameter(torch.zeros(2))
+
+        def forward(self, x):
+            return torch.distributions.Normal(self.mean(x), self.log_std.exp())
+
+    torch.manual_seed(0)
+    alone = Policy()
+    dp = ferry.torch.DataParallel(copy.deepcopy(alone), plan="fixed")
+    try:
+        x, a = torch.randn(5, 4), torch.randn(5, 2)
+        for m in (alone, dp):
+            m(x).log_prob(a).sum().backward()
+        for q, r in zip(alone.parameters(), dp.module.parameters()):
+            assert torch.allclose(q.grad, r.grad, atol=1e-6)
+        assert dp.stats()["steps"] == 1
+    finally:
+        dp.close()
+
+    class Nothing(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            self.last = self.lin(x)
+
+    dp = ferry.torch.DataParallel(Nothing(), plan="fixed")
+    try:
+        with pytest.raises(RuntimeError, match=r"the forward returned NoneType with no tensor computed with grad"):
+            dp(torch.ones(2, 4))
+        with torch.no_grad():
+            dp(torch.ones(2, 4))  # no backward follows: nothing to hook
     finally:
         dp.close()

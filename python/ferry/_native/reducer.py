@@ -11,7 +11,9 @@ bucket once it is full (Note [Gradient hooks in C] in docs/COMM.md).
 
 The hooks are called through ctypes.PyDLL, which keeps the GIL held: a ctypes.CDLL call releases it, and
 another Python thread (a loader's, a logger's) could then keep it for up to the interpreter's switch
-interval (5 ms) at every gradient. What a hook does in the library is short and never waits.
+interval (5 ms) at every gradient. What a hook does in the library is short; the one that fills a bucket
+launches its collective, which waits (GIL held, other Python threads stalled) only when the communicator
+already has its whole window of collectives in flight, or while a nonblocking NCCL communicator connects.
 """
 from __future__ import annotations
 

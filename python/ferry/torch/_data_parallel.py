@@ -128,21 +128,25 @@ def _in_compiled_autograd() -> bool:
                                    or getattr(ca, "in_compiled_autograd_region", False))
 
 
-def _grad_tensors(obj: Any) -> Iterator[Any]:
+def _grad_tensors(obj: Any, _depth: int = 0) -> Iterator[Any]:
     """The tensors of a forward's output that require grad (in tuples, lists, dicts and dataclasses, as
-    DDP finds them)."""
+    DDP finds them, and in the attributes of another object, one level down)."""
     if isinstance(obj, torch.Tensor):
         if obj.requires_grad:
             yield obj
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _grad_tensors(v)
+            yield from _grad_tensors(v, _depth)
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _grad_tensors(v)
+            yield from _grad_tensors(v, _depth)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
             yield from _grad_tensors(getattr(obj, f.name))
+    elif _depth == 0 and hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
+        # A result object (a torch.distributions.Normal's loc and scale, say): its attributes, one level.
+        for v in vars(obj).values():
+            yield from _grad_tensors(v, 1)
 
 
 def _to_device(obj: Any, device: Any) -> Any:
@@ -297,10 +301,10 @@ class DataParallel(torch.nn.Module):
 
         self._sync = True
         self._step_open = False
-        self._seated = False  # the step's gradients sit in their views (at the first backward's start)
         self._armed = False   # a backward of the step is running: the hooks count
+        self._armed_stream = 0
         self._create_graph = False
-        self._dropped: List[int] = []
+        self._dropped: set = set()  # gradients that were None at a backward's start in this step
         self._error: Optional[str] = None
         self._install_hooks()
 
@@ -317,6 +321,9 @@ class DataParallel(torch.nn.Module):
                 self._fail("the previous backward stopped part way (an exception or an interrupt during it), "
                            f"after {state.marks} of {len(self._params)} gradients; the ranks' collectives no "
                            "longer match")
+            # A backward that stopped before its first gradient (an error the caller caught and skipped):
+            # none went out, and the next backward arms the step again.
+            self._armed = False
         grad_sync = self._sync and torch.is_grad_enabled()
         # Rank 0's buffers before the first forward after a synced one, whatever the grad mode (DDP's
         # require_forward_param_sync): the evaluation under no_grad that follows a step sees the same
@@ -334,8 +341,17 @@ class DataParallel(torch.nn.Module):
         out = self.module(*args, **kwargs)
         self._forward_sync = grad_sync
         if self._step_open and torch.is_grad_enabled():
-            # The backward's start: where the gradients are seated and the hooks armed.
-            for t in _grad_tensors(out):
+            # The backward's start: where the gradients are seated and the hooks armed (Note [Gradient
+            # hooks in C] in docs/COMM.md). A leaf (a parameter returned as it is) would keep the hooks.
+            found = [t for t in _grad_tensors(out) if t.grad_fn is not None]
+            if not found:
+                raise RuntimeError(
+                    f"ferry.torch.DataParallel: the forward returned {type(out).__name__} with no tensor "
+                    "computed with grad in it (looked in tuples, lists, dicts, dataclasses and an object's "
+                    "attributes): ferry starts each step's reduction when the backward reaches the forward's "
+                    "outputs. Return the tensors the loss is made of, or run this forward under "
+                    "torch.no_grad() if no backward follows it")
+            for t in found:
                 t.register_hook(self._backward_starts)
         return out
 
@@ -384,15 +400,17 @@ class DataParallel(torch.nn.Module):
         if self._red.layout()[0] != self._generation:
             self._point_grads(keep=keep)
         self._step_open = True
-        self._seated = False
         self._armed = False
+        self._dropped = set()
 
     def _seat(self) -> None:
         """Every .grad its view before the backward accumulates, so that autograd adds into the views in
         place and no gradient is copied: one that is None (the optimizer's zero_grad(set_to_none=True),
         before the forward or after it) becomes its zeroed view (one zeroing launch for all when all were
         None), another tensor is copied into its view. Remembers which were None: given back as None if no
-        rank uses them (find_unused_parameters)."""
+        rank uses them (find_unused_parameters). Run at every backward's start: a backward that counted no
+        gradient (torch.autograd.grad) leaves the step open, and zero_grad may drop the views before the
+        next."""
         dropped, replaced = [], []
         for i, (p, v) in enumerate(zip(self._params, self._views)):
             g = p.grad
@@ -402,7 +420,7 @@ class DataParallel(torch.nn.Module):
                 dropped.append(i)
             elif g.data_ptr() != v.data_ptr():
                 replaced.append(i)
-        self._dropped = dropped
+        self._dropped.update(dropped)
         if not (dropped or replaced):
             return
         with torch.no_grad():
@@ -472,10 +490,9 @@ class DataParallel(torch.nn.Module):
                        "ferry's are C functions it cannot trace, so the buckets would never be reduced; turn it "
                        "off for this module's backward (torch.compile of the model and of DataParallel both "
                        "work without it)")
-        if not self._seated:
-            self._seat()
-            self._seated = True
-        self._red.arm(self._stream())
+        self._seat()
+        self._armed_stream = self._stream()
+        self._red.arm(self._armed_stream)
         self._armed = True
         self._create_graph = torch.is_grad_enabled()
         torch.autograd.Variable._execution_engine.queue_callback(self._finish)
@@ -488,6 +505,8 @@ class DataParallel(torch.nn.Module):
 
     def _finish(self) -> None:
         """The end of backward: unused parameters, then the current stream waits for the last bucket."""
+        if not self._step_open or not self._armed:
+            return  # a second end queued by a forward recomputed inside this backward (checkpointing)
         self._armed = False
         state = self._red.hook_state()
         if state.error is not None:
@@ -522,7 +541,7 @@ class DataParallel(torch.nn.Module):
         # leaves a globally unused parameter's .grad untouched: None stays None): (True, its values) when it
         # is its view, (False, the tensor or None) otherwise.
         before: Dict[int, Tuple[bool, Any]] = {}
-        dropped = set(self._dropped)
+        dropped = self._dropped
         with torch.no_grad():
             for i in missing:
                 p, v = self._params[i], self._views[i]
@@ -538,7 +557,12 @@ class DataParallel(torch.nn.Module):
                     else:
                         v.copy_(g)
                     p.grad = v
-                self._red.hook(i)
+        if missing and self._cuda and stream != self._armed_stream:
+            # The views just written on this stream; the reducer takes them as produced on the armed one.
+            torch.cuda.ExternalStream(self._armed_stream, device=self._torch_device).wait_stream(
+                torch.cuda.current_stream(self._torch_device))
+        for i in missing:
+            self._red.hook(i)
         self._red.finish(stream)
         self._step_open = False
         used = self._reduce_used(missing, unsynced, stream) if self._find_unused else None
@@ -644,14 +668,19 @@ class DataParallel(torch.nn.Module):
         if getattr(self, "_closed", True) or _runtime.current_pid() != self._pid:
             return
         self._closed = True
-        if (self._step_open and self._red is not None and self._red.hook_state().marks > 0) \
-                or _runtime.exiting_on_interrupt():
-            # Half a step, or a Ctrl-C: the other ranks learn at once instead of at their timeout, and the
-            # waits below end.
-            self._abort(f"rank {self.rank} closed its DataParallel during a step or after an interrupt")
+        # The hooks first, before anything that can raise: they point at the reducer freed below.
         for h in self._hooks:
             (h[1] if isinstance(h, tuple) else h).remove()
         self._hooks = []
+        half_step = False
+        try:
+            half_step = self._step_open and self._red is not None and self._red.hook_state().marks > 0
+        except Exception:  # noqa: BLE001 - a reducer already ended (a collected cycle) is no half step
+            pass
+        if half_step or _runtime.exiting_on_interrupt():
+            # Half a step, or a Ctrl-C: the other ranks learn at once instead of at their timeout, and the
+            # waits below end.
+            self._abort(f"rank {self.rank} closed its DataParallel during a step or after an interrupt")
         with torch.no_grad():
             for p, v in zip(self._params, self._views):
                 if p.grad is not None and p.grad.data_ptr() == v.data_ptr():
