@@ -117,6 +117,12 @@ def test_the_installed_distribution():
     assert importlib.metadata.version("ferry-gpu") == ferry.__version__  # what `pip show ferry-gpu` prints
     assert (package / "py.typed").is_file()
     assert _cli.cli_path() == package / "ferry" and os.access(package / "ferry", os.X_OK)
+    # Every package of the source tree is installed (pyproject.toml finds them): each imports from pip's copy.
+    source = ROOT / "python" / "ferry"
+    for init in sorted(source.rglob("__init__.py")):
+        name = ".".join(("ferry",) + init.parent.relative_to(source).parts)
+        module = importlib.import_module(name)
+        assert Path(module.__file__).resolve().is_relative_to(package.resolve()), (name, module.__file__)
     script = Path(sys.executable).parent / "ferry"  # the console script
     r = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"ferry {ferry.library_version}", r
