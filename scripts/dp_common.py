@@ -1,5 +1,6 @@
-"""What the data-parallel benches of one GPU share (dp_host_breakdown.py, dp_graph.py, dp_compile.py): a
-group of one over NCCL and its device, and a results file written whole."""
+"""What the data-parallel benches of one GPU share (dp_host_breakdown.py, dp_graph.py, dp_compile.py,
+dp_interleaved.py): a group of one over NCCL and its device, a fixed batch of images, and a results file
+written whole."""
 import json
 import os
 
@@ -14,6 +15,15 @@ def one_gpu(port: int):
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     return dev
+
+
+def images(batch: int, dtype, dev):
+    """A fixed batch of ImageNet-shaped inputs and labels on `dev` (seed 0), the inputs of `dtype`."""
+    import torch
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(batch, 3, 224, 224, device=dev, generator=g).to(dtype)
+    y = torch.randint(0, 1000, (batch,), device=dev, generator=g)
+    return x, y
 
 
 def write_json(path: str, doc) -> None:

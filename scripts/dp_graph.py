@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import torchvision
 
 import ferry.torch
-from dp_common import one_gpu, write_json  # scripts/, this script's folder
+from dp_common import images, one_gpu, write_json  # scripts/, this script's folder
 
 
 def main() -> None:
@@ -35,9 +35,7 @@ def main() -> None:
     args = p.parse_args()
     dev = one_gpu(args.port)
     dtype = getattr(torch, args.dtype)
-    g = torch.Generator(device=dev).manual_seed(0)
-    x = torch.randn(args.batch, 3, 224, 224, device=dev, generator=g).to(dtype)
-    y = torch.randint(0, 1000, (args.batch,), device=dev, generator=g)
+    x, y = images(args.batch, dtype, dev)
     torch.manual_seed(0)
     base = getattr(torchvision.models, args.model)().to(dev, dtype)
     rows = {}

@@ -64,13 +64,11 @@ def run(args) -> None:
     import torchvision
 
     import ferry.torch
-    from dp_common import one_gpu  # scripts/, this script's folder
+    from dp_common import images, one_gpu  # scripts/, this script's folder
 
     dev = one_gpu(args.port)
     dtype = getattr(torch, args.dtype)
-    g = torch.Generator(device=dev).manual_seed(0)
-    x = torch.randn(args.batch, 3, 224, 224, device=dev, generator=g).to(dtype)
-    y = torch.randint(0, 1000, (args.batch,), device=dev, generator=g)
+    x, y = images(args.batch, dtype, dev)
     out = {"model": args.model, "dtype": args.dtype, "batch": args.batch, "steps": args.steps,
            "warmup": args.warmup, "torch": torch.__version__, "device": torch.cuda.get_device_name(dev),
            "levels": {}}
