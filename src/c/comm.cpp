@@ -402,8 +402,10 @@ int ferry_reducer_hooks_arm(ferry_reducer* r, uintptr_t stream) {
         h.at == ferry::c_api::hook_counts::phase::armed
             ? fmt::format("ferry_reducer_hooks_arm: armed again after {} gradients of the step", h.marks)
             : std::string("ferry_reducer_hooks_arm outside a step: call ferry_reducer_begin_step first"));
-    // Validate the stream now, where an error can be returned (a hook cannot return one).
-    static_cast<void>(ferry::c_api::producer_view(*st.group->dev, stream));
+    // Validate the stream now, where an error can be returned (a hook cannot return one). A default
+    // stream needs no check, and its view is a bridge join: made once a bucket, not here too.
+    if (!ferry::c_api::is_default_stream(*st.group->dev, stream))
+      static_cast<void>(ferry::c_api::producer_view(*st.group->dev, stream));
     const auto& places = st.red->plan().places;
     std::size_t buckets = 0;
     for (const auto& pl : places) buckets = std::max(buckets, pl.bucket + 1);
