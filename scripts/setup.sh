@@ -16,6 +16,8 @@ packages=(
   chromium fonts-dejavu-core  # renders the HTML report in the report test (headless)
   clang libclang-rt-14-dev    # libFuzzer for the trace importers' fuzz run
   clang-format clang-tidy     # scripts/lint.sh
+  libjpeg62-turbo-dev         # <jpeglib.h> for the libjpeg-turbo shim (src/shim/jpeg.cpp); the library is opened at run time
+  python3-pil                 # the reference decode of tests/python/test_image.py and scripts/bench_jpeg_cpu.py
   openmpi-bin libopenmpi-dev  # the MPI bootstrap: mpirun for its tests (ctest comm_mpi), <mpi.h> for the shim's checks
 )
 
