@@ -32,8 +32,9 @@ LAYERS: dict[str, set[str]] = {
     "ingest": {"device"},
     "egress": {"device"},
     "comm": {"device", "shim", "cuda"},
+    "image": {"device", "shim", "cuda"},
     "bench": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
-    "c": {"ingest", "egress", "comm", "probe", "analyze", "report", "cuda"},
+    "c": {"ingest", "egress", "comm", "image", "probe", "analyze", "report", "cuda"},
     "inject": {"trace", "shim", "cupti"},
     "launch": {"trace"},
 }

@@ -68,9 +68,17 @@ class crop_rng {
   }
   /// [0, 1), 53 random bits.
   constexpr double uniform() noexcept { return static_cast<double>(next() >> 11U) * 0x1.0p-53; }
-  /// [0, n) for n >= 1.
-  constexpr std::uint64_t below(std::uint64_t n) noexcept {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64U);
+  /// [0, n) for n >= 1: the high 64 bits of next() * n.
+  constexpr std::uint64_t below(std::uint64_t n) noexcept { return mul_high(next(), n); }
+  /// The high 64 bits of the 128-bit product a * b.
+  static constexpr std::uint64_t mul_high(std::uint64_t a, std::uint64_t b) noexcept {
+    const std::uint64_t a_lo = a & 0xFFFFFFFFU;
+    const std::uint64_t a_hi = a >> 32U;
+    const std::uint64_t b_lo = b & 0xFFFFFFFFU;
+    const std::uint64_t b_hi = b >> 32U;
+    const std::uint64_t hi_lo = a_hi * b_lo;
+    const std::uint64_t cross = ((a_lo * b_lo) >> 32U) + (hi_lo & 0xFFFFFFFFU) + a_lo * b_hi;
+    return a_hi * b_hi + (hi_lo >> 32U) + (cross >> 32U);
   }
 
  private:

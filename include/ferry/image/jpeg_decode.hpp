@@ -9,9 +9,11 @@
 // - Region: jpeg_crop_scanline narrows the decoded columns to the iMCU columns covering the box,
 //   jpeg_skip_scanlines skips the rows above it, and decoding stops after its last row (the rows below are
 //   never decoded: jpeg_abort_decompress).
-// - Resize: separable, triangle filter whose support widens by the downscale factor (Pillow's BILINEAR,
-//   ImagingResample), sampling the exact box in scaled coordinates (fractional edges box * scale_num / 8),
-//   horizontal pass then vertical, 8-bit rounding once at the end.
+// - Resize: separable, triangle filter whose support widens by the downscale factor, sampling the exact
+//   box in scaled coordinates (fractional edges box * scale_num / 8), taps kept inside the box's scaled
+//   pixels: Pillow's BILINEAR resample (ImagingResample, 22-bit fixed point, horizontal pass then
+//   vertical, each rounded to 8 bits), so at scale 8/8 the output equals PIL's
+//   crop(box).resize((size, size), BILINEAR) byte for byte.
 // - Flip mirrors the output columns; grayscale is replicated to three channels.
 // - Refused by name (logic_error): not a JPEG, truncated headers, CMYK/YCCK, lossless, arithmetic-coded,
 //   hierarchical and 12-bit JPEGs (jpeg_info.hpp's undecodable_reason). Progressive JPEGs decode (the whole
