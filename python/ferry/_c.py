@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
@@ -112,11 +112,16 @@ class ReducerHandle(Handle):
     """ferry_reducer*"""
 
 
+class JpegDecoderHandle(Handle):
+    """ferry_jpeg_decoder*"""
+
+
 # The C type name of each handle in ferry.h (tests/python/test_header.py checks every use).
 HANDLES = {"ferry_device": DeviceHandle, "ferry_stream": StreamHandle, "ferry_event": EventHandle,
            "ferry_analysis": AnalysisHandle, "ferry_sink": SinkHandle, "ferry_egress": EgressHandle,
            "ferry_prefetch": PrefetchHandle, "ferry_batch": BatchHandle,
-           "ferry_comm": CommHandle, "ferry_reducer": ReducerHandle}
+           "ferry_comm": CommHandle, "ferry_reducer": ReducerHandle,
+           "ferry_jpeg_decoder": JpegDecoderHandle}
 
 
 class Status(c_int):
@@ -128,6 +133,7 @@ class Status(c_int):
 _dev, _stream, _event, _analysis = DeviceHandle, StreamHandle, EventHandle, AnalysisHandle
 _sink, _egress, _prefetch, _batch = SinkHandle, EgressHandle, PrefetchHandle, BatchHandle
 _comm, _reducer = CommHandle, ReducerHandle
+_jpeg_decoder = JpegDecoderHandle
 P = POINTER
 # name: (return type, argument types), in the header's order.
 DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
@@ -217,6 +223,21 @@ DECLARATIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "ferry_reducer_finish": (Status, [_reducer, c_uintptr]),
     "ferry_reducer_stats_json": (Status, [_reducer, P(c_void_p)]),
     "ferry_reducer_destroy": (None, [_reducer]),
+    "ferry_jpeg_info": (Status, [c_void_p, c_size_t, P(c_int32)]),
+    "ferry_jpeg_refusal": (c_char_p, [c_void_p, c_size_t]),
+    "ferry_image_boxes": (Status, [c_size_t, P(c_int32), P(c_int32), P(c_uint64), c_int, P(c_double), P(c_int32)]),
+    "ferry_jpeg_decode_crop": (Status, [c_void_p, c_size_t, P(c_int32), c_int32, c_int, c_void_p, c_size_t]),
+    "ferry_jpeg_decode_crop_batch": (Status, [c_size_t, P(c_void_p), P(c_size_t), P(c_int32), c_int32, c_int,
+                                              c_void_p, c_size_t, c_int]),
+    "ferry_jpeg_gpu_library_json": (Status, [c_char_p, P(c_void_p)]),
+    "ferry_jpeg_decoder_create": (Status, [_dev, c_char_p, P(_jpeg_decoder)]),
+    "ferry_jpeg_decoder_decode": (Status, [_jpeg_decoder, c_size_t, P(c_void_p), P(c_size_t), P(c_int32), c_int32,
+                                           c_void_p, c_int, c_int, P(c_float), P(c_float), c_uintptr, P(c_int32),
+                                           P(_event)]),
+    "ferry_jpeg_decoder_image": (Status, [_jpeg_decoder, c_size_t, P(c_uint8), c_size_t, P(c_int32), P(c_int32),
+                                          P(c_int32)]),
+    "ferry_jpeg_decoder_stats_json": (Status, [_jpeg_decoder, P(c_void_p)]),
+    "ferry_jpeg_decoder_destroy": (None, [_jpeg_decoder]),
 }
 
 

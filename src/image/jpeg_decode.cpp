@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -28,7 +29,7 @@ namespace ferry::image {
 int jpeg_scale_for(std::int32_t box_height, std::int32_t box_width, std::int32_t size) noexcept {
   const std::int64_t need = std::int64_t{size} * 8;
   const std::int64_t side = std::min(box_height, box_width);
-  for (int n = 1; n < 8; ++n)
+  for (int n = 1; n < 8; n *= 2)
     if (side * n >= need) return n;
   return 8;
 }
@@ -97,7 +98,7 @@ void make_taps(double in0, double in1, int lo, int hi, int out, axis_taps& t) {
   }
 }
 
-std::uint8_t clip8(std::int32_t v) noexcept {
+[[gnu::always_inline]] inline std::uint8_t clip8(std::int32_t v) noexcept {
   v >>= precision_bits;
   return static_cast<std::uint8_t>(std::clamp(v, 0, 255));
 }
@@ -106,10 +107,11 @@ std::uint8_t clip8(std::int32_t v) noexcept {
 struct scratch {
   axis_taps horizontal;
   axis_taps vertical;
-  std::vector<std::uint8_t> decoded;  // the decoded region, rows x (width * 3)
+  std::vector<std::uint8_t> decoded;  // the decoded region, rows x width RGBX pixels
   std::vector<JSAMPROW> rows;
-  std::vector<std::uint8_t> wide;  // after the horizontal pass: rows x (size * 3)
+  std::vector<std::uint8_t> wide;  // after the horizontal pass: rows x size RGBX pixels
   std::vector<std::int32_t> acc;   // one output row of the vertical pass
+  std::vector<std::uint8_t> line;  // the same, rounded
 };
 
 scratch& thread_scratch() {
@@ -151,8 +153,8 @@ bool decode_header(const shim::jpeg_api& api, jpeg_decompress_struct& cinfo, err
   api.read_header(&cinfo, TRUE);
   cinfo.scale_num = static_cast<unsigned>(scale_num);
   cinfo.scale_denom = 8;
-  cinfo.out_color_space = JCS_RGB;  // grayscale too: libjpeg-turbo replicates it
-  cinfo.dct_method = JDCT_ISLOW;    // PIL's default
+  cinfo.out_color_space = JCS_EXT_RGBX;  // grayscale too: libjpeg-turbo replicates it
+  cinfo.dct_method = JDCT_ISLOW;         // PIL's default
   cinfo.do_fancy_upsampling = TRUE;
   api.calc_output_dimensions(&cinfo);
   return true;
@@ -196,65 +198,170 @@ struct decompressor {
   ~decompressor() { api.destroy_decompress(&cinfo); }
 };
 
-// Horizontal pass over `n_rows` rows of `in` (stride in_stride, RGB interleaved, first column = input
-// column `offset`), into `out` (n_rows x size * 3).
+// Pixels are 4 bytes (libjpeg-turbo's RGBX), so each tap is one 4-lane multiply-add (the vectorizer
+// makes it one instruction) and rows stay aligned to pixels.
+constexpr std::size_t lanes = 4;
+
+// The vertical pass is built twice on x86-64, for AVX2 (pmulld: 32-bit lane multiplies) and for the
+// baseline SSE2 (which emulates them), the loader picking one at start (an ifunc); the horizontal pass has
+// an SSE4.1 form of its own (resample_horizontal_sse41).
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FERRY_IMAGE_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FERRY_IMAGE_TARGET_CLONES
+#endif
+
+// One RGBX pixel as four 32-bit lanes (GCC's and Clang's vector extension: one SSE/NEON register).
+using pixel_i32 = std::int32_t __attribute__((vector_size(16)));
+using pixel_u8 = std::uint8_t __attribute__((vector_size(4)));
+
+[[gnu::always_inline]] inline pixel_i32 load_pixel(const std::uint8_t* p) noexcept {
+  pixel_u8 v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, pixel_i32);
+}
+
+[[gnu::always_inline]] inline void store_pixel(pixel_i32 acc, std::uint8_t* p) noexcept {
+  pixel_i32 v = acc >> precision_bits;
+  v = v < 0 ? 0 : v;
+  v = v > 255 ? 255 : v;
+  const auto b = __builtin_convertvector(v, pixel_u8);
+  std::memcpy(p, &b, sizeof b);
+}
+
+// Horizontal pass over `n_rows` rows of `in` (stride in_stride, RGBX, first column = input column
+// `offset`), into `out` (n_rows x size RGBX). K > 0: every output reads exactly K inputs (the taps padded
+// with zero weights, the rows with K columns of slack), so the tap loop unrolls.
+template <int K>
 void resample_horizontal(const std::uint8_t* in, std::size_t in_stride, int offset, std::size_t n_rows,
                          const axis_taps& t, int size, std::uint8_t* out) {
-  const auto out_stride = static_cast<std::size_t>(size) * 3;
+  const auto out_stride = static_cast<std::size_t>(size) * lanes;
+  const std::int32_t* coeffs = t.coeffs.data();
+  const std::int32_t* first = t.first.data();
+  const std::int32_t* count = t.count.data();
+  const auto ksize = static_cast<std::size_t>(t.ksize);
+  const pixel_i32 half = {1 << (precision_bits - 1), 1 << (precision_bits - 1), 1 << (precision_bits - 1),
+                          1 << (precision_bits - 1)};
   for (std::size_t y = 0; y < n_rows; ++y) {
     const std::uint8_t* row = in + y * in_stride;
     std::uint8_t* o = out + y * out_stride;
     for (int xx = 0; xx < size; ++xx) {
-      const std::int32_t* k = &t.coeffs[static_cast<std::size_t>(xx) * static_cast<std::size_t>(t.ksize)];
-      const std::uint8_t* p =
-          row + static_cast<std::size_t>(t.first[static_cast<std::size_t>(xx)] - offset) * 3;
-      std::int32_t r = 1 << (precision_bits - 1);
-      std::int32_t g = r;
-      std::int32_t b = r;
-      const int n = t.count[static_cast<std::size_t>(xx)];
-      for (int x = 0; x < n; ++x) {
-        r += p[3 * x] * k[x];
-        g += p[3 * x + 1] * k[x];
-        b += p[3 * x + 2] * k[x];
-      }
-      o[3 * xx] = clip8(r);
-      o[3 * xx + 1] = clip8(g);
-      o[3 * xx + 2] = clip8(b);
+      const std::int32_t* k = coeffs + static_cast<std::size_t>(xx) * ksize;
+      const std::uint8_t* p = row + static_cast<std::size_t>(first[xx] - offset) * lanes;
+      pixel_i32 acc = half;
+      const int n = K > 0 ? K : count[xx];
+      for (int x = 0; x < n; ++x) acc += load_pixel(p + lanes * static_cast<std::size_t>(x)) * k[x];
+      store_pixel(acc, o + lanes * static_cast<std::size_t>(xx));
     }
   }
 }
 
-// Vertical pass from `in` (rows from input row `offset`, size * 3 bytes each) to the output, flipped and laid
-// out as asked.
-void resample_vertical(const std::uint8_t* in, int offset, const axis_taps& t, int size, bool flip,
-                       pixel_layout layout, std::vector<std::int32_t>& acc, std::uint8_t* out) {
-  const auto width = static_cast<std::size_t>(size) * 3;
-  const auto plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+#if defined(__x86_64__) && defined(__GNUC__)
+// resample_horizontal with SSE4.1 (every x86-64 CPU since 2008 has it): one pmovzxbd, pmulld and paddd per
+// tap, the rounding shift and the two saturating packs being clip8's clamp.
+template <int K>
+__attribute__((target("sse4.1"))) void resample_horizontal_sse41(const std::uint8_t* in,
+                                                                 std::size_t in_stride, int offset,
+                                                                 std::size_t n_rows, const axis_taps& t,
+                                                                 int size, std::uint8_t* out) {
+  const auto out_stride = static_cast<std::size_t>(size) * lanes;
+  const std::int32_t* coeffs = t.coeffs.data();
+  const std::int32_t* first = t.first.data();
+  const std::int32_t* count = t.count.data();
+  const auto ksize = static_cast<std::size_t>(t.ksize);
+  const __m128i half = _mm_set1_epi32(1 << (precision_bits - 1));
+  for (std::size_t y = 0; y < n_rows; ++y) {
+    const std::uint8_t* row = in + y * in_stride;
+    std::uint8_t* o = out + y * out_stride;
+    for (int xx = 0; xx < size; ++xx) {
+      const std::int32_t* k = coeffs + static_cast<std::size_t>(xx) * ksize;
+      const std::uint8_t* p = row + static_cast<std::size_t>(first[xx] - offset) * lanes;
+      __m128i acc = half;
+      const int n = K > 0 ? K : count[xx];
+      for (int x = 0; x < n; ++x) {
+        std::int32_t word = 0;
+        std::memcpy(&word, p + lanes * static_cast<std::size_t>(x), sizeof word);
+        const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(word));
+        acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[x])));
+      }
+      acc = _mm_srai_epi32(acc, precision_bits);
+      const __m128i w = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+      const std::int32_t packed = _mm_cvtsi128_si32(w);
+      std::memcpy(o + lanes * static_cast<std::size_t>(xx), &packed, sizeof packed);
+    }
+  }
+}
+
+bool have_sse41() noexcept {
+  static const bool yes = __builtin_cpu_supports("sse4.1") != 0;
+  return yes;
+}
+#endif
+
+template <int K>
+void resample_horizontal_k(const std::uint8_t* in, std::size_t in_stride, int offset, std::size_t n_rows,
+                           const axis_taps& t, int size, std::uint8_t* out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (have_sse41()) {
+    resample_horizontal_sse41<K>(in, in_stride, offset, n_rows, t, size, out);
+    return;
+  }
+#endif
+  resample_horizontal<K>(in, in_stride, offset, n_rows, t, size, out);
+}
+
+void resample_horizontal_any(const std::uint8_t* in, std::size_t in_stride, int offset, std::size_t n_rows,
+                             const axis_taps& t, int size, std::uint8_t* out) {
+  switch (t.ksize) {
+    case 3: resample_horizontal_k<3>(in, in_stride, offset, n_rows, t, size, out); return;
+    case 5: resample_horizontal_k<5>(in, in_stride, offset, n_rows, t, size, out); return;
+    case 7: resample_horizontal_k<7>(in, in_stride, offset, n_rows, t, size, out); return;
+    default: resample_horizontal_k<0>(in, in_stride, offset, n_rows, t, size, out); return;
+  }
+}
+
+// Vertical pass from `in` (rows from input row `offset`, size RGBX pixels each) to the output, flipped and
+// laid out as asked. `acc` and `line` are one row's scratch.
+FERRY_IMAGE_TARGET_CLONES void resample_vertical(const std::uint8_t* in, int offset, const axis_taps& t,
+                                                 int size, bool flip, pixel_layout layout,
+                                                 std::vector<std::int32_t>& acc,
+                                                 std::vector<std::uint8_t>& line, std::uint8_t* out) {
+  const auto side = static_cast<std::size_t>(size);
+  const std::size_t width = side * lanes;
+  const std::size_t plane = side * side;
   acc.resize(width);
-  for (int yy = 0; yy < size; ++yy) {
-    std::fill(acc.begin(), acc.end(), 1 << (precision_bits - 1));
-    const std::int32_t* k = &t.coeffs[static_cast<std::size_t>(yy) * static_cast<std::size_t>(t.ksize)];
-    const int first = t.first[static_cast<std::size_t>(yy)] - offset;
-    const int n = t.count[static_cast<std::size_t>(yy)];
+  line.resize(width);
+  std::int32_t* a = acc.data();
+  std::uint8_t* l = line.data();
+  for (std::size_t yy = 0; yy < side; ++yy) {
+    for (std::size_t i = 0; i < width; ++i) a[i] = 1 << (precision_bits - 1);
+    const std::int32_t* k = &t.coeffs[yy * static_cast<std::size_t>(t.ksize)];
+    const int first = t.first[yy] - offset;
+    const int n = t.count[yy];
     for (int y = 0; y < n; ++y) {
       const std::uint8_t* row = in + static_cast<std::size_t>(first + y) * width;
       const std::int32_t c = k[y];
-      for (std::size_t i = 0; i < width; ++i) acc[i] += row[i] * c;
+      for (std::size_t i = 0; i < width; ++i) a[i] += row[i] * c;
     }
-    const auto oy = static_cast<std::size_t>(yy);
-    for (int xx = 0; xx < size; ++xx) {
-      const auto ox = static_cast<std::size_t>(flip ? size - 1 - xx : xx);
-      const std::size_t i = static_cast<std::size_t>(xx) * 3;
-      if (layout == pixel_layout::chw) {
-        const std::size_t at = oy * static_cast<std::size_t>(size) + ox;
-        out[at] = clip8(acc[i]);
-        out[plane + at] = clip8(acc[i + 1]);
-        out[2 * plane + at] = clip8(acc[i + 2]);
-      } else {
-        std::uint8_t* px = out + (oy * static_cast<std::size_t>(size) + ox) * 3;
-        px[0] = clip8(acc[i]);
-        px[1] = clip8(acc[i + 1]);
-        px[2] = clip8(acc[i + 2]);
+    for (std::size_t i = 0; i < width; ++i) l[i] = clip8(a[i]);
+    if (layout == pixel_layout::hwc) {
+      std::uint8_t* o = out + yy * side * 3;
+      for (std::size_t x = 0; x < side; ++x) {
+        const std::size_t from = (flip ? side - 1 - x : x) * lanes;
+        o[3 * x] = l[from];
+        o[3 * x + 1] = l[from + 1];
+        o[3 * x + 2] = l[from + 2];
+      }
+    } else {
+      std::uint8_t* r = out + yy * side;
+      std::uint8_t* g = r + plane;
+      std::uint8_t* b = g + plane;
+      for (std::size_t x = 0; x < side; ++x) {
+        const std::size_t from = (flip ? side - 1 - x : x) * lanes;
+        r[x] = l[from];
+        g[x] = l[from + 1];
+        b[x] = l[from + 2];
       }
     }
   }
@@ -290,7 +397,7 @@ void decode_jpeg_crop(std::span<const std::byte> jpeg, const crop_box& box, std:
         fmt::format("libjpeg cannot read the header of {} bytes: {}", jpeg.size(), d.err.message));
   FERRY_EXPECTS(
       static_cast<std::int64_t>(d.cinfo.image_height) == info.height &&
-          static_cast<std::int64_t>(d.cinfo.image_width) == info.width && d.cinfo.output_components == 3,
+          static_cast<std::int64_t>(d.cinfo.image_width) == info.width && d.cinfo.output_components == 4,
       fmt::format("libjpeg reads a {} x {} image of {} output components where the frame header says "
                   "{} x {}",
                   d.cinfo.image_height, d.cinfo.image_width, d.cinfo.output_components, info.height,
@@ -316,7 +423,8 @@ void decode_jpeg_crop(std::span<const std::byte> jpeg, const crop_box& box, std:
 
   // jpeg_crop_scanline widens the columns by less than one iMCU (at most 4 x 8 scaled pixels) on the left.
   const std::size_t max_width = std::min<std::size_t>(out_w, x1 - x0 + 32);
-  const std::size_t stride = max_width * 3;
+  // K columns of slack: the horizontal pass reads ksize inputs for every output (zero weights past count).
+  const std::size_t stride = (max_width + static_cast<std::size_t>(s.horizontal.ksize)) * lanes;
   const std::size_t n_rows = y1 - y0;
   s.decoded.resize(n_rows * stride);
   s.rows.resize(n_rows);
@@ -331,10 +439,11 @@ void decode_jpeg_crop(std::span<const std::byte> jpeg, const crop_box& box, std:
                 fmt::format("jpeg_crop_scanline gave columns [{}, {}) for [{}, {}) (room for {})", xoffset,
                             xoffset + width, x0, x1, max_width));
 
-  s.wide.resize(n_rows * static_cast<std::size_t>(size) * 3);
-  resample_horizontal(s.decoded.data(), stride, static_cast<int>(xoffset), n_rows, s.horizontal, size,
-                      s.wide.data());
-  resample_vertical(s.wide.data(), static_cast<int>(y0), s.vertical, size, box.flip == 1, layout, s.acc, out);
+  s.wide.resize(n_rows * static_cast<std::size_t>(size) * lanes);
+  resample_horizontal_any(s.decoded.data(), stride, static_cast<int>(xoffset), n_rows, s.horizontal, size,
+                          s.wide.data());
+  resample_vertical(s.wide.data(), static_cast<int>(y0), s.vertical, size, box.flip == 1, layout, s.acc,
+                    s.line, out);
 }
 
 #else  // no <jpeglib.h> at build time

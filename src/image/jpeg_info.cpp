@@ -109,7 +109,7 @@ jpeg_info read_jpeg_info(std::span<const std::byte> bytes) noexcept {
     // Adobe APP14: "Adobe", version(2), flags0(2), flags1(2), transform(1).
     if (m == marker_app14 && len >= 14 && r.at(seg) == 'A' && r.at(seg + 1) == 'd' && r.at(seg + 2) == 'o' &&
         r.at(seg + 3) == 'b' && r.at(seg + 4) == 'e')
-      info.adobe_transform = static_cast<std::int8_t>(r.at(seg + 11));
+      info.adobe_transform = static_cast<std::int16_t>(r.at(seg + 11));
     pos += len;
   }
 }

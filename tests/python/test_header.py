@@ -20,6 +20,8 @@ C_TYPES = {
     "void*": ctypes.c_void_p, "const void*": ctypes.c_void_p, "void**": P(ctypes.c_void_p),
     "const void* const*": P(ctypes.c_void_p), "const size_t*": P(ctypes.c_size_t),
     "size_t*": P(ctypes.c_size_t), "const int64_t*": P(ctypes.c_int64), "uint64_t*": P(ctypes.c_uint64),
+    "const int32_t*": P(ctypes.c_int32), "int32_t*": P(ctypes.c_int32), "const uint64_t*": P(ctypes.c_uint64),
+    "const double*": P(ctypes.c_double), "const float*": P(ctypes.c_float),
     "int*": P(ctypes.c_int), "int64_t*": P(ctypes.c_int64), "uint8_t*": P(ctypes.c_uint8), "ferry_chunk_fn": _c.CHUNK_FN, "const ferry_kv_store*": P(_c.KvStore),
 }
 
@@ -28,7 +30,7 @@ def ctype_of(text: str):
     text = re.sub(r"\s*\*", "*", " ".join(text.split()))
     if text in C_TYPES:
         return C_TYPES[text]
-    m = re.fullmatch(r"(ferry_[a-z]+)(\**)", text)
+    m = re.fullmatch(r"(ferry_[a-z_]*[a-z])(\**)", text)
     assert m, f"ferry.h uses a type the test does not know: {text!r}"
     handle = _c.HANDLES.get(m.group(1))
     assert handle is not None, f"ferry.h has a handle type ferry/_c.py's HANDLES lacks: {m.group(1)}"

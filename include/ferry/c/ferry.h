@@ -317,7 +317,8 @@ FERRY_C_API int ferry_reducer_buckets(ferry_reducer* r, size_t* out, size_t n, i
  * stream of another device. */
 FERRY_C_API int ferry_reducer_hooks_arm(ferry_reducer* r, uintptr_t stream);
 FERRY_C_API void ferry_reducer_grad_hook(ferry_reducer* r, size_t p, void* tensor);
-FERRY_C_API void ferry_reducer_grad_node_hook(ferry_reducer* r, size_t p, void* grad_inputs, void* grad_outputs);
+FERRY_C_API void ferry_reducer_grad_node_hook(ferry_reducer* r, size_t p, void* grad_inputs,
+                                              void* grad_outputs);
 FERRY_C_API int ferry_reducer_hooks_state(ferry_reducer* r, size_t* marks, int64_t* twice, int64_t* early,
                                           char** error);
 /* marked[p] = 1 if gradient p was hooked in this step; unsynced[p] = 1 if it was hooked outside a
@@ -330,6 +331,82 @@ FERRY_C_API int ferry_reducer_finish(ferry_reducer* r, uintptr_t stream);
 FERRY_C_API int ferry_reducer_stats_json(ferry_reducer* r, char** out);
 /* Waits for the reducer's work and destroys it. */
 FERRY_C_API void ferry_reducer_destroy(ferry_reducer* r);
+
+/* ---- image: JPEG samples (header parse, crop boxes, the CPU decode) ------------------------------ */
+/* The header of the JPEG of `size` bytes at `bytes`, read from its markers (no decode; never reads past
+ * `size`): out[0..8] = {status, height, width, components, process, precision, adobe_transform, decodable,
+ * offset}. status 0 ok, else 1 not a JPEG, 2 truncated, 3 bad marker, 4 bad frame, 5 width or height 0,
+ * 6 no frame header; process 0 baseline, 1 extended, 2 progressive, 3 lossless, 4 arithmetic-coded,
+ * 5 hierarchical; adobe_transform -1 without an Adobe marker; decodable 1 when ferry's decoders take it
+ * (8-bit Huffman sequential or progressive, 1 or 3 components); offset where the parser stopped (the frame
+ * marker when ok). Fails (FERRY_ERROR_INVALID) only for NULL pointers: content is reported, not refused. */
+FERRY_C_API int ferry_jpeg_info(const void* bytes, size_t size, int32_t* out);
+/* Why ferry's decoders refuse the JPEG at `bytes` ("a CMYK JPEG (4 components)", "truncated before the end
+ * of its frame header", ...; static storage), or NULL when they take it. */
+FERRY_C_API const char* ferry_jpeg_refusal(const void* bytes, size_t size);
+/* Crop boxes of n samples, sample i of heights[i] x widths[i] pixels, drawn from seeds[i]: boxes[5 * i ..]
+ * = {top, left, height, width, flip}. mode 0 random-resized (torchvision RandomResizedCrop + horizontal
+ * flip), 1 center (the largest centered square times crop_fraction), 2 full. params: NULL for the defaults,
+ * else {scale_min, scale_max, ratio_min, ratio_max, flip_probability, crop_fraction}
+ * (0.08, 1, 3/4, 4/3, 0.5, 224/256). The generator and draw order: include/ferry/image/crop_box.hpp. */
+FERRY_C_API int ferry_image_boxes(size_t n, const int32_t* heights, const int32_t* widths,
+                                  const uint64_t* seeds, int mode, const double* params, int32_t* boxes);
+/* Decodes the JPEG at `bytes` on this thread, crops box[0..4] (as ferry_image_boxes writes it, in the
+ * image's pixels), resizes to out_size x out_size (antialiased bilinear, as PIL's BILINEAR) and flips when
+ * box[4] is 1, writing 3 * out_size * out_size uint8 at `out` (out_bytes of room): layout 0 CHW (planes R,
+ * G, B), 1 HWC. Grayscale comes out as three equal channels. FERRY_ERROR_INVALID names what the JPEG is
+ * when ferry does not decode it (CMYK, lossless, arithmetic-coded, not a JPEG, ...), a box outside the
+ * image, or a missing libjpeg and what to install; FERRY_ERROR_INPUT carries libjpeg's message for data it
+ * cannot decode. */
+FERRY_C_API int ferry_jpeg_decode_crop(const void* bytes, size_t size, const int32_t* box, int32_t out_size,
+                                       int layout, void* out, size_t out_bytes);
+/* ferry_jpeg_decode_crop of n samples on `threads` threads of its own (0: one per core, at most n), sample
+ * i from data[i] (sizes[i] bytes) with boxes[5 * i ..] into out + i * out_stride (out_stride >= 3 *
+ * out_size * out_size). Returns when all are done; a failure names the first failing sample by index, and
+ * the other samples are still decoded. */
+FERRY_C_API int ferry_jpeg_decode_crop_batch(size_t n, const void* const* data, const size_t* sizes,
+                                             const int32_t* boxes, int32_t out_size, int layout, void* out,
+                                             size_t out_stride, int threads);
+
+/* ---- image: the GPU JPEG decoder (nvJPEG, opened at run time) ------------------------------------ */
+typedef struct ferry_jpeg_decoder ferry_jpeg_decoder;
+/* Where nvJPEG is, as JSON for ferry_string_free: {"available", "path", "version", "error" (why not, and what
+ * to install), "tried" (the names tried, in order)}. options_json: NULL, or {"library_dirs": [folder, ...]},
+ * looked in first. Needs no GPU; fails only for bad options. */
+FERRY_C_API int ferry_jpeg_gpu_library_json(const char* options_json, char** out);
+/* A GPU JPEG decoder on `dev`, a cuda device. options_json: NULL for the defaults, or {"backend": "auto" (the
+ * GPU's JPEG engines for the images they take, nvJPEG's one-by-one decode for the rest) | "hardware" (the
+ * same, but fails without engines) | "software" (one by one only), "buffers": 2 (scratch sets used in turn,
+ * 1..8), "library_dirs": [folder, ...]}. FERRY_ERROR_INVALID names a bad option, a missing nvJPEG and what
+ * to install, a host device, or a build without CUDA. */
+FERRY_C_API int ferry_jpeg_decoder_create(ferry_device* dev, const char* options_json,
+                                          ferry_jpeg_decoder** out);
+/* Decodes n JPEGs (data[i] of lengths[i] bytes, host memory) on the decoder's GPU, crops boxes[5 * i ..] (as
+ * ferry_image_boxes writes them, in the image's pixels), resizes to size x size (PIL's BILINEAR, the same
+ * rounding as PIL's crop + resize), flips when the box says so and writes the batch at `out` (device memory,
+ * n * 3 * size * size elements, dense): dtype 0 uint8, 1 float32, 2 bfloat16, 3 float16, the floats being
+ * (x / 255 - mean[c]) / std[c] (mean and std: NULL for 0 and 1); layout 0 NCHW, 1 NHWC (channels_last).
+ * The output is written on `consumer_stream` only (default streams accepted), after its queued work; the
+ * host does not wait for the decode. status: NULL, or n int32 receiving each sample's outcome (0 ok, 1
+ * refused: not a JPEG, or a kind ferry does not decode, such as CMYK; 2 nvJPEG failed), the samples not ok
+ * written as zeros; with NULL the first such sample fails the call (FERRY_ERROR_INPUT naming its index).
+ * inputs_done: NULL, or receives an event that completes once nvJPEG no longer reads the host bytes: keep
+ * them unchanged until then (an event recorded on consumer_stream after this call completes later still).
+ * FERRY_ERROR_INVALID names a bad argument or a box outside its image; nothing is queued then. */
+FERRY_C_API int ferry_jpeg_decoder_decode(ferry_jpeg_decoder* d, size_t n, const void* const* data,
+                                          const size_t* lengths, const int32_t* boxes, int32_t size,
+                                          void* out, int dtype, int layout, const float* mean,
+                                          const float* std, uintptr_t consumer_stream, int32_t* status,
+                                          ferry_event** inputs_done);
+/* For tests: the whole decoded image of sample `index` of the last decode, channels x height x width bytes
+ * (R, G, B planes; one luma plane for a grayscale JPEG; channels 0 when it was not decoded), copied into
+ * `out` (out_bytes of room; out NULL asks the sizes only). Blocks until that decode is done. */
+FERRY_C_API int ferry_jpeg_decoder_image(ferry_jpeg_decoder* d, size_t index, uint8_t* out, size_t out_bytes,
+                                         int32_t* height, int32_t* width, int32_t* channels);
+/* {"library", "version", "backend", "batches", "images", "hardware_images", "single_images", ...}. */
+FERRY_C_API int ferry_jpeg_decoder_stats_json(ferry_jpeg_decoder* d, char** out);
+/* Waits for the decoder's work and destroys it. */
+FERRY_C_API void ferry_jpeg_decoder_destroy(ferry_jpeg_decoder* d);
 
 #ifdef __cplusplus
 }

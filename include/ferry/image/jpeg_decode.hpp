@@ -3,9 +3,12 @@
 // crop box to size x size and the box's flip.
 //
 // Note [CPU decode and crop]:
-// - Scale: libjpeg decodes at scale_num/8 (scale_num 1..8), the smallest whose scaled box is still at
-//   least `size` in both sides (scaled box = box * scale_num / 8), so the resize only ever shrinks or keeps.
-//   An image smaller than `size` decodes at 8/8 and is enlarged.
+// - Scale: libjpeg decodes at scale_num/8, scale_num the smallest of 1, 2, 4 and 8 whose scaled box is
+//   still at least `size` in both sides (scaled box = box * scale_num / 8), so the resize only ever shrinks
+//   or keeps; an image smaller than `size` decodes at 8/8 and is enlarged. Only powers of two, as Pillow's
+//   draft(): libjpeg-turbo has SIMD inverse DCTs for those, while 3/8, 5/8, 6/8 and 7/8 run plain C ones
+//   (for 4:2:0 chroma at twice the size: 6/8 is a 12x12 IDCT), which measured slower here than decoding
+//   at the next power of two and resizing more (docs/PERFORMANCE.md, CPU JPEG decode).
 // - Region: jpeg_crop_scanline narrows the decoded columns to the iMCU columns covering the box,
 //   jpeg_skip_scanlines skips the rows above it, and decoding stops after its last row (the rows below are
 //   never decoded: jpeg_abort_decompress).
@@ -42,7 +45,7 @@ enum class pixel_layout : std::int32_t {
 inline constexpr std::int32_t max_output_size = 8192;
 
 /// The DCT scale numerator (over 8) the decode uses for a box of `box_height` x `box_width` pixels resized
-/// to `size`: the smallest n in 1..8 with ceil-free n * side / 8 >= size for both sides, 8 when none.
+/// to `size`: the smallest n of 1, 2, 4 with n * side / 8 >= size for both sides, else 8.
 [[nodiscard]] int jpeg_scale_for(std::int32_t box_height, std::int32_t box_width, std::int32_t size) noexcept;
 
 /// Decodes `jpeg`, crops `box` (validated against the image's size), resizes to size x size and flips as

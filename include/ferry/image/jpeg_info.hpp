@@ -43,7 +43,7 @@ struct jpeg_info {
   std::uint8_t components = 0;  // 1 grayscale, 3 YCbCr (or RGB), 4 CMYK/YCCK
   // The Adobe APP14 marker's transform when one came before the frame: 0 none (RGB or CMYK), 1 YCbCr,
   // 2 YCCK; -1 when there is no Adobe marker.
-  std::int8_t adobe_transform = -1;
+  std::int16_t adobe_transform = -1;
   std::int32_t height = 0;
   std::int32_t width = 0;
   // Sampling factors of the first four components (horizontal, vertical), 1..4 each: {2,2},{1,1},{1,1}
