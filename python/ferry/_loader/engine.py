@@ -24,14 +24,15 @@ import os
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from .._native.loader import SharedMapping, SlotPrefetcher
+from .._native.loader import SharedMapping, SlotPrefetcher, read_int64s
 from . import processes
-from .layout import Layout, Spec
+from .layout import PADDED, Layout, Spec
 from .order import sample_seed
 from .processes import Worker, ask_for_stack
 from .protocol import INIT, MAX_OUTSTANDING, PROBE, rebuild_error
-from .worker import SampleFormat, make
+from .worker import AtSample, SampleFormat, Writer, make
 
+SMALL_SAMPLE = 4096  # a sample of at most this many bytes gets Engine.small_chunk samples a chunk
 _UNSENT = -1  # a part of a batch not handed out (or handed out and lost: handed out again)
 _ANSWERED = -2  # a part whose samples are written
 
@@ -45,7 +46,7 @@ def note(e: BaseException, text: str) -> None:
 class Batch:
     """Batch k of the current pipeline: its samples [(position, index)] cut into parts (one chunk each),
     each part _UNSENT, held as the id of the chunk that carries it, or _ANSWERED."""
-    __slots__ = ("k", "epoch", "number", "items", "parts", "state", "pending", "error", "readied")
+    __slots__ = ("k", "epoch", "number", "items", "parts", "state", "pending", "error", "readied", "longest")
 
     def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int]], chunk: int) -> None:
         self.k, self.epoch, self.number, self.items = k, epoch, number, items
@@ -54,6 +55,7 @@ class Batch:
         self.pending: Deque[int] = collections.deque(range(len(self.parts)))  # parts to hand out, in order
         self.error: Optional[BaseException] = None
         self.readied = False
+        self.longest: Dict[int, int] = {}  # a padded leaf's longest sample (rows), read as the batch is readied
 
     def written(self) -> bool:
         return all(s == _ANSWERED for s in self.state)
@@ -80,9 +82,17 @@ class Engine:
 
     def __init__(self, *, dataset: Any, transform: Optional[Callable[[Any], Any]], fmt: SampleFormat,
                  batch_size: int, seed: int, depth: int, slots: int, chunk: int, timeout: float,
-                 start_method: Optional[str], on_fail: Callable[[BaseException], None]) -> None:
+                 start_method: Optional[str], on_fail: Callable[[BaseException], None],
+                 capacity: Optional[Dict[str, int]] = None, small_chunk: Optional[int] = None) -> None:
         self.dataset, self.transform, self.fmt = dataset, transform, fmt
         self.batch_size, self.seed, self.depth, self.slots, self.chunk = batch_size, seed, depth, slots, chunk
+        self.capacity = dict(capacity or {})
+        # The chunk for samples of at most SMALL_SAMPLE bytes, when the caller gave none (None: `chunk`).
+        self.small_chunk = small_chunk
+        self._writer: Optional[Writer] = None  # workers=0: the main process's writer
+        # Note [Holding a slot]: batch k's slot is not granted to batch k + slots before holds[k]() returns.
+        self.holds: Dict[int, Callable[[], None]] = {}
+        self.hold_until_taken = False
         self.timeout, self.start_method, self._on_fail = timeout, start_method, on_fail
         self.failure: Optional[BaseException] = None
         self.workers: List[Worker] = []
@@ -163,9 +173,16 @@ class Engine:
         seed = sample_seed(self.seed, epoch, first_index)
         template, spec = self._probe(first_index, seed, epoch) if self.workers else self._probe_here(first_index, seed)
         self.template = template
-        self.layout = Layout(spec, self.batch_size)
+        self.layout = Layout(spec, self.batch_size, self.capacity)
+        if self.small_chunk is not None and sum(leaf.nbytes for leaf in self.layout.leaves) <= SMALL_SAMPLE:
+            self.chunk = self.small_chunk
+        group = self.layout.group  # a chunk holds whole groups of a ragged leaf's samples (layout.py)
+        self.chunk = -(-self.chunk // group) * group
         size = self.layout.slot_bytes * self.slots
         os.ftruncate(self._memfd, size)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self.mapping is not None:  # a set-up whose prefetcher failed to open: mapped again at this size
             self.mapping.close()
             self.mapping = None
@@ -231,6 +248,7 @@ class Engine:
         except BaseException:
             self._unsure = True  # Note [No chunk is lost] 5: the next drain syncs first
             raise
+        self._release_all()  # the new pipeline's batch 0 reuses the first slot
         old, self.prefetcher = self.prefetcher, None
         if old is not None:
             old.close()
@@ -264,6 +282,8 @@ class Engine:
         assert self.prefetcher is not None
         while self.dispatch_next < self._dispatch_end and self.prefetcher.slot_writable(self.dispatch_next):
             k = self.dispatch_next
+            if not self._release(k):
+                break
             if k not in self.batches:
                 i = k - self._plan_k0
                 # (position, index); the worker derives the seed
@@ -285,6 +305,51 @@ class Engine:
                 b.pending.popleft()
                 self._send(w, ("chunk", c.id, self.prefetcher.slot_offset(b.k), c.items, b.epoch))
             self._pending.popleft()
+
+    # ---- Note [Holding a slot] -------------------------------------------------------------------------
+
+    def hold(self, k: int, wait: Callable[[], None]) -> None:
+        """Keeps batch k's host slot from being handed to the workers again (for batch k + slots) until
+        wait() returns: called (on the thread that runs next()) just before that batch is granted, or
+        before a new pipeline or close() reuses or frees the slots. For an adapter that reads a batch's host
+        bytes after the prefetcher copied them (a GPU decode reading the encoded bytes in place): `wait`
+        blocks until that reading is done (a CUDA event's synchronize). Raises RuntimeError when batch
+        k + slots was already granted; hold_until_taken (set it before the first epoch) makes the engine
+        grant batch j only after batch j - slots was taken, so that a hold registered when batch k is
+        taken is always in time."""
+        if k + self.slots < self.dispatch_next:
+            raise RuntimeError(f"ferry Loader: batch {k}'s slot was already handed to batch {k + self.slots}")
+        self.holds[k] = wait
+
+    def slot_address(self, k: int) -> int:
+        """The address of batch k's slot in this process's mapping (its leaves at layout.offsets from it)."""
+        assert self.mapping is not None and self.prefetcher is not None
+        return self.mapping.address + self.prefetcher.slot_offset(k)
+
+    def _release(self, k: int) -> bool:
+        """Whether batch k may be granted its slot now: the batch that held it before was taken (under
+        hold_until_taken) and its hold, if any, has returned (waited here)."""
+        before = k - self.slots
+        if before < 0:
+            return True
+        if self.hold_until_taken and self.taken <= before:
+            return False
+        wait = self.holds.pop(before, None)
+        if wait is not None:
+            wait()
+        return True
+
+    def _release_all(self) -> None:
+        """Waits for every hold (the slots are about to be reused from batch 0, or freed)."""
+        error: Optional[BaseException] = None
+        for k in sorted(self.holds):
+            wait = self.holds.pop(k)
+            try:
+                wait()
+            except BaseException as e:  # noqa: BLE001 - the others are waited for first
+                error = error or e
+        if error is not None:
+            raise error
 
     def _collect(self, w: Worker, msg: Any) -> None:
         if msg[0] in ("ready", "spec", "synced") or msg[1] == PROBE:
@@ -312,7 +377,14 @@ class Engine:
     def _ready(self, b: Batch) -> None:
         """Marks batch b ready for the copy once all its parts are written."""
         if not b.readied and b.error is None and not b.pending and b.written() and self.batches.get(b.k) is b:
-            assert self.prefetcher is not None
+            assert self.prefetcher is not None and self.layout is not None
+            if self.layout.variable and not b.longest:
+                # Read before the copy may start (the slot is not reused before it), as the batch's view
+                # of a padded leaf ends at its longest sample.
+                slot = self.slot_address(b.k)
+                for f, leaf in enumerate(self.layout.leaves):
+                    if leaf.kind == PADDED:
+                        b.longest[f] = max(read_int64s(slot + self.layout.lengths[f], len(b.items)), default=0)
             try:
                 self.prefetcher.slot_ready(b.k)
             finally:
@@ -403,13 +475,29 @@ class Engine:
         if not self.prefetcher.slot_writable(k, math.ceil(self.timeout * 1000)):
             raise self.fail(RuntimeError(f"ferry Loader: batch {i} of epoch {epoch}: its slot did not come free "
                                          f"within timeout={self.timeout} s"))
-        slot = self.mapping.address + self.prefetcher.slot_offset(k)
+        self._release(k)
+        if self._writer is None:
+            self._writer = self.fmt.writer(self.layout, self.mapping.address, self.mapping.buffer())
+        writer = self._writer
         position = index = -1
         try:
             with self.fmt.random_state_kept():
+                writer.begin(self.prefetcher.slot_offset(k), 0, len(b.items))
                 for position, index in b.items:
-                    sample = make(self.fmt, self.dataset, self.transform, index, sample_seed(self.seed, epoch, index))
-                    self.fmt.write(sample, index, position, slot, self.layout)
+                    try:
+                        sample = make(self.fmt, self.dataset, self.transform, index,
+                                      sample_seed(self.seed, epoch, index))
+                    except Exception:
+                        writer.flush()  # a refusal of a sample before this one comes first
+                        raise
+                    writer.add(sample, index, position)
+                writer.finish()
+        except AtSample as e:
+            error = e.error
+            note(error, f"raised at sample {e.index} (batch {i} of epoch {epoch}, position {e.position}) in this "
+                        "process (ferry Loader with workers=0)")
+            b.error = error
+            return b
         except Exception as e:
             note(e, f"raised at sample {index} (batch {i} of epoch {epoch}, position {position}) in this process "
                     "(ferry Loader with workers=0)")
@@ -474,6 +562,12 @@ class Engine:
     def _free_memory(self) -> None:
         pf = self.prefetcher
         try:
+            try:
+                self._release_all()  # a hold's reader is done with the slots before they are freed
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
             if pf is not None:
                 pf.stop()  # unregisters the slots: before they are unmapped
                 self.final_stats = pf.stats()  # every copy counted, now that all are done

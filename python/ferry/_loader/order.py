@@ -27,6 +27,16 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return _mix64((_mix64((_mix64(seed & MASK) + epoch) & MASK) + index) & MASK)
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The part of sample_seed(seed, epoch, index) that does not depend on the index (a chunk's workers
+    compute it once): sample_seed(seed, epoch, i) == index_seed(epoch_seed(seed, epoch), i)."""
+    return _mix64((_mix64(seed & MASK) + epoch) & MASK)
+
+
+def index_seed(base: int, index: int) -> int:
+    return _mix64((base + index) & MASK)
+
+
 def worker_seed(seed: int, wid: int) -> int:
     """Worker `wid`'s own seed: what random, numpy and torch hold while worker_init_fn runs, and the `seed`
     of torch.utils.data.get_worker_info() there (DataLoader's per-worker base seed); fixed for the

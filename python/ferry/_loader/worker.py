@@ -19,7 +19,7 @@ from typing import Any, Callable, ContextManager, Dict, List, NamedTuple, Option
 
 from .._native.loader import WorkerMapping, die_with_parent
 from .layout import Layout, Spec
-from .order import sample_seed, worker_seed
+from .order import epoch_seed, index_seed, worker_seed
 from .protocol import INIT, PROBE, error_message
 
 
@@ -43,10 +43,55 @@ class SampleFormat:
         """The sample's template (ferry._template) and its leaves."""
         raise NotImplementedError
 
-    def write(self, sample: Any, index: int, position: int, slot: int, layout: Layout) -> int:
-        """Writes the sample at `position` of the batch whose slot is at address `slot`; its bytes.
-        Raises ValueError naming the index and the field for a sample that does not fit the layout."""
+    def writer(self, layout: Layout, address: int, buffer: Any) -> "Writer":
+        """What writes chunks into the slots of a mapping at `address` (`buffer`: a writable buffer over
+        it) laid out by `layout`."""
         raise NotImplementedError
+
+    def seed_lazily(self, seed: int) -> None:
+        """Seeds the generators before a worker's sample; an adapter may leave one unseeded that the
+        samples do not draw from (drawn_unseeded() then says whether one did)."""
+        self.seed(seed)
+
+    def drawn_unseeded(self) -> bool:
+        """After a sample seeded by seed_lazily(): whether it drew from a generator left unseeded (the
+        worker then makes it again after seed())."""
+        return False
+
+
+class AtSample(Exception):
+    """A sample's write that failed after later samples were taken (a Writer writes some at the end of a
+    chunk): the position and index of the sample and its error."""
+
+    def __init__(self, position: int, index: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.position, self.index, self.error = position, index, error
+
+
+class Writer:
+    """Writes the samples of one chunk at a time into a slot: begin(), add() for each sample in order of
+    position, finish(). add() raises the sample's refusal (ValueError naming the index and the field); a
+    writer may keep samples and write them later (flush() and finish() raise AtSample for one that then
+    fails, after writing those before it). `seconds` counts the time spent writing, `written` the
+    samples' bytes written since begin()."""
+    seconds = 0.0
+    written = 0
+
+    def begin(self, slot_offset: int, first: int, count: int) -> None:
+        raise NotImplementedError
+
+    def add(self, sample: Any, index: int, position: int) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Writes the samples kept so far."""
+
+    def finish(self) -> int:
+        """Writes what is left; the bytes written since begin()."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Drops every reference to the mapping (before it is unmapped)."""
 
 
 class WorkerInfo(NamedTuple):
@@ -69,10 +114,18 @@ def worker_info() -> Optional[WorkerInfo]:
     return WorkerInfo(_worker["id"], _worker["workers"], _worker["seed"], _worker["dataset"])
 
 
-def make(fmt: SampleFormat, dataset: Any, transform: Optional[Callable[[Any], Any]], index: int, seed: int) -> Any:
-    """Sample `index`, made with every generator seeded by `seed`."""
+def make(fmt: SampleFormat, dataset: Any, transform: Optional[Callable[[Any], Any]], index: int, seed: int,
+         lazy: bool = False) -> Any:
+    """Sample `index`, made with every generator seeded by `seed` (lazy: as fmt.seed_lazily() seeds them,
+    made again, every generator seeded, when it drew from one left unseeded)."""
     if _worker is not None:
         _worker["seed"] = seed
+    if lazy:
+        fmt.seed_lazily(seed)
+        sample = dataset[index]
+        sample = transform(sample) if transform is not None else sample
+        if not fmt.drawn_unseeded():
+            return sample
     fmt.seed(seed)
     sample = dataset[index]
     return transform(sample) if transform is not None else sample
@@ -130,7 +183,7 @@ def worker_main(wid: int, workers: int, seed_root: int, dataset: Any, transform:
     fmt.set_up_worker(wid, workers, own_seed, dataset)
     fmt.seed(own_seed)  # as a DataLoader's worker is seeded before its worker_init_fn
     mapping: Optional[WorkerMapping] = None
-    layout: Optional[Layout] = None
+    writer: Optional[Writer] = None
     try:
         if worker_init_fn is not None:
             try:
@@ -147,10 +200,10 @@ def worker_main(wid: int, workers: int, seed_root: int, dataset: Any, transform:
                 return
             kind = msg[0]
             if kind == "chunk":
-                assert mapping is not None and layout is not None  # the layout comes first on the pipe
+                assert writer is not None  # the layout comes first on the pipe
                 _, chunk, slot_offset, items, epoch = msg
-                results.send(_write_chunk(fmt, dataset, transform, seed_root, chunk, mapping.address + slot_offset,
-                                          items, epoch, layout))
+                results.send(_write_chunk(fmt, dataset, transform, seed_root, chunk, slot_offset, items, epoch,
+                                          writer))
             elif kind == "probe":
                 _, index, seed, epoch = msg
                 try:
@@ -160,27 +213,56 @@ def worker_main(wid: int, workers: int, seed_root: int, dataset: Any, transform:
                     results.send(error_message(PROBE, 0, index, e))
             elif kind == "layout":
                 _, size, layout = msg
+                if writer is not None:
+                    writer.close()
+                    writer = None
                 if mapping is not None:
                     mapping.close()
                 mapping = WorkerMapping(memfd.fd, size)
+                writer = fmt.writer(layout, mapping.address, mapping.buffer())
             elif kind == "sync":
                 results.send(("synced", msg[1]))
     finally:
+        if writer is not None:
+            writer.close()
         if mapping is not None:
             mapping.close()
 
 
-def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int, chunk: int, slot: int,
-                 items: List[Tuple[int, int]], epoch: int, layout: Layout) -> Tuple[Any, ...]:
-    """The one reply to a chunk: "done" with the counters, or "error" at the first sample that failed."""
+def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int, chunk: int, slot_offset: int,
+                 items: List[Tuple[int, int]], epoch: int, writer: Writer) -> Tuple[Any, ...]:
+    """The one reply to a chunk: "done" with the counters, or "error" at the first sample that failed (a
+    write the writer kept for the chunk's end comes before a later sample's error)."""
     t0, c0 = time.perf_counter(), time.process_time()
-    written, writing = 0, 0.0
-    for position, index in items:
-        try:
-            sample = make(fmt, dataset, transform, index, sample_seed(seed_root, epoch, index))
-            w0 = time.perf_counter()
-            written += fmt.write(sample, index, position, slot, layout)
-            writing += time.perf_counter() - w0
-        except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
-            return error_message(chunk, position, index, e)
-    return ("done", chunk, len(items), written, time.perf_counter() - t0, writing, time.process_time() - c0)
+    w0 = writer.seconds
+    writer.begin(slot_offset, items[0][0], len(items))
+    base = epoch_seed(seed_root, epoch)
+    info = _worker
+    seed_lazily, drawn_unseeded = fmt.seed_lazily, fmt.drawn_unseeded
+    try:
+        for position, index in items:
+            try:
+                # make(..., lazy=True), inlined: this loop is the per-sample cost of cheap samples
+                seed = index_seed(base, index)
+                if info is not None:
+                    info["seed"] = seed
+                seed_lazily(seed)
+                sample = dataset[index]
+                if transform is not None:
+                    sample = transform(sample)
+                if drawn_unseeded():
+                    sample = make(fmt, dataset, transform, index, seed)
+            except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
+                writer.flush()  # a refusal of a sample before this one comes first
+                return error_message(chunk, position, index, e)
+            try:
+                writer.add(sample, index, position)
+            except AtSample:
+                raise
+            except Exception as e:  # noqa: BLE001
+                return error_message(chunk, position, index, e)
+        written = writer.finish()
+    except AtSample as e:
+        return error_message(chunk, e.position, e.index, e.error)
+    return ("done", chunk, len(items), written, time.perf_counter() - t0, writer.seconds - w0,
+            time.process_time() - c0)

@@ -10,7 +10,7 @@ import mmap
 import os
 import signal
 from ctypes import addressof, byref, c_char, c_int, c_int64, c_size_t, c_uint64, c_void_p
-from typing import Sequence
+from typing import Any, List, Sequence
 
 from .. import _runtime
 from .._c import PrefetchHandle, lib
@@ -65,6 +65,16 @@ def copy_strided(dst: int, src: int, shape: Sequence[int], byte_strides: Sequenc
     lib.ferry_copy_strided(dst, src, ndim, (c_int64 * ndim)(*shape), (c_int64 * ndim)(*byte_strides), item)
 
 
+def fill_bytes(dst: int, value: int, nbytes: int) -> None:
+    """Sets `nbytes` bytes at address `dst` to `value` (memset)."""
+    ctypes.memset(dst, value, nbytes)
+
+
+def read_int64s(address: int, count: int) -> List[int]:
+    """`count` int64 values at `address` (native byte order)."""
+    return list((c_int64 * count).from_address(address)) if count else []
+
+
 class SharedMapping:
     """The main process's mapping of the slots: populated, and not inherited by processes forked later
     (MADV_DONTFORK: another loader's workers, a DataLoader's). mmap.mmap would keep a duplicate of the
@@ -90,6 +100,11 @@ class SharedMapping:
             self.close()
             raise OSError(err, f"ferry Loader: madvise(MADV_DONTFORK) on the slots failed: {os.strerror(err)}")
 
+    def buffer(self) -> Any:
+        """A writable buffer over the mapping (for the writes of Loader(workers=0)); not to be used after
+        close()."""
+        return (c_char * self.size).from_address(self.address)
+
     def close(self) -> None:
         # In a fork child (a copy of this object, collected there) the mapping is not inherited
         # (MADV_DONTFORK): the address range may hold something else of the child's.
@@ -112,6 +127,10 @@ class WorkerMapping:
         anchor = c_char.from_buffer(self._mm)  # an export of the buffer, dropped at once: the map can close
         self.address: int = addressof(anchor)
         del anchor
+
+    def buffer(self) -> Any:
+        """A writable buffer over the mapping: the mmap (every view of it is released before close())."""
+        return self._mm
 
     def close(self) -> None:
         self._mm.close()

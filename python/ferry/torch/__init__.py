@@ -9,8 +9,8 @@ from ..sinks import CallbackSink, ChecksumSink, ChunkInfo, NpySink, NullSink, Ra
 from ._comm_hook import comm_hook
 from ._data_parallel import DataParallel
 from ._egress import Egress
-from ._loader import Loader, WorkerInfo, sample_seed, worker_info
+from ._loader import Loader, Padded, RaggedBatch, WorkerInfo, sample_seed, worker_info
 from ._prefetch import Prefetcher
 
-__all__ = ["Egress", "Prefetcher", "Loader", "WorkerInfo", "worker_info", "sample_seed", "DataParallel", "comm_hook", "Event", "Sink", "NullSink", "ChecksumSink", "RawFileSink", "NpySink",
+__all__ = ["Egress", "Prefetcher", "Loader", "Padded", "RaggedBatch", "WorkerInfo", "worker_info", "sample_seed", "DataParallel", "comm_hook", "Event", "Sink", "NullSink", "ChecksumSink", "RawFileSink", "NpySink",
            "CallbackSink", "ChunkInfo"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .. import _runtime
 from .._c import STATUS, ClosedError
@@ -21,11 +21,12 @@ from .._loader.engine import Batch, Engine
 from .._loader.order import Order, sample_seed
 from .._loader.worker import WorkerInfo, worker_info
 from .._template import fill
-from ._batch import batch_tensor, crossing, slot_still_held
+from .._loader.layout import PADDED, RAGGED
+from ._batch import Padded, RaggedBatch, batch_tensor, crossing, slot_still_held
 from ._common import DeviceLike, resolve_device, stream_handle
 from ._samples import TorchSamples
 
-__all__ = ["Loader", "WorkerInfo", "sample_seed", "worker_info"]
+__all__ = ["Loader", "Padded", "RaggedBatch", "WorkerInfo", "sample_seed", "worker_info"]
 
 
 class _Epoch(Iterator[Any]):
@@ -170,7 +171,8 @@ class Loader:
                  device: DeviceLike = None, slots: Optional[int] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None, transform: Optional[Callable[[Any], Any]] = None,
                  worker_init_fn: Optional[Callable[[int], None]] = None, start_method: Optional[str] = None,
-                 chunk: Optional[int] = None, timeout: float = 300.0, num_workers: Optional[int] = None) -> None:
+                 chunk: Optional[int] = None, timeout: float = 300.0, num_workers: Optional[int] = None,
+                 ragged: Variable = None, pad: Variable = None, pad_value: Any = 0) -> None:
         self._closed = True  # until the workers exist: close() and __del__ have nothing to do
         if workers is not None and num_workers is not None:
             raise ValueError(f"Loader(workers={workers!r}, num_workers={num_workers!r}): give one (num_workers is "
@@ -185,6 +187,13 @@ class Loader:
         for name, v in (("slots", slots), ("chunk", chunk)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"Loader({name}={v!r}): expected an integer >= 1 or None")
+        ragged_paths, ragged_caps = _variable("ragged", ragged)
+        pad_paths, pad_caps = _variable("pad", pad)
+        both = sorted(set(ragged_paths) & set(pad_paths))
+        if both:
+            raise ValueError(f"Loader(ragged=..., pad=...): {', '.join(both)} is in both; a leaf is one or the other")
+        if not isinstance(pad_value, (int, float)) or isinstance(pad_value, bool):
+            raise ValueError(f"Loader(pad_value={pad_value!r}): expected a number")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"Loader(seed={seed!r}): expected an integer")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -220,6 +229,9 @@ class Loader:
         self.rank, self.world_size, self.start_method, self.timeout = rank, world_size, method, float(timeout)
         self.slots = slots if slots is not None else depth + min(16, max(2, math.ceil(2 * workers * 8 / batch_size)))
         self.chunk = chunk if chunk is not None else max(1, min(16, math.ceil(batch_size / (2 * max(workers, 1)))))
+        # Samples of at most 4 KiB: up to 64 a chunk (the messages per batch cost more than such samples).
+        small_chunk = None if chunk is not None else max(1, min(64, math.ceil(batch_size / (2 * max(workers, 1)))))
+        self.ragged, self.pad, self.pad_value = ragged_paths, pad_paths, pad_value
         self.device: Any = None  # resolved after the workers start: ferry's device starts threads
         self._order = Order(dataset, batch_size, shuffle=self.shuffle, seed=seed, drop_last=self.drop_last, rank=rank,
                             world_size=world_size, sampler=sampler)
@@ -227,13 +239,16 @@ class Loader:
         self._epochs_started = 0
         self._epoch_ref: Optional["weakref.ref[_Epoch]"] = None  # the current epoch (not kept alive by it)
         self._crossing: List[Tuple[Tuple[int, int, int], Optional[Tuple[Any, Tuple[int, ...]]]]] = []
+        self._int64 = self._uint8 = (0, 0, 0)  # DLPack's codes of the lengths and of a ragged slab
         self._engine: Optional[Engine] = None
         self._closed = False
         _runtime.register(self)
         try:
-            self._engine = Engine(dataset=dataset, transform=transform, fmt=TorchSamples(), batch_size=batch_size,
+            self._engine = Engine(dataset=dataset, transform=transform,
+                                  fmt=TorchSamples(ragged_paths, pad_paths, pad_value), batch_size=batch_size,
                                   seed=seed, depth=depth, slots=self.slots, chunk=self.chunk, timeout=self.timeout,
-                                  start_method=method, on_fail=_closer(self))
+                                  start_method=method, on_fail=_closer(self), capacity={**ragged_caps, **pad_caps},
+                                  small_chunk=small_chunk)
             self._engine.start_workers(workers, worker_init_fn,
                                        preload=("torch", "ferry._loader.worker", TorchSamples.__module__))
             self.device = resolve_device(device)
@@ -293,6 +308,10 @@ class Loader:
             for leaf in engine.layout.leaves:
                 _, info, restore = crossing(leaf.path, _empty(leaf.dtype))
                 self._crossing.append(((info.code, info.bits, info.lanes), restore))
+            _, info, _ = crossing("lengths", _empty(_int64()))
+            self._int64 = (info.code, info.bits, info.lanes)
+            _, info, _ = crossing("bytes", _empty(_uint8()))
+            self._uint8 = (info.code, info.bits, info.lanes)
         elif engine.left_part_way():
             engine.new_pipeline()  # the previous epoch was left part-way
         # A batch never dispatched was never written: the epoch starts at the first of them.
@@ -346,13 +365,24 @@ class Loader:
         assert engine is not None and engine.prefetcher is not None and engine.layout is not None
         consumer = stream_handle(self.device, None)
         n = len(b.items)
+        lay = engine.layout
         lent = engine.prefetcher.next(consumer)
         try:
             engine.taken += 1
-            values = [batch_tensor(lent, base, (n, *leaf.shape) if restore is None else (n * leaf.nbytes,), dtype,
-                                   None if restore is None else (restore[0], (n, *leaf.shape)))
-                      for leaf, base, (dtype, restore) in zip(engine.layout.leaves, engine.layout.offsets,
-                                                              self._crossing)]
+            values = []
+            for f, (leaf, base, (dtype, restore)) in enumerate(zip(lay.leaves, lay.offsets, self._crossing)):
+                if leaf.kind == RAGGED:
+                    values.append(RaggedBatch(
+                        batch_tensor(lent, base, (n * leaf.nbytes,), self._uint8, None),
+                        batch_tensor(lent, lay.starts[f], (n,), self._int64, None),
+                        batch_tensor(lent, lay.lengths[f], (n,), self._int64, None), leaf.dtype))
+                    continue
+                shape = (n, *leaf.shape)
+                t = batch_tensor(lent, base, shape if restore is None else (n * leaf.nbytes,), dtype,
+                                 None if restore is None else (restore[0], shape))
+                if leaf.kind == PADDED:
+                    t = Padded(t[:, :b.longest.get(f, 0)], batch_tensor(lent, lay.lengths[f], (n,), self._int64, None))
+                values.append(t)
         finally:
             lent.close()
         if self.device.backend == "host":
@@ -411,3 +441,45 @@ def _closer(loader: Loader) -> Callable[[BaseException], None]:
 def _empty(dtype: Any) -> Any:
     import torch
     return torch.empty((0,), dtype=dtype)
+
+
+def _uint8() -> Any:
+    import torch
+    return torch.uint8
+
+
+def _int64() -> Any:
+    import torch
+    return torch.int64
+
+
+Variable = Union[None, str, Iterable[str], Dict[str, Optional[int]]]
+
+
+def _variable(name: str, value: Variable) -> Tuple[FrozenSet[str], Dict[str, int]]:
+    """Loader(ragged=...) or (pad=...): a path, paths, or a dict of path -> capacity (None: the default);
+    the paths and the capacities given."""
+    if value is None:
+        return frozenset(), {}
+    if isinstance(value, str):
+        value = (value,)
+    caps: Dict[str, int] = {}
+    if isinstance(value, dict):
+        for path, cap in value.items():
+            if not isinstance(path, str):
+                raise ValueError(f"Loader({name}={value!r}): the keys are leaf paths such as 'sample[0]'")
+            if cap is not None:
+                if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+                    raise ValueError(f"Loader({name}={{{path!r}: {cap!r}}}): a capacity is an integer >= 1 ("
+                                     + ("bytes a sample, on average over a chunk" if name == "ragged" else
+                                        "the most rows of a sample") + ") or None for the default")
+                caps[path] = cap
+        return frozenset(value), caps
+    try:
+        paths = list(value)
+    except TypeError:
+        raise ValueError(f"Loader({name}={value!r}): expected a leaf path such as 'sample[0]', paths, or a dict of "
+                         "path -> capacity") from None
+    if not all(isinstance(p, str) for p in paths):
+        raise ValueError(f"Loader({name}={value!r}): the leaves are named by paths such as 'sample[0]'")
+    return frozenset(paths), {}
