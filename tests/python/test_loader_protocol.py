@@ -141,3 +141,27 @@ def test_close_while_workers_hold_chunks_returns_within_seconds_and_leaves_no_wo
     assert not set(pids) & children()
     with pytest.raises(ClosedError):
         next(it)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_held_slot_is_not_handed_out_again_until_its_wait_returns(workers):
+    """Engine.hold(k, wait) (Note [Holding a slot]): batch k's host slot, at slot_address(k), keeps batch
+    k's bytes until wait() returns, called just before batch k + slots is granted (or at close())."""
+    from ferry._native.loader import read_int64s
+    with Loader(Numbers(40), batch_size=4, workers=workers, slots=3, device="cpu", timeout=30) as loader:
+        engine = loader._engine
+        engine.hold_until_taken = True
+        it = iter(loader)
+        got = [next(it)[1].tolist()]
+        layout, address = engine.layout, engine.slot_address(0)
+        seen = []
+        engine.hold(0, lambda: seen.append((engine.dispatch_next, read_int64s(address + layout.offsets[1], 4))))
+        got += [y.tolist() for _, y in it]
+        assert got == [list(range(i, i + 4)) for i in range(0, 40, 4)]
+        assert seen == [(3, [0, 1, 2, 3])]  # before batch 3 (0 + slots) was granted: batch 0's labels still there
+        with pytest.raises(RuntimeError, match="batch 1's slot was already handed to batch 4"):
+            engine.hold(1, lambda: None)
+        last = engine.taken - 1
+        assert engine.slot_address(last) == engine.mapping.address + engine.prefetcher.slot_offset(last)
+        engine.hold(last, lambda: seen.append("closed"))
+    assert seen[-1] == "closed"  # close() waits for a hold before it frees the slots

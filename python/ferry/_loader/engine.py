@@ -14,6 +14,21 @@ with the oldest batch; a worker writes a chunk and answers with one short messag
 none is lost: ferry/_loader/protocol.py). All of it runs in next() on the caller's thread: the main
 process never touches a batch's bytes. With workers=0 the main process makes each batch's samples in
 next() and writes them into the same slots itself, with the same seeds.
+
+Note [Holding a slot]
+An adapter that reads a batch's host bytes after ferry's prefetcher copied them (a GPU decode that hands
+the encoded bytes in the slot to nvJPEG, which reads them until an event) must keep the workers from
+writing the next batch into that slot meanwhile. Engine.hold(k, wait) registers a callable for batch k;
+the engine calls it on the thread that runs next(), just before it grants batch k + slots (the next batch
+of that slot) to the workers, or before a new pipeline starts again from slot 0 (an epoch left part-way)
+or close() frees the memory; wait() blocks until the reader is done (a CUDA event's synchronize) and may
+raise, which next() then raises. Once batch k + slots was granted, hold(k) raises. So that a hold
+registered when batch k is taken is always in time, hold_until_taken (set before the first epoch) grants
+batch j only after batch j - slots was taken (without it, the engine may grant the slot as soon as the
+copy is done, one next() ahead). slot_address(k) is batch k's slot in this process's mapping; its leaves
+lie at layout.offsets (and a ragged leaf's offsets and lengths at layout.starts and layout.lengths) from
+it. Tested on the host backend: tests/python/test_loader_protocol.py,
+test_a_held_slot_is_not_handed_out_again_until_its_wait_returns.
 """
 from __future__ import annotations
 
@@ -471,11 +486,11 @@ class Engine:
         i, epoch = k - self._plan_k0, self._plan_epoch
         b = Batch(k, epoch, i, list(enumerate(self._plan_batches[i])), max(1, len(self._plan_batches[i])))
         self.batches[k] = b
+        self._release(k)
         self.dispatch_next = max(self.dispatch_next, k + 1)
         if not self.prefetcher.slot_writable(k, math.ceil(self.timeout * 1000)):
             raise self.fail(RuntimeError(f"ferry Loader: batch {i} of epoch {epoch}: its slot did not come free "
                                          f"within timeout={self.timeout} s"))
-        self._release(k)
         if self._writer is None:
             self._writer = self.fmt.writer(self.layout, self.mapping.address, self.mapping.buffer())
         writer = self._writer
