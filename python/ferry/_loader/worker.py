@@ -58,6 +58,11 @@ class SampleFormat:
         worker then makes it again after seed())."""
         return False
 
+    def sample_hooks(self) -> Tuple[Callable[[int], None], Callable[[], bool]]:
+        """(seed_lazily, drawn_unseeded), or cheaper equivalents valid until drawn_unseeded() returns True
+        (then fetched again)."""
+        return self.seed_lazily, self.drawn_unseeded
+
 
 class AtSample(Exception):
     """A sample's write that failed after later samples were taken (a Writer writes some at the end of a
@@ -238,7 +243,7 @@ def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int
     writer.begin(slot_offset, items[0][0], len(items))
     base = epoch_seed(seed_root, epoch)
     info = _worker
-    seed_lazily, drawn_unseeded = fmt.seed_lazily, fmt.drawn_unseeded
+    seed_lazily, drawn_unseeded = fmt.sample_hooks()
     try:
         for position, index in items:
             try:
@@ -252,6 +257,7 @@ def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int
                     sample = transform(sample)
                 if drawn_unseeded():
                     sample = make(fmt, dataset, transform, index, seed)
+                    seed_lazily, drawn_unseeded = fmt.sample_hooks()
             except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                 writer.flush()  # a refusal of a sample before this one comes first
                 return error_message(chunk, position, index, e)

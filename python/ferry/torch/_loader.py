@@ -102,12 +102,24 @@ class Loader:
                 ...
 
     Samples: dataset[i] (then `transform(sample)`, a per-sample function run in the worker) returns
-    tensors, numpy arrays or numbers, alone or in tuples, lists, dicts or namedtuples; a batch has the
-    structure default_collate gives it (a tuple becomes a list; lists, dicts and namedtuples keep their
-    type) with each leaf stacked along a new first dimension (numbers become int64, float64 or bool
-    tensors). Every sample must have the first sample's shapes and dtypes: one that differs is refused
-    naming its index, the field and both shapes. For images, return uint8 HWC or CHW and normalise on
-    the GPU.
+    tensors, numpy arrays, numbers or byte strings, alone or in tuples, lists, dicts or namedtuples; a
+    batch has the structure default_collate gives it (a tuple becomes a list; lists, dicts and
+    namedtuples keep their type) with each leaf stacked along a new first dimension (numbers become
+    int64, float64 or bool tensors). Every sample must have the first sample's shapes and dtypes: one
+    that differs is refused naming its index, the field and both shapes. For images, return uint8 HWC or
+    CHW and normalise on the GPU.
+
+    Variable leaves (named by path, as the refusals print them: "sample[0]", "sample['ids']"):
+    a bytes, bytearray or memoryview leaf, and a 1-D tensor or array named in `ragged`, is ragged: its
+    batch element is a RaggedBatch (the samples' bytes in one flat uint8 tensor with int64 offsets and
+    lengths). A tensor or array named in `pad` may vary in its leading dimension: its batch element is a
+    Padded(data [B, L, ...], lengths int64[B]), L the batch's longest, the rows past a sample's length
+    `pad_value` (what pad_sequence(batch_first=True) gives). `ragged` and `pad` take a path, paths, or a
+    dict of path -> capacity (None: the default): a padded leaf's most rows a sample (default twice the
+    first sample's, at least 16), a ragged leaf's bytes a sample on average over a group of 8 (default
+    twice the first sample's bytes, at least 4096). A sample past its capacity is refused with
+    ValueError naming its index, its size, the capacity and the argument that admits it; the slots do
+    not grow.
 
     Order and seeds: epoch e's order is a permutation seeded by (seed, e) when shuffle, else 0..n-1; with
     rank/world_size (default: torch.distributed's when it is initialized) each rank takes every
@@ -115,7 +127,9 @@ class Loader:
     DistributedSampler does. `sampler` (a torch Sampler, a DistributedSampler, any iterable of indices;
     not with shuffle, rank or world_size) gives the order instead, iterated in the main process at each
     epoch's start. Before each sample, random, numpy and torch are seeded with sample_seed(seed, epoch,
-    index), so a batch's bytes do not depend on the worker count or timing. set_epoch(e) picks the next
+    index), so a batch's bytes do not depend on the worker count or timing (a worker seeds random and
+    numpy lazily: one that the samples do not draw from is not seeded again, and a sample that drew from
+    one left unseeded is made again with all seeded: ferry/torch/_samples.py). set_epoch(e) picks the next
     epoch's number (else they count up from 0) and calls the sampler's set_epoch(e) where it has one.
     drop_last drops a short final batch. dataset, batch_size, sampler, drop_last and the other
     construction arguments are attributes fixed at construction.
@@ -392,8 +406,9 @@ class Loader:
     # ---- the rest ------------------------------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
-        """The workers' counters (samples, bytes written into slots, seconds and CPU seconds in the
-        dataset and the write, write_seconds: the part of seconds spent writing into the slots) and the
+        """The workers' counters (samples, bytes: the samples' bytes written into slots, seconds and CPU
+        seconds in the dataset and the write, write_seconds: the part of seconds spent writing into the
+        slots, counted per chunk where the fast path writes a chunk at its end) and the
         prefetcher's (batches, bytes copied, h2d_gbps, stages; copies are counted once complete, all of
         them after close(); since the last new pipeline, which an epoch left part-way starts)."""
         if self._engine is None:

@@ -215,6 +215,19 @@ class _LazySeeds:
             self.all_lazy = True
         return redo
 
+    def lazy_check(self) -> Optional[Callable[[], bool]]:
+        """While every generator is lazy: drawn_unseeded() in one frame (None otherwise)."""
+        if not self.all_lazy:
+            return None
+        (_, a, _, sa), (_, b, _, sb) = self.gens
+        slow = self.drawn_unseeded
+
+        def check() -> bool:
+            if a() == sa and b() == sb:
+                return False
+            return slow()
+        return check
+
 
 # ---- the format --------------------------------------------------------------------------------------
 
@@ -259,6 +272,16 @@ class TorchSamples(SampleFormat):
 
     def drawn_unseeded(self) -> bool:
         return self._lazy is not None and self._lazy.drawn_unseeded()
+
+    def sample_hooks(self) -> Tuple[Callable[[int], None], Callable[[], bool]]:
+        """seed_lazily and drawn_unseeded as the current states allow them cheapest: while random and
+        numpy are both lazy, torch's own seeding and a one-frame check. Valid until drawn_unseeded()
+        returns True (a generator became eager): fetched again then, and at each chunk."""
+        lazy = self._lazy
+        check = lazy.lazy_check() if lazy is not None else None
+        if check is None:
+            return self.seed_lazily, self.drawn_unseeded
+        return self._torch_seed, check
 
     @contextlib.contextmanager
     def random_state_kept(self) -> Iterator[None]:
