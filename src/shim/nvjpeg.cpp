@@ -113,38 +113,78 @@ namespace {
 
 constexpr const char* sonames[] = {"libnvjpeg.so.13", "libnvjpeg.so.12"};
 
-// The site-packages (or dist-packages) folders that libraries of this process were loaded from: where a
-// Python process keeps the nvidia-* wheels (torch's CUDA libraries among them).
-int note_site_packages(dl_phdr_info* info, std::size_t /*size*/, void* data) {
-  auto& out = *static_cast<std::vector<std::string>*>(data);
-  if (info->dlpi_name == nullptr) return 0;
+// Whether `file` (a name without folders) is an nvJPEG: libnvjpeg.so.13, or a copy renamed by auditwheel
+// (torchvision.libs/libnvjpeg-<hash>.so.12); libnvjpeg2k (JPEG 2000) is another library.
+bool is_nvjpeg_file(std::string_view file) {
+  return (file.starts_with("libnvjpeg.") || file.starts_with("libnvjpeg-")) &&
+         file.find(".so") != std::string_view::npos;
+}
+
+// What the libraries of this process say: the site-packages (or dist-packages) folders they were loaded
+// from (where a Python process keeps the nvidia-* wheels, torch's CUDA libraries among them), and an nvJPEG
+// already loaded (torchvision's copy).
+struct loaded_objects {
+  std::vector<std::string> sites;
+  std::vector<std::string> nvjpegs;
+};
+
+int note_loaded(dl_phdr_info* info, std::size_t /*size*/, void* data) {
+  auto& out = *static_cast<loaded_objects*>(data);
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;
   const std::string_view name(info->dlpi_name);
+  const std::size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos && is_nvjpeg_file(name.substr(slash + 1)))
+    out.nvjpegs.emplace_back(name);
   for (const std::string_view marker :
        {std::string_view("/site-packages/"), std::string_view("/dist-packages/")}) {
     const std::size_t at = name.find(marker);
     if (at == std::string_view::npos) continue;
     std::string folder(name.substr(0, at + marker.size() - 1));
-    if (std::find(out.begin(), out.end(), folder) == out.end()) out.push_back(std::move(folder));
+    if (std::find(out.sites.begin(), out.sites.end(), folder) == out.sites.end())
+      out.sites.push_back(std::move(folder));
   }
   return 0;
 }
 
-// nvidia/cu13/lib first (CUDA 13's wheels share it), then every other nvidia/<package>/lib, sorted.
-void add_wheel_dirs(const std::string& site, std::vector<std::string>& dirs) {
+// A site's folders that may hold nvJPEG: nvidia/cu13/lib first (CUDA 13's wheels share it), every other
+// nvidia/<package>/lib, sorted, then torchvision.libs (the copy a torchvision wheel bundles).
+void add_site_dirs(const std::string& site, std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path nvidia = fs::path(site) / "nvidia";
-  if (!fs::is_directory(nvidia, ec)) return;
   std::vector<std::string> found;
-  for (fs::directory_iterator it(nvidia, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path lib = it->path() / "lib";
-    if (fs::is_directory(lib, ec)) found.push_back(lib.string());
+  if (fs::is_directory(nvidia, ec)) {
+    for (fs::directory_iterator it(nvidia, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path lib = it->path() / "lib";
+      if (fs::is_directory(lib, ec)) found.push_back(lib.string());
+    }
   }
   std::sort(found.begin(), found.end());
   const std::string cu13 = (nvidia / "cu13" / "lib").string();
   if (std::find(found.begin(), found.end(), cu13) != found.end()) dirs.push_back(cu13);
   for (std::string& d : found)
     if (d != cu13) dirs.push_back(std::move(d));
+  const fs::path bundled = fs::path(site) / "torchvision.libs";
+  if (fs::is_directory(bundled, ec)) dirs.push_back(bundled.string());
+}
+
+void add_name(std::vector<std::string>& names, std::string name) {
+  if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+}
+
+// `dir`/libnvjpeg.so.13, .so.12, then any other nvJPEG file in it (sorted) that exists.
+void add_dir(std::vector<std::string>& names, const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const char* soname : sonames) add_name(names, dir + "/" + soname);
+  std::error_code ec;
+  std::vector<std::string> others;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (is_nvjpeg_file(file) && file != sonames[0] && file != sonames[1])
+      others.push_back(it->path().string());
+  }
+  std::sort(others.begin(), others.end());
+  for (std::string& o : others) add_name(names, std::move(o));
 }
 
 }  // namespace
@@ -181,18 +221,14 @@ std::vector<std::string> nvjpeg_library_names(const std::vector<std::string>& ex
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read when a decoder is made; nothing in ferry sets it
   const char* env = std::getenv(nvjpeg_library_env);
   if (env != nullptr && env[0] != '\0') return {std::string(env)};
-  std::vector<std::string> dirs = extra_dirs;
-  std::vector<std::string> sites;
-  dl_iterate_phdr(note_site_packages, &sites);
-  for (const std::string& site : sites) add_wheel_dirs(site, dirs);
-  for (std::string& d : dynamic_library::split_list(FERRY_NVJPEG_DIRS)) dirs.push_back(std::move(d));
+  loaded_objects seen;
+  dl_iterate_phdr(note_loaded, &seen);
   std::vector<std::string> names(std::begin(sonames), std::end(sonames));
-  for (const std::string& dir : dirs) {
-    for (const char* soname : sonames) {
-      std::string path = dir + "/" + soname;
-      if (std::find(names.begin(), names.end(), path) == names.end()) names.push_back(std::move(path));
-    }
-  }
+  for (std::string& n : seen.nvjpegs) add_name(names, std::move(n));
+  std::vector<std::string> dirs = extra_dirs;
+  for (const std::string& site : seen.sites) add_site_dirs(site, dirs);
+  for (std::string& d : dynamic_library::split_list(FERRY_NVJPEG_DIRS)) dirs.push_back(std::move(d));
+  for (const std::string& dir : dirs) add_dir(names, dir);
   return names;
 }
 

@@ -15,18 +15,38 @@ from ferry._native.image_gpu import DTYPES, LAYOUTS, JpegDecoder, library_info
 INSTALL_HINT = "nvidia-nvjpeg-cu13"
 
 
+def loaded_nvjpegs():
+    """The nvJPEG files this process has mapped (torchvision's copy, say), which the search tries first."""
+    with open("/proc/self/maps") as f:
+        return {line.split()[-1] for line in f if "/libnvjpeg" in line and "libnvjpeg2k" not in line}
+
+
 def test_the_library_report_lists_every_name_tried_with_the_given_folders_first(tmp_path):
     info = library_info([str(tmp_path)])
     assert set(info) == {"available", "path", "version", "error", "tried"}
     tried = info["tried"]
     assert tried[:2] == ["libnvjpeg.so.13", "libnvjpeg.so.12"]
-    assert tried[2:4] == [str(tmp_path / "libnvjpeg.so.13"), str(tmp_path / "libnvjpeg.so.12")]
+    # Then (after an nvJPEG this process already loaded under another name, if any) the given folder, before
+    # every other folder.
+    first = tried.index(str(tmp_path / "libnvjpeg.so.13"))
+    assert tried[first + 1] == str(tmp_path / "libnvjpeg.so.12")
+    assert set(tried[2:first]) <= loaded_nvjpegs()
     if info["available"]:
         assert info["path"] and info["version"].count(".") == 2 and info["error"] == ""
     else:
         assert info["path"] == "" and INSTALL_HINT in info["error"] and "FERRY_NVJPEG_LIBRARY" in info["error"]
         # One dlopen answer per name tried, in order.
         assert info["error"].count("dlopen(") == len(tried)
+
+
+def test_a_folder_is_searched_for_renamed_copies_but_not_for_nvjpeg2k(tmp_path):
+    # auditwheel renames a bundled copy (torchvision.libs/libnvjpeg-<hash>.so.12); libnvjpeg2k is JPEG 2000's.
+    for name in ("libnvjpeg-1a2b3c4d.so.12", "libnvjpeg2k.so.0", "libnvjpeg.so.13.0.1", "notes.txt"):
+        (tmp_path / name).write_bytes(b"not a library")
+    tried = library_info([str(tmp_path)])["tried"]
+    mine = [t for t in tried if t.startswith(str(tmp_path))]
+    assert mine == [str(tmp_path / n) for n in ("libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg-1a2b3c4d.so.12",
+                                               "libnvjpeg.so.13.0.1")]
 
 
 def test_the_environment_variable_names_the_one_library_to_open(tmp_path, monkeypatch):

@@ -26,7 +26,8 @@
 // - Host bytes: nvJPEG reads the JPEG bytes during decode() and may copy from them asynchronously until the
 //   decode stream passes this batch: keep them unchanged until the `inputs_done` event decode() can record
 //   completes. The consumer stream waits for that event before the kernel, so any event the caller records
-//   on the consumer stream after decode() completes later and covers it too.
+//   on the consumer stream after decode() completes later and covers it too. A call that throws reads none
+//   of its bytes once it has returned; and once `buffers` later calls have returned, none of a call's.
 // - No host synchronization on the hot path beyond the waits above and what nvJPEG does itself (its
 //   one-by-one decode parses and Huffman-decodes on the calling thread).
 //

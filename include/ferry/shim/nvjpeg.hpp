@@ -138,10 +138,12 @@ struct nvjpeg_api {
 [[nodiscard]] const char* nvjpeg_install_hint() noexcept;
 
 /// The libraries tried for nvJPEG, in order: $FERRY_NVJPEG_LIBRARY alone when it is set; else
-/// libnvjpeg.so.13 and libnvjpeg.so.12 by the loader's search (LD_LIBRARY_PATH, ld.so.cache, a copy
-/// already loaded, as torchvision's), then both in each of `extra_dirs`, in the nvidia/cu13/lib and
-/// nvidia/*/lib folders of every Python site-packages (or dist-packages) folder a library of this process
-/// was loaded from, and in the build's toolkit library folder and /usr/local/cuda/lib64, by absolute path.
+/// libnvjpeg.so.13 and libnvjpeg.so.12 by the loader's search (LD_LIBRARY_PATH, ld.so.cache, a copy already
+/// loaded under that name), an nvJPEG this process already loaded under another name (torchvision's bundled
+/// copy), then, by absolute path, libnvjpeg.so.13, .so.12 and any other libnvjpeg file in each of
+/// `extra_dirs`, in the nvidia/cu13/lib, nvidia/*/lib and torchvision.libs folders of every Python
+/// site-packages (or dist-packages) folder a library of this process was loaded from, and in the build's
+/// toolkit library folder and /usr/local/cuda/lib64.
 [[nodiscard]] std::vector<std::string> nvjpeg_library_names(const std::vector<std::string>& extra_dirs = {});
 
 /// Opens the first of `names` that loads, looks up every entry point and asks its version. Never throws

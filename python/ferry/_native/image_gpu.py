@@ -34,17 +34,20 @@ BACKENDS = ("auto", "hardware", "software")
 
 
 def nvjpeg_dirs() -> List[str]:
-    """The nvidia/*/lib folders of this interpreter's package folders that hold a libnvjpeg (the
-    nvidia-nvjpeg-cu13 and -cu12 wheels), nvidia/cu13/lib first: where the library looks after the loader's
-    own search. The library also finds them from the folders of libraries already loaded (torch's)."""
+    """The folders of this interpreter's package folders that hold a libnvjpeg: nvidia/*/lib (the
+    nvidia-nvjpeg-cu13 and -cu12 wheels; nvidia/cu13/lib first), then torchvision.libs (the copy a torchvision
+    wheel may bundle): where the library looks after the loader's own search. The library also finds them from
+    the folders of libraries already loaded (torch's)."""
     found: List[str] = []
     for entry in sys.path:
-        if not entry or not os.path.isdir(os.path.join(entry, "nvidia")):
+        if not entry or not os.path.isdir(entry):
             continue
         dirs = sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib")))
         dirs.sort(key=lambda d: os.path.basename(os.path.dirname(d)) != "cu13")
+        dirs.append(os.path.join(entry, "torchvision.libs"))
         for d in dirs:
-            if glob.glob(os.path.join(d, "libnvjpeg.so*")) and d not in found:
+            has = glob.glob(os.path.join(d, "libnvjpeg.so*")) + glob.glob(os.path.join(d, "libnvjpeg-*.so*"))
+            if has and d not in found:
                 found.append(d)
     return found
 
@@ -93,8 +96,9 @@ class JpegDecoder(NativeObject[JpegDecoderHandle]):
                                       byref(h))
         super().__init__(h)
         self.device = device  # outlives the decoder: destroyed after it
-        # The samples of the last `buffers` calls: the library reads a call's host bytes until the call
-        # `buffers` later has returned (it waits for that set's previous decode before reusing it).
+        # The samples of the last `buffers` calls that returned: the library may read a call's host bytes until
+        # `buffers` later calls have returned (each waits for its scratch set's previous decode), and none of
+        # a call that raised once it has raised.
         self._kept: Deque[Any] = collections.deque(maxlen=buffers)
 
     def _destroy(self, handle: JpegDecoderHandle) -> None:
@@ -111,11 +115,9 @@ class JpegDecoder(NativeObject[JpegDecoderHandle]):
         held = [_address(s) for s in samples]
         pointers = np.array([p for p, _, _ in held], dtype=np.uint64)
         lengths = np.array([n for _, n, _ in held], dtype=np.uint64)
-        try:
-            codes, _ = self._decode(pointers, lengths, boxes, size=size, out=out, stream=stream, dtype=dtype,
-                                    layout=layout, mean=mean, std=std, statuses=statuses, inputs_done=False)
-        finally:
-            self._kept.append(held)  # after the call: evicts the call `buffers` back, no longer read
+        codes, _ = self._decode(pointers, lengths, boxes, size=size, out=out, stream=stream, dtype=dtype,
+                                layout=layout, mean=mean, std=std, statuses=statuses, inputs_done=False)
+        self._kept.append(held)  # after the call: evicts the call `buffers` back, no longer read
         return codes
 
     def decode_at(self, pointers: Any, lengths: Any, boxes: Any, *, size: int, out: int, stream: int,

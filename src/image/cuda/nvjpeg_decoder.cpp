@@ -367,8 +367,9 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   std::vector<std::size_t> hw;
   std::uint64_t n_hw_refused = 0;
   std::uint64_t n_single = 0;
-  // Work is queued on the decode stream from here: a failure records the set's decode event after it, so
-  // that the set's next use (and reserve()'s frees) wait for what was queued.
+  // Work is queued on the decode stream from here. A failure waits for it before rethrowing (so that no
+  // host byte of a failed call is read after it returns) and records the set's decode event after it (so
+  // that the set's next use and reserve()'s frees wait for it too).
   try {
     // 3. The hardware engines: every sample they take, in one call. If they refuse the batch, its samples
     //    are decoded one by one below.
@@ -460,6 +461,7 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   } catch (...) {
     try {
       set.decoded.record(ds);
+      ds.synchronize();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one to report
     }
     throw;

@@ -1,0 +1,500 @@
+"""GPU JPEG decode (issue 39): ferry's nvJPEG decoder checked pixel by pixel against PIL, and timed beside
+torchvision's batched decode_jpeg(device="cuda") + v2 resized_crop.
+
+Run on a GPU machine through scripts/gpu_image.sh (it sets LD_LIBRARY_PATH to the nvidia packages' lib folders
+and FERRY_LIBRARY to .carry/libferry_c.so), or directly:
+
+    python3 scripts/gpu_image.py [--batch 256] [--images 1024] [--iters 20] [--json out.json]
+
+What it checks (each a named check; the script exits 1 when one fails):
+- library: where nvJPEG was found, its version, whether the decoder uses the hardware engines.
+- kernel: for every decoded sample of every checked batch, ferry's uint8 output against PIL's
+  crop + resize(BILINEAR) + flip of the image *as ferry's nvJPEG decoded it* (JpegDecoder.image): this isolates
+  the crop/resize/flip kernel, which does Pillow's fixed-point arithmetic, so the tolerance is 0 levels
+  (|diff| <= 1 is reported but counted as a failure too).
+- end_to_end: ferry's uint8 output against PIL's own decode (libjpeg-turbo) + crop + resize + flip: nvJPEG's
+  IDCT, chroma upsampling and colour conversion differ from libjpeg-turbo's, so the tolerance is a mean |diff|
+  <= 2.0 levels per sample (max and 99.9th percentile reported).
+- floats: float32, bfloat16, float16 outputs (NCHW and NHWC) equal (x / 255 - mean) / std of ferry's own uint8
+  output computed with numpy float32 and rounded by torch: tolerance 0 (bit for bit).
+- layouts: NHWC output == NCHW output permuted.
+- kinds: progressive, grayscale, 4:4:4, 4:2:2, a small image (upscaled), a large one (2000 x 1500), odd sizes
+  decode (statuses 0) and pass `kernel`; CMYK and a PNG are refused with status 1 (undecodable), a truncated file
+  is reported as whatever nvJPEG makes of it.
+- refusals: a bad size, a box outside its image and an unknown dtype raise naming the argument; with no status
+  array a CMYK sample raises InputError naming its index.
+- ordering: the output is written on the consumer stream after its queued work (a fill queued behind a 50 ms
+  sleep on that stream comes before the decode's write, so the decode's values are what remain), also on the
+  default stream (handle 0, bridged), and the same batch decodes to the same bytes twice.
+- reuse: batches of 1, 7, 256, 3, 256 samples in a row (scratch grown and reused) with buffers 1 and 2.
+- bench_check: after the timed loop, every bench batch decoded again and 2 samples of each checked (kernel and
+  end_to_end): the count of wrong batches (the goal is 0).
+Timed (images/s, ms per batch, host CPU seconds per batch): ferry uint8 NCHW, ferry bfloat16 NHWC normalised
+(what a channels_last bf16 model eats), ferry with backend "software", torchvision decode_jpeg alone, and
+torchvision decode_jpeg + per-sample v2 resized_crop + flip + normalise. JSON to --json, or $OUT/gpu_image.json.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+
+from ferry import _c  # noqa: E402
+from ferry._native.device import Device  # noqa: E402
+from ferry._native.image import crop_boxes  # noqa: E402
+from ferry._native.image_gpu import JpegDecoder, library_info, nvjpeg_dirs  # noqa: E402
+
+BILINEAR = getattr(Image, "Resampling", Image).BILINEAR
+FLIP = getattr(Image, "Transpose", Image).FLIP_LEFT_RIGHT
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+END_TO_END_MEAN = 2.0  # levels: nvJPEG against libjpeg-turbo, per sample, after the resize
+
+
+# ---- the JPEGs ---------------------------------------------------------------------------------------
+
+def picture(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    """Smooth colour gradients with noise (examples/pytorch/loader_jpeg.py's images): compresses as photos do."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.empty((h, w, 3), np.float32)
+    for c in range(3):
+        fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
+        img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
+    img += rng.normal(0, 12, img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def encode(img: Image.Image, **kw: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+def regular_jpegs(n: int, seed: int = 0) -> List[bytes]:
+    """n JPEGs of 500x375 to 640x480, quality 90, 4:2:0 (PIL's default), as loader_jpeg.py makes them."""
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng(seed + i)
+        w, h = int(rng.integers(500, 641)), int(rng.integers(375, 481))
+        out.append(encode(Image.fromarray(picture(rng, w, h)), quality=90))
+    return out
+
+
+def special_jpegs() -> Dict[str, bytes]:
+    """The kinds the decoder must handle or refuse by index."""
+    rng = np.random.default_rng(1234)
+    rgb = Image.fromarray(picture(rng, 600, 450))
+    png = io.BytesIO()
+    rgb.save(png, "PNG")
+    whole = encode(rgb, quality=90)
+    return {
+        "baseline_420": whole,
+        "progressive": encode(rgb, quality=90, progressive=True),
+        "grayscale": encode(rgb.convert("L"), quality=90),
+        "444": encode(rgb, quality=90, subsampling=0),
+        "422": encode(rgb, quality=90, subsampling=1),
+        "small_120x90": encode(Image.fromarray(picture(rng, 120, 90)), quality=90),
+        "large_2000x1500": encode(Image.fromarray(picture(rng, 2000, 1500)), quality=90),
+        "odd_333x257": encode(Image.fromarray(picture(rng, 333, 257)), quality=85),
+        "cmyk": encode(rgb.convert("CMYK"), quality=90),
+        "png": png.getvalue(),
+        "truncated": whole[: len(whole) * 2 // 3],
+    }
+
+
+EXPECT_REFUSED = {"cmyk", "png"}
+
+
+# ---- references --------------------------------------------------------------------------------------
+
+def pil_crop_resize(img: Image.Image, box: Sequence[int], size: int) -> np.ndarray:
+    """torchvision's resized_crop on a PIL image, then the flip: uint8 (3, size, size)."""
+    top, left, h, w, flip = (int(v) for v in box)
+    r = img.convert("RGB").crop((left, top, left + w, top + h)).resize((size, size), BILINEAR)
+    if flip:
+        r = r.transpose(FLIP)
+    return np.asarray(r).transpose(2, 0, 1)
+
+
+def ferry_decoded_as_pil(planes: np.ndarray) -> Image.Image:
+    """JpegDecoder.image()'s (channels, h, w) planes as a PIL image."""
+    if planes.shape[0] == 1:
+        return Image.fromarray(planes[0], "L")
+    return Image.fromarray(np.ascontiguousarray(planes.transpose(1, 2, 0)), "RGB")
+
+
+def info_of(data: bytes) -> Tuple[int, int]:
+    """(height, width) by PIL (no decode)."""
+    with Image.open(io.BytesIO(data)) as im:
+        return im.height, im.width
+
+
+def boxes_for(datas: Sequence[bytes], seed: int) -> np.ndarray:
+    hw = [info_of(d) for d in datas]
+    return crop_boxes([h for h, _ in hw], [w for _, w in hw], [seed * 100003 + i for i in range(len(datas))])
+
+
+# ---- the harness -------------------------------------------------------------------------------------
+
+class Checks:
+    """Named checks, each pass or fail with what it saw."""
+
+    def __init__(self) -> None:
+        self.results: Dict[str, Dict[str, Any]] = {}
+
+    def add(self, name: str, ok: bool, **seen: Any) -> None:
+        prev = self.results.get(name)
+        if prev is not None:
+            prev["ok"] = prev["ok"] and ok
+            prev.setdefault("notes", []).append(seen)
+            if not ok:
+                self._print(name, ok, seen)
+            return
+        self.results[name] = {"ok": ok, **seen}
+        self._print(name, ok, seen)
+
+    @staticmethod
+    def _print(name: str, ok: bool, seen: Dict[str, Any]) -> None:
+        print(f"  [{'ok' if ok else 'FAIL'}] {name}: {json.dumps(seen, default=str)[:300]}", flush=True)
+
+    def run(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a check that raised is a failed check, named
+            self.add(name, False, error=f"{type(e).__name__}: {e}"[:2000])
+
+    @property
+    def ok(self) -> bool:
+        return all(r["ok"] for r in self.results.values())
+
+
+def decode_u8(dec: JpegDecoder, datas: Sequence[bytes], boxes: np.ndarray, size: int, stream: torch.cuda.Stream,
+              layout: str = "nchw", statuses: bool = True) -> Tuple[torch.Tensor, Optional[np.ndarray]]:
+    n = len(datas)
+    with torch.cuda.stream(stream):
+        shape = (n, 3, size, size) if layout == "nchw" else (n, size, size, 3)
+        out = torch.empty(shape, dtype=torch.uint8, device="cuda")
+        codes = dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream, layout=layout,
+                           statuses=statuses)
+    stream.synchronize()
+    return out, codes
+
+
+def compare_kernel(dec: JpegDecoder, out: np.ndarray, boxes: np.ndarray, index: int, size: int) -> Dict[str, Any]:
+    """ferry's output of sample `index` against PIL's crop + resize of ferry's own decoded image."""
+    ref = pil_crop_resize(ferry_decoded_as_pil(dec.image(index)), boxes[index], size)
+    d = np.abs(out[index].astype(np.int16) - ref.astype(np.int16))
+    return {"max": int(d.max()), "mismatched": int((d > 0).sum())}
+
+
+def compare_pil(data: bytes, out: np.ndarray, box: np.ndarray, index: int, size: int) -> Dict[str, Any]:
+    ref = pil_crop_resize(Image.open(io.BytesIO(data)), box, size)
+    d = np.abs(out[index].astype(np.int16) - ref.astype(np.int16)).astype(np.float64)
+    return {"mean": float(d.mean()), "max": int(d.max()), "p999": float(np.percentile(d, 99.9))}
+
+
+def bench(fn: Callable[[int], None], iters: int, warmup: int, batch: int) -> Dict[str, float]:
+    for k in range(warmup):
+        fn(k)
+    torch.cuda.synchronize()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for k in range(iters):
+        fn(warmup + k)
+    torch.cuda.synchronize()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"images_per_s": batch * iters / wall, "ms_per_batch": wall / iters * 1e3, "cpu_s_per_batch": cpu / iters}
+
+
+# ---- the checks --------------------------------------------------------------------------------------
+
+def check_kinds(checks: Checks, dev: Device, backend: str, size: int, stream: torch.cuda.Stream) -> None:
+    specials = special_jpegs()
+    names = list(specials)
+    datas = [specials[k] for k in names]
+    hw = []
+    for k in names:
+        try:
+            hw.append(info_of(specials[k]))
+        except Exception:  # noqa: BLE001 - not an image PIL sizes: a box of 1x1 still passes the C checks
+            hw.append((1, 1))
+    boxes = crop_boxes([h for h, _ in hw], [w for _, w in hw], list(range(len(names))))
+    boxes[names.index("large_2000x1500")] = (0, 0, 1500, 2000, 1)  # full: 8.9x downscale, 19 taps
+    boxes[names.index("small_120x90")] = (10, 5, 80, 110, 0)        # upscale
+    with JpegDecoder(dev, backend=backend) as dec:
+        out, codes = decode_u8(dec, datas, boxes, size, stream)
+        got = dict(zip(names, (int(c) for c in codes)))
+        expect_ok = [k for k in names if k not in EXPECT_REFUSED and k != "truncated"]
+        checks.add(f"kinds[{backend}].statuses", all(got[k] == 0 for k in expect_ok) and
+                   all(got[k] == 1 for k in EXPECT_REFUSED), statuses=got)
+        o = out.cpu().numpy()
+        for k in names:
+            i = names.index(k)
+            if got[k] != 0:
+                checks.add(f"kinds[{backend}].refused_are_zero", bool((o[i] == 0).all()), sample=k)
+                continue
+            kc = compare_kernel(dec, o, boxes, i, size)
+            checks.add(f"kinds[{backend}].kernel", kc["max"] == 0, sample=k, **kc)
+            if k != "truncated":
+                ec = compare_pil(datas[i], o, boxes[i], i, size)
+                checks.add(f"kinds[{backend}].end_to_end", ec["mean"] <= END_TO_END_MEAN, sample=k, **ec)
+        checks.add(f"kinds[{backend}].stats", True, **dec.stats())
+
+
+def check_floats_and_layouts(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: np.ndarray, size: int,
+                             stream: torch.cuda.Stream) -> None:
+    u8, _ = decode_u8(dec, datas, boxes, size, stream)
+    u8h, _ = decode_u8(dec, datas, boxes, size, stream, layout="nhwc")
+    checks.add("layouts.nhwc_is_nchw_permuted", bool(torch.equal(u8h.permute(0, 3, 1, 2), u8)))
+    ref32 = (u8.cpu().numpy().astype(np.float32) / np.float32(255)
+             - np.array(MEAN, np.float32)[None, :, None, None]) / np.array(STD, np.float32)[None, :, None, None]
+    ref = torch.from_numpy(ref32)
+    n = len(datas)
+    for dtype, tdtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+        for layout in ("nchw", "nhwc"):
+            with torch.cuda.stream(stream):
+                shape = (n, 3, size, size) if layout == "nchw" else (n, size, size, 3)
+                out = torch.empty(shape, dtype=tdtype, device="cuda")
+                dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream, dtype=dtype,
+                           layout=layout, mean=MEAN, std=STD)
+            stream.synchronize()
+            got = (out.cpu() if layout == "nchw" else out.cpu().permute(0, 3, 1, 2)).contiguous()
+            want = ref.to(tdtype)
+            same = bool(torch.equal(got.view(torch.int16 if tdtype != torch.float32 else torch.int32),
+                                    want.view(torch.int16 if tdtype != torch.float32 else torch.int32)))
+            diff = float((got.float() - want.float()).abs().max())
+            checks.add("floats.bit_exact", same, dtype=dtype, layout=layout, max_abs_diff=diff)
+
+
+def check_refusals(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: np.ndarray,
+                   stream: torch.cuda.Stream) -> None:
+    out = torch.empty((2, 3, 64, 64), dtype=torch.float32, device="cuda")
+
+    def refused(name: str, exc: type, match: str, **kw: Any) -> None:
+        args = dict(samples=datas[:2], boxes=boxes[:2], size=64, out=out.data_ptr(), stream=stream.cuda_stream)
+        args.update(kw)
+        try:
+            dec.decode(**args)
+        except exc as e:
+            checks.add("refusals", match in str(e), case=name, message=str(e)[:200])
+            return
+        except Exception as e:  # noqa: BLE001
+            checks.add("refusals", False, case=name, raised=f"{type(e).__name__}: {e}"[:200])
+            return
+        checks.add("refusals", False, case=name, raised="nothing")
+
+    refused("size 0", _c.InvalidArgumentError, "size = 0", size=0)
+    bad = boxes[:2].copy()
+    bad[1] = (0, 0, 100000, 10, 0)
+    refused("box outside", _c.InvalidArgumentError, "sample 1: crop box", boxes=bad)
+    refused("dtype", ValueError, "dtype 'int8'", dtype="int8")
+    refused("std 0", _c.InvalidArgumentError, "std", dtype="float32", mean=MEAN, std=(0.2, 0.0, 0.2))
+    cmyk = special_jpegs()["cmyk"]
+    refused("cmyk without statuses", _c.InputError, "sample 1", samples=[datas[0], cmyk],
+            boxes=np.array([boxes[0], (0, 0, 100, 100, 0)], np.int32))
+
+
+def check_ordering(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: np.ndarray, size: int,
+                   stream: torch.cuda.Stream) -> None:
+    want, _ = decode_u8(dec, datas, boxes, size, stream)
+    again, _ = decode_u8(dec, datas, boxes, size, stream)
+    checks.add("ordering.deterministic", bool(torch.equal(want, again)))
+    n = len(datas)
+    with torch.cuda.stream(stream):
+        out = torch.empty((n, 3, size, size), dtype=torch.uint8, device="cuda")
+        torch.cuda._sleep(int(50e-3 * 1.5e9))  # ~50 ms of GPU clock cycles queued first on the consumer
+        out.fill_(7)
+        dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream)
+    stream.synchronize()
+    checks.add("ordering.after_consumer_work", bool(torch.equal(out, want)))
+    # The legacy default stream (handle 0): ferry bridges it; the output is there once it is synchronized.
+    out0 = torch.empty((n, 3, size, size), dtype=torch.uint8, device="cuda")
+    torch.cuda._sleep(int(20e-3 * 1.5e9))
+    out0.fill_(9)
+    dec.decode(datas, boxes, size=size, out=out0.data_ptr(), stream=torch.cuda.default_stream().cuda_stream)
+    torch.cuda.synchronize()
+    checks.add("ordering.default_stream", bool(torch.equal(out0, want)))
+
+
+def check_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream) -> None:
+    for buffers in (1, 2):
+        with JpegDecoder(dev, buffers=buffers) as dec:
+            at = 0
+            for n in (1, 7, 256, 3, 256):
+                datas = pool[at:at + n]
+                at += n
+                boxes = boxes_for(datas, seed=at)
+                out, codes = decode_u8(dec, datas, boxes, size, stream)
+                o = out.cpu().numpy()
+                worst = max(compare_kernel(dec, o, boxes, i, size)["max"] for i in {0, n // 2, n - 1})
+                checks.add("reuse.kernel", worst == 0 and not codes.any(), buffers=buffers, n=n, max=worst)
+
+
+# ---- main --------------------------------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--images", type=int, default=1024, help="distinct JPEGs the bench cycles through")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--json", default=None, help="default: $OUT/gpu_image.json when OUT is set")
+    ap.add_argument("--skip-torchvision", action="store_true")
+    args = ap.parse_args()
+    checks = Checks()
+    doc: Dict[str, Any] = {"args": vars(args), "torch": torch.__version__, "python": sys.version.split()[0]}
+
+    lib = library_info()
+    doc["nvjpeg"] = lib
+    doc["nvjpeg_dirs_of_python"] = nvjpeg_dirs()
+    print(f"nvJPEG: available={lib['available']} path={lib['path']!r} version={lib['version']!r}")
+    if not lib["available"]:
+        print(lib["error"])
+    checks.add("library", lib["available"], path=lib["path"], version=lib["version"])
+    if not lib["available"] or not torch.cuda.is_available():
+        doc["checks"] = checks.results
+        write(doc, args.json)
+        return 1
+    doc["gpu"] = torch.cuda.get_device_name(0)
+    dev = Device("cuda", 0)
+    stream = torch.cuda.Stream()
+    size, batch = args.size, args.batch
+
+    t = time.perf_counter()
+    pool = regular_jpegs(max(args.images, batch))
+    print(f"made {len(pool)} JPEGs in {time.perf_counter() - t:.1f} s "
+          f"(mean {np.mean([len(p) for p in pool]) / 1024:.0f} KiB)", flush=True)
+    dec = JpegDecoder(dev)
+    st = dec.stats()
+    doc["decoder"] = st
+    print(f"decoder backend: {st['backend']} ({st['hardware_absent'] or 'hardware engines in use'}); "
+          f"engines {st['hardware_engines']} x {st['hardware_cores_per_engine']} cores")
+    checks.add("library.backend", True, backend=st["backend"], hardware_absent=st["hardware_absent"])
+
+    first = pool[:batch]
+    first_boxes = boxes_for(first, seed=1)
+    checks.run("kinds[auto]", lambda: check_kinds(checks, dev, "auto", size, stream))
+    checks.run("kinds[software]", lambda: check_kinds(checks, dev, "software", size, stream))
+    checks.run("floats", lambda: check_floats_and_layouts(checks, dec, first[:32], first_boxes[:32], size, stream))
+    checks.run("refusals", lambda: check_refusals(checks, dec, first, first_boxes, stream))
+    checks.run("ordering", lambda: check_ordering(checks, dec, first[:64], first_boxes[:64], size, stream))
+    checks.run("reuse", lambda: check_reuse(checks, dev, pool * (1 + 600 // len(pool)), size, stream))
+
+    # ---- the bench: batches cycle through the pool
+    nb = max(1, len(pool) // batch)
+    batches = [pool[k * batch:(k + 1) * batch] for k in range(nb)]
+    bboxes = [boxes_for(b, seed=100 + k) for k, b in enumerate(batches)]
+    rows: Dict[str, Dict[str, float]] = {}
+    with torch.cuda.stream(stream):
+        out_u8 = torch.empty((batch, 3, size, size), dtype=torch.uint8, device="cuda")
+        out_bf = torch.empty((batch, 3, size, size), dtype=torch.bfloat16, device="cuda").to(
+            memory_format=torch.channels_last)
+
+    def ferry_u8(k: int, d: JpegDecoder = dec) -> None:
+        with torch.cuda.stream(stream):
+            d.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_u8.data_ptr(), stream=stream.cuda_stream)
+
+    def ferry_bf16(k: int) -> None:
+        with torch.cuda.stream(stream):
+            dec.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_bf.data_ptr(), stream=stream.cuda_stream,
+                       dtype="bfloat16", layout="nhwc", mean=MEAN, std=STD)
+
+    rows["ferry uint8 NCHW"] = bench(ferry_u8, args.iters, args.warmup, batch)
+    rows["ferry bf16 NHWC normalised"] = bench(ferry_bf16, args.iters, args.warmup, batch)
+    with JpegDecoder(dev, backend="software") as soft:
+        rows["ferry uint8, software backend"] = bench(lambda k: ferry_u8(k, soft), max(3, args.iters // 4), 1, batch)
+    doc["decoder_after_bench"] = dec.stats()
+
+    if not args.skip_torchvision:
+        try:
+            rows.update(torchvision_rows(batches, bboxes, size, stream, args))
+        except Exception as e:  # noqa: BLE001 - the comparison is optional; its failure is reported
+            doc["torchvision_error"] = f"{type(e).__name__}: {e}"
+            print(f"torchvision comparison failed: {doc['torchvision_error']}")
+
+    # ---- every bench batch decoded again, 2 samples of each checked
+    wrong = 0
+    for k in range(nb):
+        out, codes = decode_u8(dec, batches[k], bboxes[k], size, stream)
+        o = out.cpu().numpy()
+        bad = bool(codes.any())
+        for i in (k % batch, (k * 37 + batch // 2) % batch):
+            kc = compare_kernel(dec, o, bboxes[k], i, size)
+            ec = compare_pil(batches[k][i], o, bboxes[k][i], i, size)
+            bad = bad or kc["max"] != 0 or ec["mean"] > END_TO_END_MEAN
+        wrong += int(bad)
+    checks.add("bench_check.wrong_batches", wrong == 0, batches=nb, wrong=wrong)
+
+    print(f"\n{'level':36} {'images/s':>10} {'ms/batch':>9} {'CPU s/batch':>12}")
+    for name, r in rows.items():
+        print(f"{name:36} {r['images_per_s']:10.0f} {r['ms_per_batch']:9.2f} {r['cpu_s_per_batch']:12.4f}")
+    doc["bench"] = rows
+    doc["checks"] = checks.results
+    doc["ok"] = checks.ok
+    failed = [k for k, v in checks.results.items() if not v["ok"]]
+    print(f"\nchecks: {len(checks.results) - len(failed)} ok, {len(failed)} failed {failed if failed else ''}")
+    dec.close()
+    dev.close()
+    write(doc, args.json)
+    return 0 if checks.ok else 1
+
+
+def torchvision_rows(batches: List[List[bytes]], bboxes: List[np.ndarray], size: int, stream: torch.cuda.Stream,
+                     args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
+    import torchvision
+    from torchvision.io import decode_jpeg
+    from torchvision.transforms.v2 import functional as F
+
+    nb, batch = len(batches), len(batches[0])
+    tensors = [[torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bs] for bs in batches]
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1)
+    rows = {}
+
+    def decode_only(k: int) -> None:
+        with torch.cuda.stream(stream):
+            decode_jpeg(tensors[k % nb], device="cuda")
+
+    def decode_crop(k: int) -> None:
+        with torch.cuda.stream(stream):
+            imgs = decode_jpeg(tensors[k % nb], device="cuda")
+            crops = []
+            for img, (t, l, h, w, f) in zip(imgs, bboxes[k % nb].tolist()):
+                c = F.resized_crop(img, t, l, h, w, [size, size], antialias=True)
+                crops.append(c.flip(-1) if f else c)
+            x = torch.stack(crops).float().div_(255).sub_(mean).div_(std)
+            x.to(torch.bfloat16, memory_format=torch.channels_last)
+
+    print(f"torchvision {torchvision.__version__}", flush=True)
+    rows[f"torchvision {torchvision.__version__} decode_jpeg only"] = bench(decode_only, args.iters, args.warmup,
+                                                                              batch)
+    rows["torchvision decode + v2 resized_crop + norm"] = bench(decode_crop, args.iters, args.warmup, batch)
+    return rows
+
+
+def write(doc: Dict[str, Any], path: Optional[str]) -> None:
+    if path is None and os.environ.get("OUT"):
+        path = os.path.join(os.environ["OUT"], "gpu_image.json")
+    if path is None:
+        return
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
