@@ -5,6 +5,8 @@ longest with their lengths (ferry.torch.Padded), equal to torch.nn.utils.rnn.pad
 against the dataset's samples, with workers 0 and 2, mixed with fixed leaves; capacity refusals naming the
 sample, its size, the capacity and the argument; declarations refused by name. The no-leak check of
 test_loader.py runs after each."""
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -135,37 +137,62 @@ class Long:
         return (bytes(n) if self.kind == "bytes" else torch.zeros(n, 2)), i
 
 
+def grown(loader, epochs=1):
+    """Every batch of `epochs` epochs (cloned) and the warnings they raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = [[(x.tolist() if isinstance(x, ft.RaggedBatch) else
+                 (x.data.clone(), x.lengths.clone()) if isinstance(x, ft.Padded) else x.clone()) for x in batch]
+               for _ in range(epochs) for batch in loader]
+    return out, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_sample_past_its_capacity_is_refused_naming_it_its_size_the_capacity_and_the_argument(workers):
-    # ragged: the default capacity, 4096 bytes a sample (twice the first sample's 100, at least 4096)
-    with Loader(Long(13, 100, 33000, "bytes"), batch_size=4, workers=workers, chunk=1, device="cpu") as loader:
+def test_a_sample_past_its_capacity_grows_the_slots_with_one_warning_naming_the_new_capacity(workers):
+    # ragged: the default capacity, 4096 bytes a sample (twice the first sample's 100, at least 4096), on
+    # average over a group of 8 samples, or of the batch when it is smaller
+    ds = Long(13, 100, 33000, "bytes")
+    with Loader(ds, batch_size=4, workers=workers, chunk=1, device="cpu") as loader:
+        batches, said = grown(loader, epochs=2)
+        assert [y.tolist() for _, y in batches] == [list(range(i, i + 4)) for i in range(0, 24, 4)] * 2
+        assert all(x == [bytes(33000 if i == 13 else 100) for i in y.tolist()] for x, y in batches)
+        assert len(said) == 1, said  # once: the second epoch starts with the grown slots
+        assert "sample 13: sample[0] has 33000 bytes; with the 1 samples before it in its group (positions 0-1, " \
+               "100 bytes) that is 33100 bytes, over its group's 4 x 4096" in said[0]
+        assert "laid out again with ragged={'sample[0]': 8448}" in said[0]
+        assert loader._engine.layout.leaves[0].capacity == 8448
+    # a batch taken before the slots grew stays valid (depth=2: for one further next())
+    with Loader(Long(5, 100, 40000, "bytes"), batch_size=4, workers=workers, device="cpu") as loader:
         it = iter(loader)
-        assert [next(it)[1].tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-        with pytest.raises(ValueError) as e:
-            next(it)
-        said = " ".join([str(e.value), *getattr(e.value, "__notes__", [])])
-        assert "sample 13: sample[0] has 33000 bytes" in said and "capacity=4096" in said
-        assert "ragged={'sample[0]': 33000}" in said
-    # the capacity is an average over a group of 8 samples, whatever the workers and the chunk
+        before = next(it)[0]
+        with pytest.warns(RuntimeWarning, match="laid out again"):
+            after = next(it)[0]
+        assert before.tolist() == [bytes(100)] * 4 and after.tolist() == [bytes(100), bytes(40000)] + [bytes(100)] * 2
+    # the capacity is an average over the group, whatever the workers and the chunk
     cap = {"sample[0]": 4096}
     with Loader(Long(2, 4000, 4400, "bytes"), batch_size=8, workers=workers, chunk=1, ragged=cap,
                 device="cpu") as loader:
-        assert [b.lengths.tolist() for b, _ in loader][0] == [4000, 4000, 4400] + [4000] * 5
+        batches, said = grown(loader)
+        assert said == [] and [len(b) for b in batches[0][0]] == [4000, 4000, 4400] + [4000] * 5
     with Loader(Long(2, 4000, 7000, "bytes"), batch_size=16, workers=workers, chunk=3, ragged=cap,
                 device="cpu") as loader:
-        with pytest.raises(ValueError) as e:
-            next(iter(loader))
-        said = " ".join([str(e.value), *getattr(e.value, "__notes__", [])])
-        assert "sample 7: sample[0] has 4000 bytes; with the 7 samples before it in its group" in said
-        assert "35000 bytes, over its group's 8 x 4096" in said
-    # padded: the default capacity, twice the first sample's rows (at least 16); and one given
-    with Loader(Long(5, 3, 17, "rows"), batch_size=4, workers=workers, pad=("sample[0]",), device="cpu") as loader:
-        with pytest.raises(ValueError) as e:
-            list(loader)
-        said = " ".join([str(e.value), *getattr(e.value, "__notes__", [])])
-        assert "sample 5: sample[0] has 17 rows, over its capacity of 16" in said and "pad={'sample[0]': 17}" in said
-    with Loader(Long(5, 3, 17, "rows"), batch_size=4, workers=workers, pad={"sample[0]": 17}, device="cpu") as loader:
-        assert [x.lengths.tolist() for x, _ in loader][1] == [3, 17, 3, 3]
+        batches, said = grown(loader)
+        assert [len(b) for b in batches[0][0]] == [4000, 4000, 7000] + [4000] * 13
+        assert len(said) == 1 and "sample 7: sample[0] has 4000 bytes; with the 7 samples before it in its " \
+            "group (positions 0-7, 31000 bytes) that is 35000 bytes, over its group's 8 x 4096" in said[0]
+        assert "ragged={'sample[0]': 8192}" in said[0]
+    # padded: the default capacity, twice the first sample's rows (at least 16); one given is kept to
+    for given, warned in ((None, True), ({"sample[0]": 17}, False)):
+        ds = Long(5, 3, 17, "rows")
+        with Loader(ds, batch_size=4, workers=workers, pad=given or ("sample[0]",), device="cpu") as loader:
+            batches, said = grown(loader)
+            assert len(said) == warned
+            if warned:
+                assert "sample 5: sample[0] has 17 rows, over its capacity of 16" in said[0]
+                assert "laid out again with pad={'sample[0]': 32}" in said[0]
+            for (x, lengths), y in batches:
+                assert torch.equal(x, pad_sequence([ds[i][0] for i in y.tolist()], batch_first=True))
+            assert batches[1][0][1].tolist() == [3, 17, 3, 3]
 
 
 class Shapes:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .._native.loader import SharedMapping, SlotPrefetcher, read_int64s
 from . import processes
-from .layout import PADDED, Layout, Spec
+from .layout import PADDED, CapacityError, Layout, Spec
 from .order import sample_seed
 from .processes import Worker, ask_for_stack
 from .protocol import INIT, MAX_OUTSTANDING, PROBE, rebuild_error
@@ -61,7 +61,8 @@ def note(e: BaseException, text: str) -> None:
 class Batch:
     """Batch k of the current pipeline: its samples [(position, index)] cut into parts (one chunk each),
     each part _UNSENT, held as the id of the chunk that carries it, or _ANSWERED."""
-    __slots__ = ("k", "epoch", "number", "items", "parts", "state", "pending", "error", "readied", "longest")
+    __slots__ = ("k", "epoch", "number", "items", "parts", "state", "pending", "error", "readied", "longest",
+                 "grow")
 
     def __init__(self, k: int, epoch: int, number: int, items: List[Tuple[int, int]], chunk: int) -> None:
         self.k, self.epoch, self.number, self.items = k, epoch, number, items
@@ -71,6 +72,8 @@ class Batch:
         self.error: Optional[BaseException] = None
         self.readied = False
         self.longest: Dict[int, int] = {}  # a padded leaf's longest sample (rows), read as the batch is readied
+        # A sample past a variable leaf's capacity: (path, argument, capacity, message, position) of the first
+        self.grow: Optional[Tuple[str, str, int, str, int]] = None
 
     def written(self) -> bool:
         return all(s == _ANSWERED for s in self.state)
@@ -188,6 +191,7 @@ class Engine:
         seed = sample_seed(self.seed, epoch, first_index)
         template, spec = self._probe(first_index, seed, epoch) if self.workers else self._probe_here(first_index, seed)
         self.template = template
+        self._spec = spec
         self.layout = Layout(spec, self.batch_size, self.capacity)
         if self.small_chunk is not None and sum(leaf.nbytes for leaf in self.layout.leaves) <= SMALL_SAMPLE:
             self.chunk = self.small_chunk
@@ -206,9 +210,11 @@ class Engine:
         for w in self.workers:
             self._send(w, ("layout", size, self.layout))
         # The workers hold their own descriptors: this one would only be inherited by processes forked
-        # later, keeping the memory alive after close() for as long as they run.
-        os.close(self._memfd)
-        self._memfd = -1
+        # later, keeping the memory alive after close() for as long as they run. A layout with variable
+        # leaves keeps it, to grow the slots (grow()).
+        if not self.layout.variable:
+            os.close(self._memfd)
+            self._memfd = -1
 
     def _probe(self, first_index: int, seed: int, epoch: int) -> Tuple[Any, List[Spec]]:
         """The first sample's structure and leaves, from worker 0."""
@@ -268,6 +274,41 @@ class Engine:
         if old is not None:
             old.close()
         self._open_pipeline()
+        self.dispatch_next = self.taken = 0
+        self.batches.clear()
+        self._pending.clear()
+
+    def grow(self, path: str, capacity: int) -> None:
+        """Lays the slots out again with variable leaf `path`'s capacity raised to `capacity` (a sample
+        past it was found): every chunk held is waited for, the holds are waited for, the memfd grows and
+        is mapped again by this process and the workers, and a new prefetcher starts from batch 0 (the
+        caller plans the epoch again from the batch that overflowed: Loader._next)."""
+        assert self.layout is not None and self.mapping is not None and self._memfd >= 0
+        try:
+            self.drain()
+        except BaseException:
+            self._unsure = True  # Note [No chunk is lost] 5: the next drain syncs first
+            raise
+        self._release_all()
+        self.capacity[path] = capacity
+        self.layout = Layout(self._spec, self.batch_size, self.capacity)
+        size = self.layout.slot_bytes * self.slots
+        old, self.prefetcher = self.prefetcher, None
+        if old is not None:
+            try:
+                old.stop()  # its copies done and the slots unregistered: before they are unmapped
+            finally:
+                old.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.mapping.close()
+        self.mapping = None
+        os.ftruncate(self._memfd, size)
+        self.mapping = SharedMapping(self._memfd, size)
+        self._open_pipeline()
+        for w in self.workers:
+            self._send(w, ("layout", size, self.layout))
         self.dispatch_next = self.taken = 0
         self.batches.clear()
         self._pending.clear()
@@ -387,11 +428,15 @@ class Engine:
         if msg[0] == "error" and b.error is None:
             b.error = rebuild_error(msg, f"in ferry Loader worker {w.id} (pid {w.pid}) at sample {msg[3]} "
                                          f"(batch {b.number} of epoch {b.epoch}, position {msg[2]})")
+        elif msg[0] == "grow" and (b.grow is None or msg[2] < b.grow[4]):
+            _, _, position, _, path, argument, capacity, text = msg
+            b.grow = (path, argument, capacity, text, position)
         self._ready(b)
 
     def _ready(self, b: Batch) -> None:
         """Marks batch b ready for the copy once all its parts are written."""
-        if not b.readied and b.error is None and not b.pending and b.written() and self.batches.get(b.k) is b:
+        if (not b.readied and b.error is None and b.grow is None and not b.pending and b.written()
+                and self.batches.get(b.k) is b):
             assert self.prefetcher is not None and self.layout is not None
             if self.layout.variable and not b.longest:
                 # Read before the copy may start (the slot is not reused before it), as the batch's view
@@ -423,7 +468,7 @@ class Engine:
             for b in list(self.batches.values()):  # one left written but unmarked by an exception
                 self._ready(b)
             b = self.batches.get(k)
-            if b is not None and (b.readied or b.error is not None):
+            if b is not None and (b.readied or b.error is not None or b.grow is not None):
                 break
             waits: List[Any] = [w.results for w in self.workers] + [w.process.sentinel for w in self.workers]
             assert self.prefetcher is not None
@@ -507,6 +552,9 @@ class Engine:
                         raise
                     writer.add(sample, index, position)
                 writer.finish()
+        except CapacityError as e:
+            b.grow = (e.path, e.argument, e.capacity, str(e), position)
+            return b
         except AtSample as e:
             error = e.error
             note(error, f"raised at sample {e.index} (batch {i} of epoch {epoch}, position {e.position}) in this "

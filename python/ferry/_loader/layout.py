@@ -15,8 +15,11 @@ A leaf is one of three kinds:
   and its samples are packed there in order: `capacity` is the bytes per sample on average over a group.
   A chunk holds whole groups (the engine rounds the chunk up to a multiple of GROUP), so workers write
   their groups in parallel with no coordination, and a batch's bytes depend neither on the timing nor on
-  the workers or the chunk; a sample that does not fit its group's room is refused before anything of
-  it is written.
+  the workers or the chunk (a batch smaller than a group is one group).
+
+A sample past its leaf's capacity (more rows, or more bytes than its group's room) raises CapacityError
+before anything of it is written; the engine then lays the slots out again with the capacity it names
+(Engine.grow) and the batch is made again.
 
 The lengths and offsets are written by the worker beside the sample's bytes, so they reach the device in
 the same copy as the rest of the slot.
@@ -53,6 +56,16 @@ class Spec(NamedTuple):
     shape: Tuple[int, ...]
     itemsize: int
     kind: str = FIXED
+
+
+class CapacityError(ValueError):
+    """A sample past a variable leaf's capacity (raised before anything of it is written): the leaf's
+    `path`, its `argument` ("ragged" or "pad") and the `capacity` that admits it (the engine lays the
+    slots out again with it)."""
+
+    def __init__(self, message: str, path: str, argument: str, capacity: int) -> None:
+        super().__init__(message)
+        self.path, self.argument, self.capacity = path, argument, capacity
 
 
 def default_capacity(s: Spec) -> int:

@@ -15,6 +15,10 @@ From a worker:
   ("error", id, position, index, type module, type name, message, traceback text)
                                          id PROBE for the first sample, INIT for worker_init_fn (the
                                          worker then exits)
+  ("grow", id, position, index, path, argument, capacity, message)
+                                         a sample past a variable leaf's capacity (layout.CapacityError):
+                                         the engine lays the slots out again with `capacity` and makes
+                                         the batch again (an answer to chunk `id`, as "done" and "error")
   ("synced", token)
 
 Note [No chunk is lost]
@@ -71,6 +75,11 @@ from typing import Any, Tuple
 PROBE = -1  # the id of the first sample's reply
 INIT = -2  # the id of worker_init_fn's error
 MAX_OUTSTANDING = 2  # chunks a worker holds at once
+
+
+def grow_message(chunk: int, position: int, index: int, e: Any) -> Tuple[Any, ...]:
+    """The answer to a chunk with a sample past a variable leaf's capacity (a layout.CapacityError)."""
+    return ("grow", chunk, position, index, e.path, e.argument, e.capacity, str(e))
 
 
 def error_message(chunk: int, position: int, index: int, e: BaseException) -> Tuple[Any, ...]:

@@ -18,9 +18,9 @@ import time
 from typing import Any, Callable, ContextManager, Dict, List, NamedTuple, Optional, Tuple
 
 from .._native.loader import WorkerMapping, die_with_parent
-from .layout import Layout, Spec
+from .layout import CapacityError, Layout, Spec
 from .order import epoch_seed, index_seed, worker_seed
-from .protocol import INIT, PROBE, error_message
+from .protocol import INIT, PROBE, error_message, grow_message
 
 
 class SampleFormat:
@@ -57,6 +57,10 @@ class SampleFormat:
         """After a sample seeded by seed_lazily(): whether it drew from a generator left unseeded (the
         worker then makes it again after seed())."""
         return False
+
+    # A last step of every sample after the dataset and the transform, given the sample's seed (None: no
+    # step): ferry.torch's ImageDecode replaces the encoded image by what the write puts in the slot.
+    prepare: Optional[Callable[[Any, int], Any]] = None
 
     def sample_hooks(self) -> Tuple[Callable[[int], None], Callable[[], bool]]:
         """(seed_lazily, drawn_unseeded), or cheaper equivalents valid until drawn_unseeded() returns True
@@ -130,10 +134,11 @@ def make(fmt: SampleFormat, dataset: Any, transform: Optional[Callable[[Any], An
         sample = dataset[index]
         sample = transform(sample) if transform is not None else sample
         if not fmt.drawn_unseeded():
-            return sample
+            return sample if fmt.prepare is None else fmt.prepare(sample, seed)
     fmt.seed(seed)
     sample = dataset[index]
-    return transform(sample) if transform is not None else sample
+    sample = transform(sample) if transform is not None else sample
+    return sample if fmt.prepare is None else fmt.prepare(sample, seed)
 
 
 class Fd:
@@ -244,6 +249,7 @@ def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int
     base = epoch_seed(seed_root, epoch)
     info = _worker
     seed_lazily, drawn_unseeded = fmt.sample_hooks()
+    prepare = fmt.prepare
     try:
         for position, index in items:
             try:
@@ -258,6 +264,8 @@ def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int
                 if drawn_unseeded():
                     sample = make(fmt, dataset, transform, index, seed)
                     seed_lazily, drawn_unseeded = fmt.sample_hooks()
+                elif prepare is not None:
+                    sample = prepare(sample, seed)
             except Exception as e:  # noqa: BLE001 - raised in the main process at this batch
                 writer.flush()  # a refusal of a sample before this one comes first
                 return error_message(chunk, position, index, e)
@@ -265,6 +273,8 @@ def _write_chunk(fmt: SampleFormat, dataset: Any, transform: Any, seed_root: int
                 writer.add(sample, index, position)
             except AtSample:
                 raise
+            except CapacityError as e:
+                return grow_message(chunk, position, index, e)
             except Exception as e:  # noqa: BLE001
                 return error_message(chunk, position, index, e)
         written = writer.finish()

@@ -11,6 +11,7 @@ are ferry/_native/loader.py's.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -24,7 +25,8 @@ from .._template import fill
 from .._loader.layout import PADDED, RAGGED
 from ._batch import Padded, RaggedBatch, batch_tensor, crossing, slot_still_held
 from ._common import DeviceLike, resolve_device, stream_handle
-from ._samples import TorchSamples
+from ._decode import ImageDecode, decoder_for, finish_images, resolved_decode
+from ._samples import BOX, TorchSamples
 
 __all__ = ["Loader", "Padded", "RaggedBatch", "WorkerInfo", "sample_seed", "worker_info"]
 
@@ -117,9 +119,9 @@ class Loader:
     `pad_value` (what pad_sequence(batch_first=True) gives). `ragged` and `pad` take a path, paths, or a
     dict of path -> capacity (None: the default): a padded leaf's most rows a sample (default twice the
     first sample's, at least 16), a ragged leaf's bytes a sample on average over a group of 8 (default
-    twice the first sample's bytes, at least 4096). A sample past its capacity is refused with
-    ValueError naming its index, its size, the capacity and the argument that admits it; the slots do
-    not grow.
+    twice the first sample's bytes, at least 4096). A sample past its capacity grows the slots (they are
+    laid out again with a capacity that admits it and the batch is made again), with one RuntimeWarning
+    naming the sample and the ragged= or pad= to start with.
 
     Order and seeds: epoch e's order is a permutation seeded by (seed, e) when shuffle, else 0..n-1; with
     rank/world_size (default: torch.distributed's when it is initialized) each rank takes every
@@ -186,7 +188,8 @@ class Loader:
                  world_size: Optional[int] = None, transform: Optional[Callable[[Any], Any]] = None,
                  worker_init_fn: Optional[Callable[[int], None]] = None, start_method: Optional[str] = None,
                  chunk: Optional[int] = None, timeout: float = 300.0, num_workers: Optional[int] = None,
-                 ragged: Variable = None, pad: Variable = None, pad_value: Any = 0) -> None:
+                 ragged: Variable = None, pad: Variable = None, pad_value: Any = 0,
+                 decode: Optional[ImageDecode] = None) -> None:
         self._closed = True  # until the workers exist: close() and __del__ have nothing to do
         if workers is not None and num_workers is not None:
             raise ValueError(f"Loader(workers={workers!r}, num_workers={num_workers!r}): give one (num_workers is "
@@ -210,6 +213,11 @@ class Loader:
             raise ValueError(f"Loader(pad_value={pad_value!r}): expected a number")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"Loader(seed={seed!r}): expected an integer")
+        if decode is not None and not isinstance(decode, ImageDecode):
+            raise TypeError(f"Loader(decode=a {type(decode).__name__}): expected a ferry.torch.ImageDecode")
+        if decode is not None and decode.path in set(ragged_paths) | set(pad_paths):
+            raise ValueError(f"Loader(decode=..., ragged/pad=...): {decode.path} is the image ImageDecode decodes; "
+                             "leave it out of ragged and pad (ImageDecode(capacity=) sizes its bytes)")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"Loader(timeout={timeout!r}): expected a positive number of seconds")
         if _is_iterable_dataset(dataset) or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
@@ -255,17 +263,28 @@ class Loader:
         self._crossing: List[Tuple[Tuple[int, int, int], Optional[Tuple[Any, Tuple[int, ...]]]]] = []
         self._int64 = self._uint8 = (0, 0, 0)  # DLPack's codes of the lengths and of a ragged slab
         self._engine: Optional[Engine] = None
+        self.decode = decode
+        self._decode = resolved_decode(decode, device)  # where "auto" chose (before the workers start)
+        self._decoder: Any = None  # the nvJPEG decoder of where="device"
+        if self._decode is not None and self._decode.where == "device":
+            ragged_caps = {**ragged_caps, decode.path: decode.capacity}  # None: the first image's, at least 256 KiB
         self._closed = False
         _runtime.register(self)
         try:
             self._engine = Engine(dataset=dataset, transform=transform,
-                                  fmt=TorchSamples(ragged_paths, pad_paths, pad_value), batch_size=batch_size,
+                                  fmt=TorchSamples(ragged_paths, pad_paths, pad_value, self._decode),
+                                  batch_size=batch_size,
                                   seed=seed, depth=depth, slots=self.slots, chunk=self.chunk, timeout=self.timeout,
                                   start_method=method, on_fail=_closer(self), capacity={**ragged_caps, **pad_caps},
                                   small_chunk=small_chunk)
             self._engine.start_workers(workers, worker_init_fn,
                                        preload=("torch", "ferry._loader.worker", TorchSamples.__module__))
             self.device = resolve_device(device)
+            if self._decode is not None:
+                self._decoder = decoder_for(self._decode, self.device)
+                # A device decode reads batch k's bytes in its host slot after the copy: the slot is handed
+                # to the workers again only once that read is done (Engine.hold).
+                self._engine.hold_until_taken = self._decoder is not None
         except BaseException:
             self.close()
             raise
@@ -362,6 +381,18 @@ class Loader:
                 f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
                 "what you keep (list(loader) keeps every batch) or raise depth")
         batch = engine.pump(k)
+        while batch.grow is not None and batch.error is None:
+            # A sample past a variable leaf's capacity: the slots are laid out again and the epoch goes on
+            # from this batch in a new pipeline, whose numbers start at 0.
+            path, argument, capacity, text, _ = batch.grow
+            engine.grow(path, capacity)
+            warnings.warn(f"ferry Loader: {text}. The slots are laid out again with {argument}={{{path!r}: "
+                          f"{capacity}}} ({engine.layout.slot_bytes} bytes a slot); give it to the Loader to start "
+                          "there", RuntimeWarning, stacklevel=3)
+            ep.k0 = -ep.position
+            engine.plan(ep.k0, ep.number, ep.batches)
+            batch = engine.pump(0)
+        k = ep.k0 + ep.position
         if batch.error is not None:
             ep.ended = True
             error, batch.error = batch.error, None

@@ -24,19 +24,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import random
 import struct
 import time
 import warnings
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from .._loader.layout import FIXED, PADDED, RAGGED, Layout, Spec
+from .._loader.layout import ALIGN, FIXED, PADDED, RAGGED, CapacityError, Layout, Spec
 from .._loader.worker import AtSample, SampleFormat, Writer
 from .._native.loader import copy_strided, fill_bytes
 from .._template import Slot
+from ._decode import Encoded, ImageDecode, Pixels
+from ._decode import prepare as _prepare_image
 
 FAST_BYTES = 64 * 1024  # a sample of at most this many bytes (fixed leaves) is written by the fast path
 BYTES = (bytes, bytearray, memoryview)  # leaves that are ragged by themselves
+BOX = "#box"  # the suffix of the path of an Encoded image's crop box (a leaf of no template slot)
 
 
 def leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
@@ -62,6 +66,12 @@ def leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
         out.append((path, torch.tensor(obj, dtype=torch.float64)))
     elif isinstance(obj, BYTES):
         out.append((path, obj))
+    elif isinstance(obj, Pixels):  # ImageDecode(where="cpu"): decoded by the write, into the slot
+        out.append((path, obj))
+    elif isinstance(obj, Encoded):  # ImageDecode(where="device"): its bytes (ragged) and its crop box
+        out.append((path, obj.data))
+        out.append((path + BOX, torch.tensor(obj.box, dtype=torch.int32)))
+        return Slot(len(out) - 2)
     elif isinstance(obj, dict):
         return type(obj)((k, leaves_of(v, f"{path}[{k!r}]", out)) for k, v in obj.items())
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
@@ -233,19 +243,24 @@ class _LazySeeds:
 
 class TorchSamples(SampleFormat):
     """Samples as ferry.torch.Loader documents them; `ragged` and `pad` name the leaves (paths) declared
-    variable, `pad_value` fills a padded leaf's rows past its length."""
+    variable, `pad_value` fills a padded leaf's rows past its length; `decode` (an ImageDecode whose
+    `where` is "cpu" or "device") replaces each sample's encoded image (ferry/torch/_decode.py)."""
 
-    def __init__(self, ragged: Iterable[str] = (), pad: Iterable[str] = (), pad_value: Any = 0) -> None:
+    def __init__(self, ragged: Iterable[str] = (), pad: Iterable[str] = (), pad_value: Any = 0,
+                 decode: Optional[ImageDecode] = None) -> None:
         self.ragged: FrozenSet[str] = frozenset(ragged)
         self.pad: FrozenSet[str] = frozenset(pad)
         self.pad_value = pad_value
+        self.decode = decode
+        if decode is not None:
+            self.prepare = functools.partial(_prepare_image, decode)
         self._lazy: Optional[_LazySeeds] = None
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"ragged": self.ragged, "pad": self.pad, "pad_value": self.pad_value}
+        return {"ragged": self.ragged, "pad": self.pad, "pad_value": self.pad_value, "decode": self.decode}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state["ragged"], state["pad"], state["pad_value"])  # type: ignore[misc]
+        self.__init__(state["ragged"], state["pad"], state["pad_value"], state["decode"])  # type: ignore[misc]
 
     def set_up_worker(self, wid: int, workers: int, seed: int, dataset: Any) -> None:
         import torch
@@ -311,7 +326,11 @@ class TorchSamples(SampleFormat):
             raise ValueError(f"Loader: {', '.join(both)} is declared both ragged and pad; choose one")
         out = []
         for p, t in flat:
-            if isinstance(t, BYTES):
+            if isinstance(t, Pixels):
+                size = self.decode.size  # type: ignore[union-attr]
+                shape = (size, size, 3) if self.decode.channels_last else (3, size, size)  # type: ignore[union-attr]
+                out.append(Spec(p, _uint8(), shape, 1))
+            elif isinstance(t, BYTES):
                 if p in self.pad:
                     raise ValueError(f"Loader(pad=...): {p} is a {type(t).__name__}, whose samples are ragged "
                                      "by themselves (a byte slab with offsets and lengths): leave it out of pad")
@@ -481,6 +500,17 @@ class _Writer(Writer):
             if leaf.kind == RAGGED:
                 written += self._write_ragged(f, path, t, leaf, index, position)
                 continue
+            if isinstance(t, Pixels):  # decoded straight into its place in the slot
+                import numpy as np
+                from .._native.image import decode_crop
+                out = np.frombuffer(self.mv, np.uint8, leaf.nbytes, self.slot_offset + lay.place(f, position))
+                try:  # no traceback keeps the view of the mapping (close() releases it)
+                    decode_crop(t.data, t.box, leaf.shape[1], "hwc" if self.fmt.decode.channels_last else "chw",
+                                out.reshape(leaf.shape))
+                finally:
+                    del out
+                written += leaf.nbytes
+                continue
             if isinstance(t, BYTES):
                 raise ValueError(f"sample {index}: {path} is {_what(t)}; the first sample's was "
                                  f"{_shape_text(leaf.dtype, leaf.shape)}: every sample of a Loader has the same "
@@ -493,10 +523,11 @@ class _Writer(Writer):
                         "not its dtype nor the others)")
                 rows = t.shape[0]
                 if rows > leaf.capacity:
-                    raise ValueError(
+                    grown = max(2 * leaf.capacity, rows)
+                    raise CapacityError(
                         f"sample {index}: {path} has {rows} rows, over its capacity of {leaf.capacity} "
-                        f"(Loader(pad=...): the most rows of a sample; raise it with pad={{{path!r}: {rows}}} or "
-                        "more)")
+                        f"(Loader(pad=...): the most rows of a sample; pad={{{path!r}: {grown}}} admits it)",
+                        path, "pad", grown)
             elif t.dtype != leaf.dtype or tuple(t.shape) != leaf.shape:
                 raise ValueError(
                     f"sample {index}: {path} is {_shape_text(t.dtype, t.shape)}; the first sample's was "
@@ -565,18 +596,22 @@ class _Writer(Writer):
             self._group = group
             self._region = [self.slot_offset + lay.place(g, group) for g in range(len(lay.leaves))]
             self._cursor = list(self._region)
-            self._end = [self.slot_offset + lay.place(g, group + lay.group) for g in range(len(lay.leaves))]
+            end = min(group + lay.group, lay.batch_size)
+            self._end = [self.slot_offset + lay.place(g, end) for g in range(len(lay.leaves))]
         at = self._cursor[f]
         if at + nbytes > self._end[f]:
             used = at - self._region[f]
-            room = f"its group's {lay.group} x {leaf.capacity}"
+            size = min(lay.group, lay.batch_size - group)
+            room = f"its group's {size} x {leaf.capacity}"
             where = (f"with the {position - group} samples before it in its group (positions {group}-{position}, "
                      f"{used} bytes) that is {used + nbytes} bytes, over {room}" if position > group else
                      f"over {room}")
-            raise ValueError(
+            need = -(-(used + nbytes) // size)
+            grown = max(2 * leaf.capacity, (need + ALIGN - 1) // ALIGN * ALIGN)
+            raise CapacityError(
                 f"sample {index}: {path} has {nbytes} bytes; {where} (Loader(ragged=...): capacity={leaf.capacity} "
-                f"bytes a sample, on average over a group of {lay.group} samples of the batch); raise it with "
-                f"ragged={{{path!r}: {max(2 * leaf.capacity, nbytes)}}} or more")
+                f"bytes a sample, on average over a group of {lay.group} samples of the batch; "
+                f"ragged={{{path!r}: {grown}}} admits it)", path, "ragged", grown)
         if nbytes:
             if view is not None:
                 self.mv[at:at + nbytes] = view
