@@ -26,7 +26,9 @@ What it checks (each a named check; the script exits 1 when one fails):
 - ordering: the output is written on the consumer stream after its queued work (a fill queued behind a 50 ms
   sleep on that stream comes before the decode's write, so the decode's values are what remain), also on the
   default stream (handle 0, bridged), and the same batch decodes to the same bytes twice.
-- reuse: batches of 1, 7, 256, 3, 256 samples in a row (scratch grown and reused) with buffers 1 and 2.
+- reuse: batches of 1, 7, 256, 3, 256 samples in a row (scratch grown and reused) with buffers 1 and 2; and
+  with one scratch set behind a consumer stream 100 ms busy, two batches decoded back to back both come out
+  right (the hardware engines write at the call, so the decoder must wait on the host for the set's kernel).
 - bench_check: after the timed loop, every bench batch decoded again and 2 samples of each checked (kernel and
   end_to_end): the count of wrong batches (the goal is 0).
 Timed (images/s, ms per batch, host CPU seconds per batch): ferry uint8 NCHW, ferry bfloat16 NHWC normalised
@@ -328,6 +330,28 @@ def check_ordering(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: 
     checks.add("ordering.default_stream", bool(torch.equal(out0, want)))
 
 
+def check_busy_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream) -> None:
+    """One scratch set and a consumer stream 100 ms behind: batch B's decode (into the planes batch A's kernel
+    has not read yet) must not reach A's output. The hardware engines write when nvjpegDecodeBatched is
+    called, whatever the decode stream waits for (torchcodec#1634), so the decoder waits on the host."""
+    a, b = pool[:64], pool[64:128]
+    boxes_a, boxes_b = boxes_for(a, seed=7), boxes_for(b, seed=8)
+    with JpegDecoder(dev, buffers=1) as dec:
+        want_a, _ = decode_u8(dec, a, boxes_a, size, stream)
+        want_b, _ = decode_u8(dec, b, boxes_b, size, stream)
+        with torch.cuda.stream(stream):
+            out_a, out_b = torch.empty_like(want_a), torch.empty_like(want_b)
+            torch.cuda._sleep(int(100e-3 * 1.5e9))
+            t0 = time.perf_counter()
+            dec.decode(a, boxes_a, size=size, out=out_a.data_ptr(), stream=stream.cuda_stream)
+            dec.decode(b, boxes_b, size=size, out=out_b.data_ptr(), stream=stream.cuda_stream)
+            calls_ms = (time.perf_counter() - t0) * 1e3
+        stream.synchronize()
+        checks.add("ordering.scratch_reuse_behind_busy_consumer",
+                   bool(torch.equal(out_a, want_a) and torch.equal(out_b, want_b)), calls_ms=round(calls_ms, 1),
+                   hardware_images=dec.stats()["hardware_images"])
+
+
 def check_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream) -> None:
     for buffers in (1, 2):
         with JpegDecoder(dev, buffers=buffers) as dec:
@@ -392,6 +416,7 @@ def main() -> int:
     checks.run("refusals", lambda: check_refusals(checks, dec, first, first_boxes, stream))
     checks.run("ordering", lambda: check_ordering(checks, dec, first[:64], first_boxes[:64], size, stream))
     checks.run("reuse", lambda: check_reuse(checks, dev, pool * (1 + 600 // len(pool)), size, stream))
+    checks.run("busy_reuse", lambda: check_busy_reuse(checks, dev, pool, size, stream))
 
     # ---- the bench: batches cycle through the pool
     nb = max(1, len(pool) // batch)

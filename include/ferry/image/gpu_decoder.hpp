@@ -19,10 +19,14 @@
 //   on another).
 // - Buffers: `buffers` scratch sets used in turn (batch k uses set k % buffers), each with its nvJPEG
 //   states, decoded planes and the kernel's sample table. A set's planes and table are rewritten only after
-//   the decode stream waited (on the device) for the event recorded on the consumer stream after the kernel
-//   that read them; its host-side table and nvJPEG states are reused after the host saw the set's previous
-//   decode complete (normally long done: it is `buffers` batches old). Planes grow to the largest batch
-//   seen and never shrink; growing waits on the host for the set's last kernel before freeing the old.
+//   the event recorded on the consumer stream after the kernel that read them: the decode stream waits for
+//   it on the device, and for a batch with hardware samples the host waits for it too, because the hardware
+//   engines start writing when nvjpegDecodeBatched is called, not when the stream reaches it (a device-side
+//   wait does not gate them: measured on H100 with nvJPEG 12.3 to 13.2, meta-pytorch/torchcodec#1634). That
+//   kernel is `buffers` batches old, so the wait is back-pressure only when the host runs that far ahead
+//   of the consumer stream. The set's host-side table and nvJPEG states are reused after the host saw the
+//   set's previous decode complete. Planes grow to the largest batch seen and never shrink; growing waits
+//   on the host for the set's last kernel before freeing the old ones.
 // - Host bytes: nvJPEG reads the JPEG bytes during decode() and may copy from them asynchronously until the
 //   decode stream passes this batch: keep them unchanged until the `inputs_done` event decode() can record
 //   completes. The consumer stream waits for that event before the kernel, so any event the caller records

@@ -351,8 +351,16 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   has_last = false;
   const stream_view ds = decode_stream.view();
   auto* const native_ds = static_cast<cudaStream_t>(ds.native());
-  // The planes and the device table are rewritten only after the set's last kernel read them.
-  if (set.consumed.recorded()) ds.wait(set.consumed);
+  // The planes and the device table are rewritten only after the set's last kernel read them: in stream
+  // order for nvjpegDecode and the table's copy, but on the host before the hardware engines, which start
+  // writing when nvjpegDecodeBatched is called whatever the stream waits for (Note [GPU decode: streams,
+  // events and buffers]).
+  const bool any_hardware =
+      std::any_of(plans.begin(), plans.end(), [](const sample_plan& p) { return p.how == route::hardware; });
+  if (set.consumed.recorded()) {
+    if (any_hardware) set.consumed.synchronize();
+    ds.wait(set.consumed);
+  }
 
   auto* const base = static_cast<unsigned char*>(set.planes.data());
   const auto image_of = [&](const sample_plan& p) {
