@@ -17,6 +17,11 @@ Levels, each for every --workers count:
   dl_prefetcher  DataLoader(num_workers=N, persistent_workers=True), no pinning, + ferry.torch.Prefetcher
   ferry_loader   ferry.torch.Loader(workers=N): each sample written once into a shared pinned slot that
                  ferry copies to the GPU (no collate copy, no pin copy)
+  ferry_cpu_decode   ferry.torch.Loader(decode=ImageDecode(where="cpu")): the dataset returns the file's
+                 bytes; the workers decode only the crop region with libjpeg-turbo (DCT-scaled) into the slot
+  ferry_gpu_decode   ferry.torch.Loader(decode=ImageDecode(where="device")): the workers copy the compressed
+                 bytes into the slot; nvJPEG decodes the batch on the GPU, one kernel crops, resizes, flips and
+                 normalises it
 
 Each row: steps/s, its ratio to ideal, the batches the workers made per second of the window (made/s: a
 DataLoader holds up to prefetch_factor x N batches made before the window and can hand them out in it,
@@ -25,7 +30,11 @@ sustained rate, the lower of the two), CPU seconds per batch of the main thread,
 threads and the worker processes. The two host copies a DataLoader makes per batch, the collate into
 fresh shared memory and the pin thread's copy, are timed alone on one batch (the `copies` line). Every
 step's batch is checked on the device: the sum of its bytes and of its labels against the sums the
-main process computed from the same samples (no host sync in the loop).
+main process computed from the same samples (no host sync in the loop). The decode levels draw their crops
+from ferry's generator (ImageDecode: the sample's seed), not the dataset's, so their bytes differ from the
+others': their labels are checked the same way, and one image of every batch (position step % batch) is
+kept and compared after the window, every pixel, with ImageDecode.reference (the CPU decode of the same
+box): the cpu level exactly, the device level within the stated tolerance.
 
     python3 examples/pytorch/loader_jpeg.py --workers 4,8,14            # on a GPU machine
     python3 examples/pytorch/loader_jpeg.py --workers 4,8 --cpus 8 --json out.json
@@ -56,7 +65,12 @@ LEVELS = {
     "dataloader": "DataLoader(pin_memory=True, persistent_workers=True) + the reference side-stream prefetcher",
     "dl_prefetcher": "DataLoader(persistent_workers=True) + ferry.torch.Prefetcher",
     "ferry_loader": "ferry.torch.Loader: samples written once into shared pinned slots",
+    "ferry_cpu_decode": "ferry.torch.Loader(decode=ImageDecode(where='cpu')): libjpeg-turbo crop-region decode "
+                        "in the workers",
+    "ferry_gpu_decode": "ferry.torch.Loader(decode=ImageDecode(where='device')): JPEG bytes shipped, nvJPEG "
+                        "decode and crop on the GPU",
 }
+DECODE_LEVELS = {"ferry_cpu_decode": "cpu", "ferry_gpu_decode": "device"}
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
@@ -156,6 +170,12 @@ class JpegFolder(torch.utils.data.Dataset):
     def __len__(self):
         return self.length
 
+    def bytes_view(self):
+        """The same files as JpegBytes (undecoded), sharing this dataset's meter."""
+        view = JpegBytes(self.paths, self.length, self.size, self.classes)
+        view.meter = self.meter
+        return view
+
     def __getitem__(self, i):
         if self.meter is None:
             return self._make(i)
@@ -180,6 +200,16 @@ class JpegFolder(torch.utils.data.Dataset):
         if torch.rand(1, generator=g).item() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(img)).permute(2, 0, 1), f % self.classes  # as PILToTensor
+
+
+class JpegBytes(JpegFolder):
+    """Sample i: file i % len(paths) as it is on disk (its bytes, read and not decoded) and its label: an
+    ImageFolder without the decode, for ferry.torch.Loader(decode=ImageDecode(...))."""
+
+    def _make(self, i):
+        f = i % len(self.paths)
+        with open(self.paths[f], "rb") as fh:
+            return fh.read(), f % self.classes
 
 
 def _sample_sums(job):
@@ -211,6 +241,16 @@ def batches(name, ds, workers, args, dev, info):
             from ferry.torch import Prefetcher
             with Prefetcher(loader, depth=args.depth, device=dev.torch_device) as p:
                 yield from p
+    elif name in DECODE_LEVELS:
+        from ferry.torch import ImageDecode, Loader
+        decode = ImageDecode(args.size, where=DECODE_LEVELS[name], channels_last=True)
+        info["decode"] = decode
+        with Loader(ds.bytes_view(), batch_size=args.batch, workers=workers, drop_last=True, depth=args.depth,
+                    device=dev.torch_device, start_method=args.loader_start_method, decode=decode) as loader:
+            try:
+                yield from loader
+            finally:
+                info.update(loader.stats(), start_method=loader.start_method)
     elif name == "ferry_loader":
         from ferry.torch import Loader
         with Loader(ds, batch_size=args.batch, workers=workers, drop_last=True, depth=args.depth,
@@ -273,10 +313,16 @@ def run_level(label, name, workers, args, dev, ds, expected):
         device_type="cpu", dtype=torch.bfloat16, enabled=False)
     win = lc.Window()
 
+    decoded = name in DECODE_LEVELS
+    kept = torch.empty((total, 3, args.size, args.size), device=dev.torch_device) if decoded else None
+
     def step(i, x, y):
-        sums[i] = x.sum(dtype=torch.int64)
         labels[i] = y.sum()
-        x = ((x.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+        if decoded:  # normalised, channels_last already: one image kept for the check after the window
+            kept[i].copy_(x[i % args.batch])
+        else:
+            sums[i] = x.sum(dtype=torch.int64)
+            x = ((x.float() - mean) / std).contiguous(memory_format=torch.channels_last)
         with amp:
             loss = crit(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -337,11 +383,37 @@ def run_level(label, name, workers, args, dev, ds, expected):
             raise RuntimeError(f"the loader gave {n} batches, expected {total}")
         got_sums, got_labels = sums.cpu().tolist(), labels.cpu().tolist()
         row.checked = total
-        row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
+        if decoded:
+            row.mismatches = sum(1 for i in range(total) if got_labels[i] != expected[i][1])
+            row.mismatches += check_decoded(kept, info["decode"], ds, args, row)
+        else:
+            row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
     row.set_window(steps, win)
     row.extra["workers"] = workers if name != "ideal" else 0
     row.bytes_moved = 0 if name == "ideal" else steps * args.batch * 3 * args.size * args.size
     return row
+
+
+def check_decoded(kept, decode, ds, args, row):
+    """The batches whose kept image (batch i's sample i % batch) differs from ImageDecode.reference, the CPU
+    decode of the same crop, past the tolerance (cpu level: exact, but for the normalisation's rounding;
+    device: decode.tolerance, in 8-bit levels); the largest differences go into the row."""
+    from ferry.torch import sample_seed
+    views = ds.bytes_view()
+    worst_max, worst_mean, wrong = 0.0, 0.0, 0
+    mean = torch.tensor(decode.mean).view(3, 1, 1)
+    std = torch.tensor(decode.std).view(3, 1, 1)
+    exact = decode.where == "cpu"
+    for i in range(kept.shape[0]):
+        index = i * args.batch + i % args.batch
+        ref = decode.reference(views[index][0], sample_seed(0, 0, index)).float()
+        got = (kept[i].cpu() * std + mean) * 255  # back to 8-bit levels
+        diff = (got - ref).abs()
+        worst_max, worst_mean = max(worst_max, float(diff.max())), max(worst_mean, float(diff.mean()))
+        limit_max, limit_mean = (0.01, 0.001) if exact else decode.tolerance
+        wrong += float(diff.max()) > limit_max or float(diff.mean()) > limit_mean
+    row.extra["pixel_max_diff"], row.extra["pixel_mean_diff"] = worst_max, worst_mean
+    return wrong
 
 
 def time_copies(ds, args, dev):

@@ -75,6 +75,14 @@ def read_int64s(address: int, count: int) -> List[int]:
     return list((c_int64 * count).from_address(address)) if count else []
 
 
+def host_array(address: int, dtype: Any, count: int) -> Any:
+    """A numpy array of `count` `dtype` elements over the memory at `address` (no copy; valid while that
+    memory is: a slot of the main process's mapping)."""
+    import numpy as np
+    dt = np.dtype(dtype)
+    return np.frombuffer((c_char * (count * dt.itemsize)).from_address(address), dtype=dt, count=count)
+
+
 class SharedMapping:
     """The main process's mapping of the slots: populated, and not inherited by processes forked later
     (MADV_DONTFORK: another loader's workers, a DataLoader's). mmap.mmap would keep a duplicate of the

@@ -8,9 +8,10 @@ from .._device import Event
 from ..sinks import CallbackSink, ChecksumSink, ChunkInfo, NpySink, NullSink, RawFileSink, Sink
 from ._comm_hook import comm_hook
 from ._data_parallel import DataParallel
+from ._decode import ImageDecode
 from ._egress import Egress
 from ._loader import Loader, Padded, RaggedBatch, WorkerInfo, sample_seed, worker_info
 from ._prefetch import Prefetcher
 
-__all__ = ["Egress", "Prefetcher", "Loader", "Padded", "RaggedBatch", "WorkerInfo", "worker_info", "sample_seed", "DataParallel", "comm_hook", "Event", "Sink", "NullSink", "ChecksumSink", "RawFileSink", "NpySink",
+__all__ = ["ImageDecode", "Egress", "Prefetcher", "Loader", "Padded", "RaggedBatch", "WorkerInfo", "worker_info", "sample_seed", "DataParallel", "comm_hook", "Event", "Sink", "NullSink", "ChecksumSink", "RawFileSink", "NpySink",
            "CallbackSink", "ChunkInfo"]

@@ -267,7 +267,8 @@ class Loader:
         self._decode = resolved_decode(decode, device)  # where "auto" chose (before the workers start)
         self._decoder: Any = None  # the nvJPEG decoder of where="device"
         if self._decode is not None and self._decode.where == "device":
-            ragged_caps = {**ragged_caps, decode.path: decode.capacity}  # None: the first image's, at least 256 KiB
+            if decode.capacity is not None:  # else the ragged default (ferry/_loader/layout.py)
+                ragged_caps = {**ragged_caps, decode.path: decode.capacity}
         self._closed = False
         _runtime.register(self)
         try:
@@ -430,8 +431,10 @@ class Loader:
                 values.append(t)
         finally:
             lent.close()
-        if self.device.backend == "host":
+        if self.device.backend == "host":  # the host backend's batch is read by the CPU, now: its copy first
             self.device._native.synchronize_stream(consumer)
+        if self._decode is not None:
+            finish_images(self._decode, self._decoder, engine, b, values, consumer)
         return fill(engine.template, values)
 
     # ---- the rest ------------------------------------------------------------------------------------
