@@ -570,7 +570,7 @@ def main(argv=None):
         names = {label: LEVELS[n] for label, (n, w) in runs.items()}
         rows = lc.run_levels(names, list(names), lambda label: run_level(label, *runs[label], args, dev, ds, expected))
     lc.print_table(rows, [
-        ("level", 16, lambda r, i: r.name),
+        ("level", 20, lambda r, i: r.name),
         ("steps/s", 8, lambda r, i: f"{r.steps_per_s:.2f}"),
         ("x ideal", 7, lc.ratio),
         ("made/s", 6, lambda r, i: _text(made_per_s(r, args), ".2f")),

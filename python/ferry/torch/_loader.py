@@ -164,6 +164,10 @@ class Loader:
     exit within a second) and frees the memory: the shared memory has no name, so nothing is left in
     /dev/shm whatever happens.
 
+    JPEG datasets: decode=ferry.torch.ImageDecode(size, ...) takes a dataset that returns the encoded
+    image (a file's bytes) and gives normalised, random-resized-cropped and flipped batches, decoded on
+    the GPU by nvJPEG (where="device") or in the workers by libjpeg-turbo (where="cpu"); see ImageDecode.
+
     Lifetime of a batch: as ferry.torch.Prefetcher's: its device slot is reused `depth` batches later,
     so keep a batch for at most depth - 1 further next() calls (.clone() what you keep). On ferry's host
     backend (no GPU) the batches are CPU tensors."""
