@@ -31,6 +31,7 @@ What it checks (each a named check; the script exits 1 when one fails):
   right (the hardware engines write at the call, so the decoder must wait on the host for the set's kernel).
 - bench_check: after the timed loop, every bench batch decoded again and 2 samples of each checked (kernel and
   end_to_end): the count of wrong batches (the goal is 0).
+--dry-run runs all of it on a CPU with PIL standing in for ferry's decoder (it checks the script, not ferry).
 Timed (images/s, ms per batch, host CPU seconds per batch): ferry uint8 NCHW, ferry bfloat16 NHWC normalised
 (what a channels_last bf16 model eats), ferry with backend "software", torchvision decode_jpeg alone, and
 torchvision decode_jpeg + per-sample v2 resized_crop + flip + normalise. JSON to --json, or $OUT/gpu_image.json.
@@ -64,6 +65,7 @@ FLIP = getattr(Image, "Transpose", Image).FLIP_LEFT_RIGHT
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 END_TO_END_MEAN = 2.0  # levels: nvJPEG against libjpeg-turbo, per sample, after the resize
+DEVICE = "cuda"  # where the output batches are allocated ("cpu" under --dry-run)
 
 
 # ---- the JPEGs ---------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def decode_u8(dec: JpegDecoder, datas: Sequence[bytes], boxes: np.ndarray, size:
     n = len(datas)
     with torch.cuda.stream(stream):
         shape = (n, 3, size, size) if layout == "nchw" else (n, size, size, 3)
-        out = torch.empty(shape, dtype=torch.uint8, device="cuda")
+        out = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
         codes = dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream, layout=layout,
                            statuses=statuses)
     stream.synchronize()
@@ -268,7 +270,7 @@ def check_floats_and_layouts(checks: Checks, dec: JpegDecoder, datas: List[bytes
         for layout in ("nchw", "nhwc"):
             with torch.cuda.stream(stream):
                 shape = (n, 3, size, size) if layout == "nchw" else (n, size, size, 3)
-                out = torch.empty(shape, dtype=tdtype, device="cuda")
+                out = torch.empty(shape, dtype=tdtype, device=DEVICE)
                 dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream, dtype=dtype,
                            layout=layout, mean=MEAN, std=STD)
             stream.synchronize()
@@ -282,7 +284,7 @@ def check_floats_and_layouts(checks: Checks, dec: JpegDecoder, datas: List[bytes
 
 def check_refusals(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: np.ndarray,
                    stream: torch.cuda.Stream) -> None:
-    out = torch.empty((2, 3, 64, 64), dtype=torch.float32, device="cuda")
+    out = torch.empty((2, 3, 64, 64), dtype=torch.float32, device=DEVICE)
 
     def refused(name: str, exc: type, match: str, **kw: Any) -> None:
         args = dict(samples=datas[:2], boxes=boxes[:2], size=64, out=out.data_ptr(), stream=stream.cuda_stream)
@@ -315,14 +317,14 @@ def check_ordering(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: 
     checks.add("ordering.deterministic", bool(torch.equal(want, again)))
     n = len(datas)
     with torch.cuda.stream(stream):
-        out = torch.empty((n, 3, size, size), dtype=torch.uint8, device="cuda")
+        out = torch.empty((n, 3, size, size), dtype=torch.uint8, device=DEVICE)
         torch.cuda._sleep(int(50e-3 * 1.5e9))  # ~50 ms of GPU clock cycles queued first on the consumer
         out.fill_(7)
         dec.decode(datas, boxes, size=size, out=out.data_ptr(), stream=stream.cuda_stream)
     stream.synchronize()
     checks.add("ordering.after_consumer_work", bool(torch.equal(out, want)))
     # The legacy default stream (handle 0): ferry bridges it; the output is there once it is synchronized.
-    out0 = torch.empty((n, 3, size, size), dtype=torch.uint8, device="cuda")
+    out0 = torch.empty((n, 3, size, size), dtype=torch.uint8, device=DEVICE)
     torch.cuda._sleep(int(20e-3 * 1.5e9))
     out0.fill_(9)
     dec.decode(datas, boxes, size=size, out=out0.data_ptr(), stream=torch.cuda.default_stream().cuda_stream)
@@ -366,6 +368,114 @@ def check_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, strea
                 checks.add("reuse.kernel", worst == 0 and not codes.any(), buffers=buffers, n=n, max=worst)
 
 
+# ---- --dry-run: the script's own code on a CPU, PIL standing in for ferry's decoder -----------------------
+
+class _FakeStream:
+    cuda_stream = 0
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _FakeDevice:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeDecoder:
+    """JpegDecoder's interface with PIL doing the work on the host, writing the bytes the real decoder would
+    write through the same output pointer. Checks nothing about ferry: it runs the script's code paths."""
+
+    def __init__(self, dev: Any, *, backend: str = "auto", buffers: int = 2, library_dirs: Any = None) -> None:
+        self._planes: List[np.ndarray] = []
+        self._images = 0
+
+    def __enter__(self) -> "_FakeDecoder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def decode(self, samples: Sequence[Any], boxes: Any, *, size: int, out: int, stream: int, dtype: str = "uint8",
+               layout: str = "nchw", mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+               statuses: bool = False) -> Optional[np.ndarray]:
+        import ctypes
+        dtypes = {"uint8": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in dtypes:
+            raise ValueError(f"JpegDecoder.decode: dtype {dtype!r} is not one of {', '.join(dtypes)}")
+        if size < 1:
+            raise _c.InvalidArgumentError(f"GPU JPEG decode: size = {size}; it must be 1..8192", 1)
+        if dtype != "uint8" and min(std or (1.0,)) <= 0:
+            raise _c.InvalidArgumentError(f"GPU JPEG decode: std = {std}; std must be > 0", 1)
+        n = len(samples)
+        codes = np.zeros(n, np.int32)
+        vals = np.zeros((n, 3, size, size), np.uint8)
+        planes: List[np.ndarray] = []
+        for i, data in enumerate(samples):
+            try:
+                im = Image.open(io.BytesIO(bytes(data)))
+                if im.format != "JPEG" or im.mode not in ("RGB", "L"):
+                    raise ValueError(f"a {im.format} {im.mode} image")
+                im.load()
+            except Exception as e:  # noqa: BLE001
+                if not statuses:
+                    raise _c.InputError(f"GPU JPEG decode: sample {i} of the batch: {e}", 5) from None
+                codes[i] = 1
+                planes.append(np.zeros((0, 1, 1), np.uint8))
+                continue
+            t, l, h, w, _ = (int(v) for v in boxes[i])
+            if t < 0 or l < 0 or h < 1 or w < 1 or t + h > im.height or l + w > im.width:
+                raise _c.InvalidArgumentError(f"GPU JPEG decode: sample {i}: crop box {tuple(boxes[i])} does "
+                                              f"not lie inside the {im.height} x {im.width} image", 1)
+            planes.append(np.asarray(im)[None] if im.mode == "L" else np.asarray(im).transpose(2, 0, 1))
+            vals[i] = pil_crop_resize(im, boxes[i], size)
+        self._planes = planes
+        self._images += n
+        arr = vals if layout == "nchw" else vals.transpose(0, 2, 3, 1)
+        if dtype == "uint8":
+            raw = np.ascontiguousarray(arr).tobytes()
+        else:
+            shape = (1, 3, 1, 1) if layout == "nchw" else (1, 1, 1, 3)
+            m = np.array(mean or (0, 0, 0), np.float32).reshape(shape)
+            sd = np.array(std or (1, 1, 1), np.float32).reshape(shape)
+            f = (arr.astype(np.float32) / np.float32(255) - m) / sd
+            f[codes != 0] = 0
+            t32 = torch.from_numpy(np.ascontiguousarray(f)).to(dtypes[dtype])
+            raw = (t32.view(torch.int16) if dtype != "float32" else t32).numpy().tobytes()
+        ctypes.memmove(out, raw, len(raw))
+        return codes if statuses else None
+
+    def image(self, index: int) -> np.ndarray:
+        return self._planes[index]
+
+    def stats(self) -> Dict[str, Any]:
+        return {"backend": "dry-run", "hardware_absent": "dry run: PIL on the host", "hardware_engines": 0,
+                "hardware_cores_per_engine": 0, "hardware_images": 0, "images": self._images}
+
+
+def install_dry_run() -> None:
+    """Runs every check and the bench loop on the CPU with _FakeDecoder (no GPU, no nvJPEG, no torchvision)."""
+    global DEVICE, Device, JpegDecoder, library_info
+    import contextlib
+    DEVICE = "cpu"
+    Device, JpegDecoder = _FakeDevice, _FakeDecoder  # type: ignore[misc,assignment]
+    library_info = lambda library_dirs=None: {  # noqa: E731
+        "available": True, "path": "(dry run)", "version": "0.0.0", "error": "", "tried": []}
+    torch.cuda.Stream = _FakeStream  # type: ignore[misc,assignment]
+    torch.cuda.stream = lambda s: contextlib.nullcontext()  # type: ignore[assignment]
+    torch.cuda._sleep = lambda cycles: None  # type: ignore[assignment]
+    torch.cuda.synchronize = lambda *a: None  # type: ignore[assignment]
+    torch.cuda.default_stream = lambda *a: _FakeStream()  # type: ignore[assignment]
+    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
+    torch.cuda.get_device_name = lambda *a: "dry run (CPU)"  # type: ignore[assignment]
+
+
 # ---- main --------------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -377,7 +487,13 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--json", default=None, help="default: $OUT/gpu_image.json when OUT is set")
     ap.add_argument("--skip-torchvision", action="store_true")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="run the script's code on the CPU with PIL standing in for ferry's decoder (checks nothing "
+                         "of ferry's; for editing this script without a GPU)")
     args = ap.parse_args()
+    if args.dry_run:
+        install_dry_run()
+        args.skip_torchvision = True
     checks = Checks()
     doc: Dict[str, Any] = {"args": vars(args), "torch": torch.__version__, "python": sys.version.split()[0]}
 
@@ -401,7 +517,13 @@ def main() -> int:
     pool = regular_jpegs(max(args.images, batch))
     print(f"made {len(pool)} JPEGs in {time.perf_counter() - t:.1f} s "
           f"(mean {np.mean([len(p) for p in pool]) / 1024:.0f} KiB)", flush=True)
-    dec = JpegDecoder(dev)
+    try:
+        dec = JpegDecoder(dev)
+    except Exception as e:  # noqa: BLE001 - reported, with the JSON written
+        checks.add("library.decoder", False, error=f"{type(e).__name__}: {e}"[:2000])
+        doc["checks"] = checks.results
+        write(doc, args.json)
+        return 1
     st = dec.stats()
     doc["decoder"] = st
     print(f"decoder backend: {st['backend']} ({st['hardware_absent'] or 'hardware engines in use'}); "
@@ -419,49 +541,55 @@ def main() -> int:
     checks.run("busy_reuse", lambda: check_busy_reuse(checks, dev, pool, size, stream))
 
     # ---- the bench: batches cycle through the pool
-    nb = max(1, len(pool) // batch)
-    batches = [pool[k * batch:(k + 1) * batch] for k in range(nb)]
-    bboxes = [boxes_for(b, seed=100 + k) for k, b in enumerate(batches)]
     rows: Dict[str, Dict[str, float]] = {}
-    with torch.cuda.stream(stream):
-        out_u8 = torch.empty((batch, 3, size, size), dtype=torch.uint8, device="cuda")
-        out_bf = torch.empty((batch, 3, size, size), dtype=torch.bfloat16, device="cuda").to(
-            memory_format=torch.channels_last)
 
-    def ferry_u8(k: int, d: JpegDecoder = dec) -> None:
+    def run_bench() -> None:
+        nb = max(1, len(pool) // batch)
+        batches = [pool[k * batch:(k + 1) * batch] for k in range(nb)]
+        bboxes = [boxes_for(b, seed=100 + k) for k, b in enumerate(batches)]
         with torch.cuda.stream(stream):
-            d.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_u8.data_ptr(), stream=stream.cuda_stream)
+            out_u8 = torch.empty((batch, 3, size, size), dtype=torch.uint8, device=DEVICE)
+            out_bf = torch.empty((batch, 3, size, size), dtype=torch.bfloat16, device=DEVICE).to(
+                memory_format=torch.channels_last)
 
-    def ferry_bf16(k: int) -> None:
-        with torch.cuda.stream(stream):
-            dec.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_bf.data_ptr(), stream=stream.cuda_stream,
-                       dtype="bfloat16", layout="nhwc", mean=MEAN, std=STD)
+        def ferry_u8(k: int, d: JpegDecoder = dec) -> None:
+            with torch.cuda.stream(stream):
+                d.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_u8.data_ptr(),
+                         stream=stream.cuda_stream)
 
-    rows["ferry uint8 NCHW"] = bench(ferry_u8, args.iters, args.warmup, batch)
-    rows["ferry bf16 NHWC normalised"] = bench(ferry_bf16, args.iters, args.warmup, batch)
-    with JpegDecoder(dev, backend="software") as soft:
-        rows["ferry uint8, software backend"] = bench(lambda k: ferry_u8(k, soft), max(3, args.iters // 4), 1, batch)
-    doc["decoder_after_bench"] = dec.stats()
+        def ferry_bf16(k: int) -> None:
+            with torch.cuda.stream(stream):
+                dec.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_bf.data_ptr(),
+                           stream=stream.cuda_stream, dtype="bfloat16", layout="nhwc", mean=MEAN, std=STD)
 
-    if not args.skip_torchvision:
-        try:
-            rows.update(torchvision_rows(batches, bboxes, size, stream, args))
-        except Exception as e:  # noqa: BLE001 - the comparison is optional; its failure is reported
-            doc["torchvision_error"] = f"{type(e).__name__}: {e}"
-            print(f"torchvision comparison failed: {doc['torchvision_error']}")
+        rows["ferry uint8 NCHW"] = bench(ferry_u8, args.iters, args.warmup, batch)
+        rows["ferry bf16 NHWC normalised"] = bench(ferry_bf16, args.iters, args.warmup, batch)
+        with JpegDecoder(dev, backend="software") as soft:
+            soft_iters = max(3, args.iters // 4)
+            rows["ferry uint8, software backend"] = bench(lambda k: ferry_u8(k, soft), soft_iters, 1, batch)
+        doc["decoder_after_bench"] = dec.stats()
 
-    # ---- every bench batch decoded again, 2 samples of each checked
-    wrong = 0
-    for k in range(nb):
-        out, codes = decode_u8(dec, batches[k], bboxes[k], size, stream)
-        o = out.cpu().numpy()
-        bad = bool(codes.any())
-        for i in (k % batch, (k * 37 + batch // 2) % batch):
-            kc = compare_kernel(dec, o, bboxes[k], i, size)
-            ec = compare_pil(batches[k][i], o, bboxes[k][i], i, size)
-            bad = bad or kc["max"] != 0 or ec["mean"] > END_TO_END_MEAN
-        wrong += int(bad)
-    checks.add("bench_check.wrong_batches", wrong == 0, batches=nb, wrong=wrong)
+        if not args.skip_torchvision:
+            try:
+                rows.update(torchvision_rows(batches, bboxes, size, stream, args))
+            except Exception as e:  # noqa: BLE001 - the comparison is optional; its failure is reported
+                doc["torchvision_error"] = f"{type(e).__name__}: {e}"
+                print(f"torchvision comparison failed: {doc['torchvision_error']}")
+
+        # ---- every bench batch decoded again, 2 samples of each checked
+        wrong = 0
+        for k in range(nb):
+            out, codes = decode_u8(dec, batches[k], bboxes[k], size, stream)
+            o = out.cpu().numpy()
+            bad = bool(codes.any())
+            for i in (k % batch, (k * 37 + batch // 2) % batch):
+                kc = compare_kernel(dec, o, bboxes[k], i, size)
+                ec = compare_pil(batches[k][i], o, bboxes[k][i], i, size)
+                bad = bad or kc["max"] != 0 or ec["mean"] > END_TO_END_MEAN
+            wrong += int(bad)
+        checks.add("bench_check.wrong_batches", wrong == 0, batches=nb, wrong=wrong)
+
+    checks.run("bench", run_bench)
 
     print(f"\n{'level':36} {'images/s':>10} {'ms/batch':>9} {'CPU s/batch':>12}")
     for name, r in rows.items():
