@@ -197,3 +197,12 @@ def test_the_kernels_arithmetic_is_pillows_bilinear_byte_for_byte(tmp_path):
                     f"{channels}x{h}x{w} box {(t, l, bh, bw, f)} -> {size}: "
                     f"{int((got[i] != ref).sum())} bytes differ, by up to "
                     f"{int(np.abs(got[i].astype(int) - ref.astype(int)).max())}")
+
+
+def test_the_native_device_names_its_ordinal_for_the_decoders_output():
+    # ferry.torch allocates a decoder's output on torch.device("cuda", decoder.device.ordinal).
+    dev = Device("host", 0)
+    try:
+        assert dev.ordinal == 0 == dev.info["ordinal"]
+    finally:
+        dev.close()

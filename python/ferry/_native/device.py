@@ -43,6 +43,11 @@ class Device(NativeObject[DeviceHandle]):
     def _destroy(self, handle: DeviceHandle) -> None:
         lib.ferry_device_destroy(handle)
 
+    @property
+    def ordinal(self) -> int:
+        """The device's number (its GPU's CUDA ordinal on the cuda backend), as the library reports it."""
+        return int(self.info["ordinal"])
+
     def synchronize(self) -> None:
         lib.ferry_device_synchronize(self.handle)
 
