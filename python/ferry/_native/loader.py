@@ -1,6 +1,7 @@
 """The Loader's native calls: the slot prefetcher over the shared slots (ferry_prefetch_create_slots and its
-slot calls), the strided write of a sample into a slot, and the raw mappings of the slots (libc mmap in the
-main process, mmap in a worker). ferry/_loader/ and ferry/torch/_loader.py speak these objects; nothing
+slot calls), the strided write of a sample into a slot, the raw mappings of the slots (libc mmap in the
+main process, mmap in a worker), and the raw reads of random's and numpy's generators that the lazy seeding
+compares (random_fingerprint, numpy_fingerprint). ferry/_loader/ and ferry/torch/_loader.py speak these objects; nothing
 there imports ctypes or calls lib.ferry_*.
 """
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import random
 import signal
 from ctypes import addressof, byref, c_char, c_int, c_int64, c_size_t, c_uint64, c_void_p
-from typing import Any, List, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from .. import _runtime
 from .._c import PrefetchHandle, lib
@@ -81,6 +83,55 @@ def host_array(address: int, dtype: Any, count: int) -> Any:
     import numpy as np
     dt = np.dtype(dtype)
     return np.frombuffer((c_char * (count * dt.itemsize)).from_address(address), dtype=dt, count=count)
+
+
+def copy_bytes(dst: int, src: int, nbytes: int) -> None:
+    """Copies `nbytes` bytes from address `src` to `dst` (memmove)."""
+    ctypes.memmove(dst, src, nbytes)
+
+
+# ---- the lazy seeding's reads of the generators (ferry/torch/_samples.py) ----
+
+def random_fingerprint() -> Optional[Callable[[], Any]]:
+    """A cheap read of random's global generator that changes with every draw: CPython's Random object
+    is {PyObject_HEAD; int index; uint32_t state[624]} (the index and a state word: any draw moves the
+    index, and the 624th draw from an index regenerates the state), plus gauss()'s cached value. Checked
+    against getstate() on a generator of its own; None where the layout differs (seeded every sample)."""
+    try:
+        head = object.__basicsize__
+        probe = random.Random(12345)
+        probe.random()
+        state = probe.getstate()[1]
+        index = ctypes.c_int.from_address(id(probe) + head)
+        words = (ctypes.c_uint32 * 624).from_address(id(probe) + head + 4)
+        if index.value != state[624] or tuple(words) != tuple(state[:624]):
+            return None
+        inst = random._inst  # type: ignore[attr-defined]
+        words = (ctypes.c_char * 8).from_address(id(inst) + head)  # index and state[0]
+        return lambda: (words.raw, inst.gauss_next)
+    except Exception:  # noqa: BLE001 - anything unexpected: seed every sample
+        return None
+
+
+def numpy_fingerprint() -> Optional[Callable[[], Any]]:
+    """The same for numpy's global RandomState: its MT19937's state {uint32 key[624]; int pos} through
+    the bit generator's ctypes interface (checked against .state; pos and the word beside it are read).
+    None where that differs."""
+    try:
+        import numpy as np
+        rs = np.random.mtrand._rand
+        bg = rs._bit_generator
+        address = bg.ctypes.state_address
+        state = bg.state["state"]
+        key = (ctypes.c_uint32 * 624).from_address(address)
+        pos = ctypes.c_int.from_address(address + 4 * 624)
+        if pos.value != state["pos"] or list(key) != [int(x) for x in state["key"]]:
+            return None
+        words = (ctypes.c_char * 8).from_address(address + 4 * 623)  # state[623] and pos
+        return lambda: (words.raw, rs, bg)  # (rs, bg: kept alive with the reads)
+    except Exception:  # noqa: BLE001
+        return None
+
 
 
 class SharedMapping:

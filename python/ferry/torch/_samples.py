@@ -23,7 +23,6 @@ about 6 us a sample (random.seed takes 4).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import random
 import struct
@@ -33,7 +32,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 from .._loader.layout import ALIGN, FIXED, PADDED, RAGGED, CapacityError, Layout, Spec
 from .._loader.worker import AtSample, SampleFormat, Writer
-from .._native.loader import copy_strided, fill_bytes
+from .._native.loader import copy_bytes, copy_strided, fill_bytes, numpy_fingerprint, random_fingerprint
 from .._template import Slot
 from ._decode import Encoded, ImageDecode, Pixels
 from ._decode import prepare as _prepare_image
@@ -133,47 +132,6 @@ def _set_torch_worker_info(wid: int, workers: int, seed: int, dataset: Any) -> N
 
 # ---- lazy seeding ----------------------------------------------------------------------------------------
 
-def _random_fingerprint() -> Optional[Callable[[], Any]]:
-    """A cheap read of random's global generator that changes with every draw: CPython's Random object
-    is {PyObject_HEAD; int index; uint32_t state[624]} (the index and a state word: any draw moves the
-    index, and the 624th draw from an index regenerates the state), plus gauss()'s cached value. Checked
-    against getstate() on a generator of its own; None where the layout differs (seeded every sample)."""
-    try:
-        head = object.__basicsize__
-        probe = random.Random(12345)
-        probe.random()
-        state = probe.getstate()[1]
-        index = ctypes.c_int.from_address(id(probe) + head)
-        words = (ctypes.c_uint32 * 624).from_address(id(probe) + head + 4)
-        if index.value != state[624] or tuple(words) != tuple(state[:624]):
-            return None
-        inst = random._inst  # type: ignore[attr-defined]
-        words = (ctypes.c_char * 8).from_address(id(inst) + head)  # index and state[0]
-        return lambda: (words.raw, inst.gauss_next)
-    except Exception:  # noqa: BLE001 - anything unexpected: seed every sample
-        return None
-
-
-def _numpy_fingerprint() -> Optional[Callable[[], Any]]:
-    """The same for numpy's global RandomState: its MT19937's state {uint32 key[624]; int pos} through
-    the bit generator's ctypes interface (checked against .state; pos and the word beside it are read).
-    None where that differs."""
-    try:
-        import numpy as np
-        rs = np.random.mtrand._rand
-        bg = rs._bit_generator
-        address = bg.ctypes.state_address
-        state = bg.state["state"]
-        key = (ctypes.c_uint32 * 624).from_address(address)
-        pos = ctypes.c_int.from_address(address + 4 * 624)
-        if pos.value != state["pos"] or list(key) != [int(x) for x in state["key"]]:
-            return None
-        words = (ctypes.c_char * 8).from_address(address + 4 * 623)  # state[623] and pos
-        return lambda: (words.raw, rs, bg)  # (rs, bg: kept alive with the reads)
-    except Exception:  # noqa: BLE001
-        return None
-
-
 class _LazySeeds:
     """random's and numpy's seeding in a worker (see the module): per generator, "probe" (seeded; the
     next sample shows whether it draws), "lazy" (not drawn since it was seeded: not seeded again) or
@@ -184,8 +142,8 @@ class _LazySeeds:
         import numpy as np
         np_seed = np.random.seed
         self.gens: List[List[Any]] = []  # [seed function, fingerprint, state, fingerprint when seeded]
-        for seed_fn, fp in ((random.seed, _random_fingerprint()),
-                            (lambda s: np_seed(s & 0xFFFFFFFF), _numpy_fingerprint())):
+        for seed_fn, fp in ((random.seed, random_fingerprint()),
+                            (lambda s: np_seed(s & 0xFFFFFFFF), numpy_fingerprint())):
             self.gens.append([seed_fn, fp, "probe" if fp is not None else "eager", None])
         self.all_lazy = False
         self.clean: Any = None  # while all_lazy: both fingerprints as they were seeded
@@ -572,7 +530,7 @@ class _Writer(Writer):
         if pattern is None:
             import torch
             pattern = self._pads[f] = torch.full(leaf.shape, value, dtype=leaf.dtype)
-        ctypes.memmove(dst, pattern.data_ptr() + leaf.nbytes - nbytes, nbytes)
+        copy_bytes(dst, pattern.data_ptr() + leaf.nbytes - nbytes, nbytes)
 
     def _write_ragged(self, f: int, path: str, t: Any, leaf: Any, index: int, position: int) -> int:
         lay = self.layout
