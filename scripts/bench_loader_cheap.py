@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Samples/s of ferry.torch.Loader beside torch's DataLoader at the same number of workers, for cheap
-samples (128 bytes: 32 int32 token ids and an int label) and for an image-sized one (uint8 3x224x224 and
-a label), in one run, on ferry's host backend (no GPU: the batches are CPU tensors; the DataLoader runs
-without pin_memory, which needs CUDA) or on a GPU (--device cuda: the DataLoader pins and copies).
+samples (128 bytes: 32 int32 token ids and an int label; `cheap` takes them from a table, `drawn` draws
+them with torch.randint per sample) and for an image-sized one (`image`: uint8 3x224x224 and a label),
+in one run, on ferry's host backend (no GPU: the batches are CPU tensors; the DataLoader runs without
+pin_memory, which needs CUDA) or on a GPU (--device cuda: the DataLoader pins and copies).
 
 Each level is one loader, made once (persistent workers); an epoch is run to warm it up, then --epochs
 epochs are timed. Every batch is checked as it arrives: its labels are the indices in order and its
@@ -11,7 +12,7 @@ Levels alternate (A B, then B A) over --repeat rounds and the median is reported
 user + system of this process and of its worker processes over the timed epochs (/proc), split into
 main and workers.
 
-    python3 scripts/bench_loader_cheap.py                       # 128-byte and image samples, 1 and 2 workers
+    python3 scripts/bench_loader_cheap.py                       # cheap, drawn and image samples, 1 and 2 workers
     python3 scripts/bench_loader_cheap.py --kinds cheap --workers 2 --repeat 5 --json out.json
 """
 import argparse
@@ -44,6 +45,19 @@ class Tokens:
         return self.table[i], i
 
 
+class Drawn(Tokens):
+    """Sample i: 32 int32 token ids drawn by torch.randint from a generator seeded with i (a table of the
+    same draws checks them) and the label i: a cheap sample that costs its dataset a few microseconds."""
+
+    def __init__(self, n):
+        self.table = torch.stack([self[i][0] for i in range(n)])
+
+    def __getitem__(self, i):
+        g = torch.Generator()
+        g.manual_seed(i)
+        return torch.randint(0, 1 << 30, (32,), dtype=torch.int32, generator=g), i
+
+
 class Images:
     """Sample i: a uint8 3x224x224 image (one of 16 made once, i % 16) and the label i."""
 
@@ -59,7 +73,7 @@ class Images:
         return self.table[i % 16], i
 
 
-KINDS = {"cheap": (Tokens, 256, 256 * 160), "image": (Images, 64, 64 * 40)}
+KINDS = {"cheap": (Tokens, 256, 256 * 160), "drawn": (Drawn, 256, 256 * 80), "image": (Images, 64, 64 * 40)}
 
 
 def cpu_seconds(pid):
@@ -148,7 +162,7 @@ def run_level(level, kind, workers, epochs, device):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kinds", default="cheap,image")
+    p.add_argument("--kinds", default="cheap,drawn,image")
     p.add_argument("--workers", default="1,2")
     p.add_argument("--levels", default="ferry,dataloader")
     p.add_argument("--epochs", type=int, default=2)
