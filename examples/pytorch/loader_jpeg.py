@@ -363,6 +363,7 @@ def run_level(label, name, workers, args, dev, ds, expected):
         meter1 = _meter_sums(ds.meter)
         it.close()
         ds.meter = None
+        decode = info.pop("decode", None)  # the decode levels' ImageDecode (not a statistic)
         made = meter1[2] - meter0[2] if meter0 is not None else 0
         if meter0 is not None and workers <= _METER_SLOTS:
             row.extra["samples_in_window"] = made  # 0 too: every batch of the window was made before it
@@ -385,7 +386,7 @@ def run_level(label, name, workers, args, dev, ds, expected):
         row.checked = total
         if decoded:
             row.mismatches = sum(1 for i in range(total) if got_labels[i] != expected[i][1])
-            row.mismatches += check_decoded(kept, info["decode"], ds, args, row)
+            row.mismatches += check_decoded(kept, decode, ds, args, row)
         else:
             row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
     row.set_window(steps, win)
@@ -397,22 +398,26 @@ def run_level(label, name, workers, args, dev, ds, expected):
 def check_decoded(kept, decode, ds, args, row):
     """The batches whose kept image (batch i's sample i % batch) differs from ImageDecode.reference, the CPU
     decode of the same crop, past the tolerance (cpu level: exact, but for the normalisation's rounding;
-    device: decode.tolerance, in 8-bit levels); the largest differences go into the row."""
+    device: decode.tolerance, the mean and the 99th percentile in 8-bit levels); the largest differences go
+    into the row."""
     from ferry.torch import sample_seed
     views = ds.bytes_view()
-    worst_max, worst_mean, wrong = 0.0, 0.0, 0
-    mean = torch.tensor(decode.mean).view(3, 1, 1)
-    std = torch.tensor(decode.std).view(3, 1, 1)
+    worst_max, worst_mean, worst_p99, wrong = 0.0, 0.0, 0.0, 0
+    centre = torch.tensor(decode.mean).view(3, 1, 1)
+    spread = torch.tensor(decode.std).view(3, 1, 1)
     exact = decode.where == "cpu"
     for i in range(kept.shape[0]):
         index = i * args.batch + i % args.batch
         ref = decode.reference(views[index][0], sample_seed(0, 0, index)).float()
-        got = (kept[i].cpu() * std + mean) * 255  # back to 8-bit levels
+        got = (kept[i].cpu() * spread + centre) * 255  # back to 8-bit levels
         diff = (got - ref).abs()
-        worst_max, worst_mean = max(worst_max, float(diff.max())), max(worst_mean, float(diff.mean()))
-        limit_max, limit_mean = (0.01, 0.001) if exact else decode.tolerance
-        wrong += float(diff.max()) > limit_max or float(diff.mean()) > limit_mean
-    row.extra["pixel_max_diff"], row.extra["pixel_mean_diff"] = worst_max, worst_mean
+        big, mean, p99 = float(diff.max()), float(diff.mean()), float(torch.quantile(diff.flatten(), 0.99))
+        worst_max, worst_mean, worst_p99 = max(worst_max, big), max(worst_mean, mean), max(worst_p99, p99)
+        if exact:  # the same bytes; the normalisation and its inverse round in float32
+            wrong += big > 0.01
+        else:
+            wrong += mean > decode.tolerance[0] or p99 > decode.tolerance[1]
+    row.extra.update(pixel_max_diff=worst_max, pixel_mean_diff=worst_mean, pixel_p99_diff=worst_p99)
     return wrong
 
 
@@ -499,7 +504,8 @@ def repeat_summary(rows, args):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--levels", default=",".join(LEVELS), help="comma-separated, from: " + ",".join(LEVELS))
+    p.add_argument("--levels", help="comma-separated, from: " + ",".join(LEVELS) + " (default: all; without a "
+                   "GPU all but ferry_gpu_decode)")
     p.add_argument("--workers", default="4,8,14", help="worker process counts, comma-separated (default 4,8,14)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per level (default 30)")
     p.add_argument("--warmup", type=int, default=5,
@@ -528,6 +534,8 @@ def parse_args(argv=None):
         p.set_defaults(device="cpu", model="tiny", batch=4, size=32, steps=2, warmup=1, workers="2", images=6,
                        classes=10)
     a = p.parse_args(argv)
+    if a.levels is None:
+        a.levels = ",".join(n for n in LEVELS if a.device == "cuda" or n != "ferry_gpu_decode")
     for name in ("steps", "warmup", "batch", "size", "images", "classes", "prefetch_factor", "depth", "repeat"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")

@@ -129,8 +129,8 @@ def test_train_cpus_limits_the_process_and_is_checked(tmp_path):
 
 
 def test_loader_jpeg_every_level_and_worker_count_checks_every_batch(tmp_path):
-    levels = ["ideal", "dataloader/1", "dl_prefetcher/1", "ferry_loader/1", "dataloader/2", "dl_prefetcher/2",
-              "ferry_loader/2"]
+    levels = ["ideal", "dataloader/1", "dl_prefetcher/1", "ferry_loader/1", "ferry_cpu_decode/1", "dataloader/2",
+              "dl_prefetcher/2", "ferry_loader/2", "ferry_cpu_decode/2"]
     code, rows = run("loader_jpeg", tmp_path, "--workers", "1,2", "--data", str(tmp_path / "jpeg"))
     assert code == 0
     assert list(rows) == levels
@@ -140,6 +140,15 @@ def test_loader_jpeg_every_level_and_worker_count_checks_every_batch(tmp_path):
     assert_all_checked(rows, [lv for lv in levels if lv.endswith("/1")], expected=7)
     assert_all_checked(rows, [lv for lv in levels if lv.endswith("/2")], expected=10)
     assert len(list((tmp_path / "jpeg").glob("*.jpg"))) == 6 and not list((tmp_path / "jpeg").glob("*.partial"))
+
+
+def test_loader_jpeg_a_decoded_image_unlike_the_reference_fails_the_run(tmp_path, monkeypatch):
+    import ferry.torch as ft
+    right = ft.ImageDecode.reference
+    monkeypatch.setattr(ft.ImageDecode, "reference", lambda self, data, seed: right(self, data, seed).flip(-1))
+    code, rows = run("loader_jpeg", tmp_path, "--levels", "ferry_cpu_decode")
+    assert code == 1
+    assert rows["ferry_cpu_decode/2"]["checked_outputs"] == 10 and rows["ferry_cpu_decode/2"]["mismatches"] == 10
 
 
 def test_loader_jpeg_a_batch_unlike_its_samples_fails_the_run(tmp_path, monkeypatch):
