@@ -38,6 +38,7 @@ box): the cpu level exactly, the device level within the stated tolerance.
 
     python3 examples/pytorch/loader_jpeg.py --workers 4,8,14            # on a GPU machine
     python3 examples/pytorch/loader_jpeg.py --workers 4,8 --cpus 8 --json out.json
+    python3 examples/pytorch/loader_jpeg.py --workers 4,auto            # ferry's levels: Loader(workers="auto")
     python3 examples/pytorch/loader_jpeg.py --dry-run                   # tiny, on the CPU
 """
 import argparse
@@ -71,6 +72,7 @@ LEVELS = {
                         "decode and crop on the GPU",
 }
 DECODE_LEVELS = {"ferry_cpu_decode": "cpu", "ferry_gpu_decode": "device"}
+AUTO = -1  # --workers auto
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
@@ -297,7 +299,7 @@ def _meter_sums(meter):
     return sum(m[0::3]), sum(m[1::3]), sum(m[2::3])
 
 
-def run_level(label, name, workers, args, dev, ds, expected):
+def run_level(label, name, workers, auto, args, dev, ds, expected):
     row = lc.Row(label, LEVELS[name])
     torch.manual_seed(0)
     model = make_model(args, dev)
@@ -344,7 +346,7 @@ def run_level(label, name, workers, args, dev, ds, expected):
         info = {}
         ds.meter = multiprocessing.RawArray("d", 3 * _METER_SLOTS)  # before the workers start
         meter0 = None
-        it = batches(name, ds, workers, args, dev, info)
+        it = batches(name, ds, "auto" if auto else workers, args, dev, info)
         start = time.perf_counter()
         for i, (x, y) in enumerate(it):
             if i == 0:
@@ -391,6 +393,9 @@ def run_level(label, name, workers, args, dev, ds, expected):
             row.mismatches = sum(1 for i in range(total) if (got_sums[i], got_labels[i]) != expected[i])
     row.set_window(steps, win)
     row.extra["workers"] = workers if name != "ideal" else 0
+    if auto:  # what Loader(workers="auto") chose: the workers that got chunks at the end, and its history
+        row.extra["workers_active"] = info["autoscale"]["active"]
+        row.extra["autoscale_history"] = [h["active"] for h in info["autoscale"]["history"]]
     row.bytes_moved = 0 if name == "ideal" else steps * args.batch * 3 * args.size * args.size
     return row
 
@@ -539,11 +544,11 @@ def parse_args(argv=None):
     for name in ("steps", "warmup", "batch", "size", "images", "classes", "prefetch_factor", "depth", "repeat"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")
-    try:
-        a.worker_counts = [int(w) for w in a.workers.split(",") if w.strip()]
+    try:  # "auto": ferry's levels with Loader(workers="auto"); the DataLoader's are not run there
+        a.worker_counts = [AUTO if w.strip() == "auto" else int(w) for w in a.workers.split(",") if w.strip()]
     except ValueError:
-        p.error(f"--workers {a.workers!r}: expected comma-separated counts such as 4,8,14")
-    if not a.worker_counts or min(a.worker_counts) < 1:
+        p.error(f"--workers {a.workers!r}: expected comma-separated counts such as 4,8,14 (or auto)")
+    if not a.worker_counts or any(w != AUTO and w < 1 for w in a.worker_counts):
         p.error(f"--workers {a.workers!r}: every count must be at least 1")
     a.level_list = lc.parse_levels(a.levels, LEVELS)
     return a
@@ -562,20 +567,24 @@ def main(argv=None):
         os.makedirs(directory, exist_ok=True)
         t0 = time.perf_counter()
         paths = make_files(directory, args.images, cores)
-        total = max(warmup_steps(args, w) + timed_steps(args, w) for w in args.worker_counts)
+        auto_count = max(1, cores - 1)  # what Loader(workers="auto") starts
+        counts = [auto_count if w == AUTO else w for w in args.worker_counts]
+        total = max(warmup_steps(args, w) + timed_steps(args, w) for w in counts)
         ds = JpegFolder(paths, (total + 1) * args.batch, args.size, args.classes)  # + the window's end
         expected = expected_sums(ds, total, args.batch, cores)
         print(f"[{time.strftime('%H:%M:%S')}] {len(paths)} JPEGs in {directory}, reference sums of {total} "
               f"batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         copies = time_copies(ds, args, dev)
-        runs = {name: (name, 0) for name in args.level_list if name == "ideal"}
+        runs = {name: (name, 0, False) for name in args.level_list if name == "ideal"}
         others = [name for name in args.level_list if name != "ideal"]
         for w in args.worker_counts:
+            mine = [n for n in others if w != AUTO or n.startswith("ferry")]
             for r in range(args.repeat):
                 # Rotated each time, so that no level always runs first (or right after another)
-                for name in others[r % len(others):] + others[:r % len(others)] if others else []:
-                    runs[f"{name}/{w}" + (f"#{r + 1}" if args.repeat > 1 else "")] = (name, w)
-        names = {label: LEVELS[n] for label, (n, w) in runs.items()}
+                for name in mine[r % len(mine):] + mine[:r % len(mine)] if mine else []:
+                    runs[f"{name}/{'auto' if w == AUTO else w}" + (f"#{r + 1}" if args.repeat > 1 else "")] = (
+                        name, auto_count if w == AUTO else w, w == AUTO)
+        names = {label: LEVELS[n] for label, (n, *_) in runs.items()}
         rows = lc.run_levels(names, list(names), lambda label: run_level(label, *runs[label], args, dev, ds, expected))
     lc.print_table(rows, [
         ("level", 20, lambda r, i: r.name),
@@ -594,6 +603,7 @@ def main(argv=None):
         ("ds ms", 6, lambda r, i: f"{r.extra['dataset_cpu_ms']:.2f}" if "dataset_cpu_ms" in r.extra else "-"),
         ("out ms", 6, lambda r, i: f"{r.extra['outside_cpu_ms']:.2f}" if "outside_cpu_ms" in r.extra else "-"),
         ("busy", 5, lambda r, i: f"{r.extra['worker_busy']:.2f}" if "worker_busy" in r.extra else "-"),
+        ("active", 6, lambda r, i: f"{r.extra['workers_active']}" if "workers_active" in r.extra else "-"),
         ("checked", 7, lambda r, i: f"{r.checked}" if r.name != "ideal" else "-"),
         ("wrong", 5, lambda r, i: f"{r.mismatches}"),
     ], f"JPEG training input: {args.model}, SGD, bf16 autocast, channels_last, batch {args.batch}x3x{args.size}^2 "

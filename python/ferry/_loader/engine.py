@@ -114,6 +114,7 @@ class Engine:
         self.timeout, self.start_method, self._on_fail = timeout, start_method, on_fail
         self.failure: Optional[BaseException] = None
         self.workers: List[Worker] = []
+        self.active = 0  # the first `active` workers get chunks (all of them: set by start_workers)
         self.prefetcher: Optional[SlotPrefetcher] = None
         self.mapping: Optional[SharedMapping] = None
         self.layout: Optional[Layout] = None
@@ -142,6 +143,7 @@ class Engine:
             assert self.start_method is not None
             processes.start_workers(count, self.start_method, self.seed, self.dataset, self.transform, worker_init_fn,
                                     self.fmt, self._memfd, preload, self.workers)
+        self.active = len(self.workers)
 
     # ---- failure ---------------------------------------------------------------------------------------
 
@@ -350,7 +352,7 @@ class Engine:
         while self._pending:
             b = self._pending[0]
             while b.pending:
-                w = min(self.workers, key=lambda x: len(x.chunks))
+                w = min(self.workers[:self.active], key=lambda x: len(x.chunks))
                 if len(w.chunks) >= MAX_OUTSTANDING:
                     return
                 part = b.pending[0]

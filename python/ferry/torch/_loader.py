@@ -11,6 +11,8 @@ are ferry/_native/loader.py's.
 from __future__ import annotations
 
 import math
+import os
+import time
 import warnings
 import weakref
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple, Union
@@ -25,6 +27,7 @@ from .._template import fill
 from .._loader.layout import PADDED, RAGGED
 from ._batch import Padded, RaggedBatch, batch_tensor, crossing, slot_still_held
 from ._common import DeviceLike, resolve_device, stream_handle
+from .._loader.autoscale import Autoscale
 from ._decode import ImageDecode, decoder_for, finish_images, resolved_decode
 from ._samples import BOX, TorchSamples
 
@@ -137,7 +140,11 @@ class Loader:
     construction arguments are attributes fixed at construction.
 
     Workers (`workers`, or DataLoader's name `num_workers`; 4 when neither is given) are started here and
-    live until close() (persistent across epochs). `start_method` None starts them as the program chose
+    live until close() (persistent across epochs). workers="auto" starts one per core this process may
+    use but one, and hands chunks to as many as the consumer needs: every 8 batches it measures the
+    workers' seconds per batch and the consumer's own (ferry/_loader/autoscale.py), sets
+    loader.workers_active to 1.25x their ratio (at least one more where next() still waited) and reports
+    the choice and its history in stats()["autoscale"]; idle workers use no CPU. `start_method` None starts them as the program chose
     with multiprocessing.set_start_method(), as DataLoader does; where it chose none, forks them, as
     DataLoader does on Linux, also while other Python threads run; where fork is unsafe (macOS) or
     missing (Windows) they are spawned, with one warning saying so. Under "spawn" and "forkserver"
@@ -200,11 +207,15 @@ class Loader:
                              "DataLoader's name for workers)")
         workers_name = "workers" if num_workers is None else "num_workers"
         workers = num_workers if num_workers is not None else (4 if workers is None else workers)
+        auto = isinstance(workers, str) and workers == "auto"
+        if auto:  # one a core this process may use, but the main process's; Autoscale picks how many work
+            workers = max(1, len(os.sched_getaffinity(0)) - 1) if hasattr(os, "sched_getaffinity") else \
+                max(1, (os.cpu_count() or 2) - 1)
         for name, v, low in (("batch_size", batch_size, 1), (workers_name, workers, 0), ("depth", depth, 2)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"Loader({name}={v!r}): expected an integer >= {low}" + {
                     "depth": " (a for loop holds one batch while it asks for the next)",
-                    workers_name: " (0: the samples are made in the main process)"}.get(name, ""))
+                    workers_name: " (0: the samples are made in the main process), or 'auto'"}.get(name, ""))
         for name, v in (("slots", slots), ("chunk", chunk)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"Loader({name}={v!r}): expected an integer >= 1 or None")
@@ -267,6 +278,7 @@ class Loader:
         self._crossing: List[Tuple[Tuple[int, int, int], Optional[Tuple[Any, Tuple[int, ...]]]]] = []
         self._int64 = self._uint8 = (0, 0, 0)  # DLPack's codes of the lengths and of a ragged slab
         self._engine: Optional[Engine] = None
+        self._autoscale: Optional[Autoscale] = None
         self.decode = decode
         self._decode = resolved_decode(decode, device)  # where "auto" chose (before the workers start)
         self._decoder: Any = None  # the nvJPEG decoder of where="device"
@@ -284,6 +296,7 @@ class Loader:
                                   small_chunk=small_chunk)
             self._engine.start_workers(workers, worker_init_fn,
                                        preload=("torch", "ferry._loader.worker", TorchSamples.__module__))
+            self._autoscale = Autoscale(self._engine, batch_size, workers) if auto else None
             self.device = resolve_device(device)
             if self._decode is not None:
                 self._decoder = decoder_for(self._decode, self.device)
@@ -385,6 +398,7 @@ class Loader:
                 f"Loader: the next batch goes into the device slot of the batch {self.depth} before it, whose "
                 f"tensors are still alive; a batch is valid for {self.depth - 1} further next() calls: .clone() "
                 "what you keep (list(loader) keeps every batch) or raise depth")
+        t0 = time.perf_counter() if self._autoscale is not None else 0.0
         batch = engine.pump(k)
         while batch.grow is not None and batch.error is None:
             # A sample past a variable leaf's capacity: the slots are laid out again and the epoch goes on
@@ -405,6 +419,10 @@ class Loader:
         out = self._take(batch)
         ep.position += 1
         del engine.batches[k]
+        if self._autoscale is not None:
+            if ep.position == 1:
+                self._autoscale.new_epoch()
+            self._autoscale.taken(time.perf_counter() - t0)
         return out
 
     # ---- the batch on the device ---------------------------------------------------------------------
@@ -451,7 +469,15 @@ class Loader:
         them after close(); since the last new pipeline, which an epoch left part-way starts)."""
         if self._engine is None:
             return {"slots": self.slots, "slot_bytes": 0, "workers": []}
-        return self._engine.stats()
+        out = self._engine.stats()
+        if self._autoscale is not None:
+            out["autoscale"] = self._autoscale.stats()
+        return out
+
+    @property
+    def workers_active(self) -> int:
+        """How many of the workers get chunks now: all of them, but with workers="auto" (see stats())."""
+        return self._engine.active if self._engine is not None else 0
 
     def close(self) -> None:
         """Stops the workers (SIGKILL for any that has not exited within a second), the prefetcher, and
