@@ -31,10 +31,15 @@ What it checks (each a named check; the script exits 1 when one fails):
   right (the hardware engines write at the call, so the decoder must wait on the host for the set's kernel).
 - bench_check: after the timed loop, every bench batch decoded again and 2 samples of each checked (kernel and
   end_to_end): the count of wrong batches (the goal is 0).
+Every check above runs twice: with the decoder's default threads (min(4, hardware threads): a call's batch split
+over that many host threads) and with threads=1 (the calling thread alone); the second's names end in
+"@threads=1". The kinds batch holds every kind three times (33 samples) so that the default splits it.
 --dry-run runs all of it on a CPU with PIL standing in for ferry's decoder (it checks the script, not ferry).
-Timed (images/s, ms per batch, host CPU seconds per batch): ferry uint8 NCHW, ferry bfloat16 NHWC normalised
-(what a channels_last bf16 model eats), ferry with backend "software", torchvision decode_jpeg alone, and
-torchvision decode_jpeg + per-sample v2 resized_crop + flip + normalise. JSON to --json, or $OUT/gpu_image.json.
+Timed (images/s, ms per batch, process CPU seconds per batch, the calling thread's CPU seconds per batch, and
+the mean host latency of one decode() call): ferry uint8 NCHW, ferry bfloat16 NHWC normalised (what a
+channels_last bf16 model eats) and ferry with backend "software", each with threads=1 and the default side by
+side, torchvision decode_jpeg alone, and torchvision decode_jpeg + per-sample v2 resized_crop + flip +
+normalise. JSON to --json, or $OUT/gpu_image.json.
 """
 from __future__ import annotations
 
@@ -158,8 +163,10 @@ class Checks:
 
     def __init__(self) -> None:
         self.results: Dict[str, Dict[str, Any]] = {}
+        self.tag = ""  # appended to every name ("@threads=1") while the checks run again under other options
 
     def add(self, name: str, ok: bool, **seen: Any) -> None:
+        name = f"{name}@{self.tag}" if self.tag else name
         prev = self.results.get(name)
         if prev is not None:
             prev["ok"] = prev["ok"] and ok
@@ -211,38 +218,50 @@ def compare_pil(data: bytes, out: np.ndarray, box: np.ndarray, index: int, size:
 
 
 def bench(fn: Callable[[int], None], iters: int, warmup: int, batch: int) -> Dict[str, float]:
+    """images/s and ms per batch over the loop; CPU seconds per batch of the whole process (every thread) and of
+    the calling thread alone (what a training loop that calls fn pays); the mean wall time of one fn call."""
     for k in range(warmup):
         fn(k)
     torch.cuda.synchronize()
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    calls = 0.0
+    cpu0, mine0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
     for k in range(iters):
+        c0 = time.perf_counter()
         fn(warmup + k)
+        calls += time.perf_counter() - c0
     torch.cuda.synchronize()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {"images_per_s": batch * iters / wall, "ms_per_batch": wall / iters * 1e3, "cpu_s_per_batch": cpu / iters}
+    wall, cpu, mine = time.perf_counter() - t0, time.process_time() - cpu0, time.thread_time() - mine0
+    return {"images_per_s": batch * iters / wall, "ms_per_batch": wall / iters * 1e3, "cpu_s_per_batch": cpu / iters,
+            "caller_cpu_s_per_batch": mine / iters, "call_ms": calls / iters * 1e3}
 
 
 # ---- the checks --------------------------------------------------------------------------------------
 
-def check_kinds(checks: Checks, dev: Device, backend: str, size: int, stream: torch.cuda.Stream) -> None:
+def check_kinds(checks: Checks, dev: Device, backend: str, size: int, stream: torch.cuda.Stream,
+                threads: Optional[int]) -> None:
     specials = special_jpegs()
-    names = list(specials)
-    datas = [specials[k] for k in names]
+    # Every kind three times: a batch the default threads split into parts, each holding several kinds.
+    names = [f"{k}#{r}" for r in range(3) for k in specials]
+    datas = [specials[k.split("#")[0]] for k in names]
     hw = []
-    for k in names:
+    for d in datas:
         try:
-            hw.append(info_of(specials[k]))
+            hw.append(info_of(d))
         except Exception:  # noqa: BLE001 - not an image PIL sizes: a box of 1x1 still passes the C checks
             hw.append((1, 1))
     boxes = crop_boxes([h for h, _ in hw], [w for _, w in hw], list(range(len(names))))
-    boxes[names.index("large_2000x1500")] = (0, 0, 1500, 2000, 1)  # full: 8.9x downscale, 19 taps
-    boxes[names.index("small_120x90")] = (10, 5, 80, 110, 0)        # upscale
-    with JpegDecoder(dev, backend=backend) as dec:
+    for r in range(3):
+        boxes[names.index(f"large_2000x1500#{r}")] = (0, 0, 1500, 2000, 1)  # full: 8.9x downscale, 19 taps
+        boxes[names.index(f"small_120x90#{r}")] = (10, 5, 80, 110, 0)        # upscale
+    with JpegDecoder(dev, backend=backend, threads=threads) as dec:
         out, codes = decode_u8(dec, datas, boxes, size, stream)
         got = dict(zip(names, (int(c) for c in codes)))
-        expect_ok = [k for k in names if k not in EXPECT_REFUSED and k != "truncated"]
+        kind = {k: k.split("#")[0] for k in names}
+        expect_ok = [k for k in names if kind[k] not in EXPECT_REFUSED and kind[k] != "truncated"]
+        truncated = {got[k] for k in names if kind[k] == "truncated"}
         checks.add(f"kinds[{backend}].statuses", all(got[k] == 0 for k in expect_ok) and
-                   all(got[k] == 1 for k in EXPECT_REFUSED), statuses=got)
+                   all(got[k] == 1 for k in names if kind[k] in EXPECT_REFUSED),
+                   statuses=got, truncated=sorted(truncated), threads=dec.stats().get("threads"))
         o = out.cpu().numpy()
         for k in names:
             i = names.index(k)
@@ -251,7 +270,7 @@ def check_kinds(checks: Checks, dev: Device, backend: str, size: int, stream: to
                 continue
             kc = compare_kernel(dec, o, boxes, i, size)
             checks.add(f"kinds[{backend}].kernel", kc["max"] == 0, sample=k, **kc)
-            if k != "truncated":
+            if kind[k] != "truncated":
                 ec = compare_pil(datas[i], o, boxes[i], i, size)
                 checks.add(f"kinds[{backend}].end_to_end", ec["mean"] <= END_TO_END_MEAN, sample=k, **ec)
         checks.add(f"kinds[{backend}].stats", True, **dec.stats())
@@ -308,6 +327,12 @@ def check_refusals(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: 
     cmyk = special_jpegs()["cmyk"]
     refused("cmyk without statuses", _c.InputError, "sample 1", samples=[datas[0], cmyk],
             boxes=np.array([boxes[0], (0, 0, 100, 100, 0)], np.int32))
+    # 48 samples (split into parts by the default threads): a CMYK at 20 and a PNG at 40; the first is named.
+    many, many_boxes = list(datas[:48]), boxes[:48].copy()
+    many[20], many[40] = cmyk, special_jpegs()["png"]
+    out48 = torch.empty((48, 3, 64, 64), dtype=torch.uint8, device=DEVICE)
+    refused("first of two undecodable in a split batch", _c.InputError, "sample 20 of the batch", samples=many,
+            boxes=many_boxes, out=out48.data_ptr())
 
 
 def check_ordering(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: np.ndarray, size: int,
@@ -332,13 +357,14 @@ def check_ordering(checks: Checks, dec: JpegDecoder, datas: List[bytes], boxes: 
     checks.add("ordering.default_stream", bool(torch.equal(out0, want)))
 
 
-def check_busy_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream) -> None:
+def check_busy_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream,
+                     threads: Optional[int]) -> None:
     """One scratch set and a consumer stream 100 ms behind: batch B's decode (into the planes batch A's kernel
     has not read yet) must not reach A's output. The hardware engines write when nvjpegDecodeBatched is
     called, whatever the decode stream waits for (torchcodec#1634), so the decoder waits on the host."""
     a, b = pool[:64], pool[64:128]
     boxes_a, boxes_b = boxes_for(a, seed=7), boxes_for(b, seed=8)
-    with JpegDecoder(dev, buffers=1) as dec:
+    with JpegDecoder(dev, buffers=1, threads=threads) as dec:
         want_a, _ = decode_u8(dec, a, boxes_a, size, stream)
         want_b, _ = decode_u8(dec, b, boxes_b, size, stream)
         with torch.cuda.stream(stream):
@@ -354,9 +380,10 @@ def check_busy_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, 
                    hardware_images=dec.stats()["hardware_images"])
 
 
-def check_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream) -> None:
+def check_reuse(checks: Checks, dev: Device, pool: List[bytes], size: int, stream: torch.cuda.Stream,
+                threads: Optional[int]) -> None:
     for buffers in (1, 2):
-        with JpegDecoder(dev, buffers=buffers) as dec:
+        with JpegDecoder(dev, buffers=buffers, threads=threads) as dec:
             at = 0
             for n in (1, 7, 256, 3, 256):
                 datas = pool[at:at + n]
@@ -389,7 +416,9 @@ class _FakeDecoder:
     """JpegDecoder's interface with PIL doing the work on the host, writing the bytes the real decoder would
     write through the same output pointer. Checks nothing about ferry: it runs the script's code paths."""
 
-    def __init__(self, dev: Any, *, backend: str = "auto", buffers: int = 2, library_dirs: Any = None) -> None:
+    def __init__(self, dev: Any, *, backend: str = "auto", buffers: int = 2, threads: Optional[int] = None,
+                 library_dirs: Any = None) -> None:
+        self._threads = threads or 4
         self._planes: List[np.ndarray] = []
         self._images = 0
 
@@ -456,7 +485,8 @@ class _FakeDecoder:
 
     def stats(self) -> Dict[str, Any]:
         return {"backend": "dry-run", "hardware_absent": "dry run: PIL on the host", "hardware_engines": 0,
-                "hardware_cores_per_engine": 0, "hardware_images": 0, "images": self._images}
+                "hardware_cores_per_engine": 0, "hardware_images": 0, "images": self._images,
+                "threads": self._threads}
 
 
 def install_dry_run() -> None:
@@ -527,18 +557,25 @@ def main() -> int:
     st = dec.stats()
     doc["decoder"] = st
     print(f"decoder backend: {st['backend']} ({st['hardware_absent'] or 'hardware engines in use'}); "
-          f"engines {st['hardware_engines']} x {st['hardware_cores_per_engine']} cores")
+          f"engines {st['hardware_engines']} x {st['hardware_cores_per_engine']} cores; threads {st['threads']}")
     checks.add("library.backend", True, backend=st["backend"], hardware_absent=st["hardware_absent"])
 
     first = pool[:batch]
     first_boxes = boxes_for(first, seed=1)
-    checks.run("kinds[auto]", lambda: check_kinds(checks, dev, "auto", size, stream))
-    checks.run("kinds[software]", lambda: check_kinds(checks, dev, "software", size, stream))
-    checks.run("floats", lambda: check_floats_and_layouts(checks, dec, first[:32], first_boxes[:32], size, stream))
-    checks.run("refusals", lambda: check_refusals(checks, dec, first, first_boxes, stream))
-    checks.run("ordering", lambda: check_ordering(checks, dec, first[:64], first_boxes[:64], size, stream))
-    checks.run("reuse", lambda: check_reuse(checks, dev, pool * (1 + 600 // len(pool)), size, stream))
-    checks.run("busy_reuse", lambda: check_busy_reuse(checks, dev, pool, size, stream))
+    # Every check with the default threads (dec), then again with threads=1 (the calling thread alone).
+    with JpegDecoder(dev, threads=1) as dec1:
+        for threads, d in ((None, dec), (1, dec1)):
+            checks.tag = "" if threads is None else f"threads={threads}"
+            checks.run("kinds[auto]", lambda: check_kinds(checks, dev, "auto", size, stream, threads))
+            checks.run("kinds[software]", lambda: check_kinds(checks, dev, "software", size, stream, threads))
+            checks.run("floats", lambda: check_floats_and_layouts(checks, d, first[:32], first_boxes[:32], size,
+                                                                  stream))
+            checks.run("refusals", lambda: check_refusals(checks, d, first, first_boxes, stream))
+            checks.run("ordering", lambda: check_ordering(checks, d, first[:64], first_boxes[:64], size, stream))
+            checks.run("reuse", lambda: check_reuse(checks, dev, pool * (1 + 600 // len(pool)), size, stream,
+                                                    threads))
+            checks.run("busy_reuse", lambda: check_busy_reuse(checks, dev, pool, size, stream, threads))
+        checks.tag = ""
 
     # ---- the bench: batches cycle through the pool
     rows: Dict[str, Dict[str, float]] = {}
@@ -552,21 +589,27 @@ def main() -> int:
             out_bf = torch.empty((batch, 3, size, size), dtype=torch.bfloat16, device=DEVICE).to(
                 memory_format=torch.channels_last)
 
-        def ferry_u8(k: int, d: JpegDecoder = dec) -> None:
+        def ferry_u8(k: int, d: JpegDecoder) -> None:
             with torch.cuda.stream(stream):
                 d.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_u8.data_ptr(),
                          stream=stream.cuda_stream)
 
-        def ferry_bf16(k: int) -> None:
+        def ferry_bf16(k: int, d: JpegDecoder) -> None:
             with torch.cuda.stream(stream):
-                dec.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_bf.data_ptr(),
-                           stream=stream.cuda_stream, dtype="bfloat16", layout="nhwc", mean=MEAN, std=STD)
+                d.decode(batches[k % nb], bboxes[k % nb], size=size, out=out_bf.data_ptr(),
+                         stream=stream.cuda_stream, dtype="bfloat16", layout="nhwc", mean=MEAN, std=STD)
 
-        rows["ferry uint8 NCHW"] = bench(ferry_u8, args.iters, args.warmup, batch)
-        rows["ferry bf16 NHWC normalised"] = bench(ferry_bf16, args.iters, args.warmup, batch)
-        with JpegDecoder(dev, backend="software") as soft:
-            soft_iters = max(3, args.iters // 4)
-            rows["ferry uint8, software backend"] = bench(lambda k: ferry_u8(k, soft), soft_iters, 1, batch)
+        # threads=1 beside the default (dec's), each level.
+        default = f"threads={dec.stats()['threads']}"
+        soft_iters = max(3, args.iters // 4)
+        with JpegDecoder(dev, threads=1) as one, JpegDecoder(dev, backend="software") as soft, \
+                JpegDecoder(dev, backend="software", threads=1) as soft1:
+            for tag, d, s in (("threads=1", one, soft1), (default, dec, soft)):
+                rows[f"ferry uint8 NCHW, {tag}"] = bench(lambda k: ferry_u8(k, d), args.iters, args.warmup, batch)
+                rows[f"ferry bf16 NHWC normalised, {tag}"] = bench(lambda k: ferry_bf16(k, d), args.iters,
+                                                                   args.warmup, batch)
+                rows[f"ferry uint8, software backend, {tag}"] = bench(lambda k: ferry_u8(k, s), soft_iters, 1,
+                                                                      batch)
         doc["decoder_after_bench"] = dec.stats()
 
         if not args.skip_torchvision:
@@ -591,9 +634,11 @@ def main() -> int:
 
     checks.run("bench", run_bench)
 
-    print(f"\n{'level':36} {'images/s':>10} {'ms/batch':>9} {'CPU s/batch':>12}")
+    print(f"\n{'level':46} {'images/s':>10} {'ms/batch':>9} {'CPU s/batch':>12} {'caller CPU s':>13} "
+          f"{'call ms':>8}")
     for name, r in rows.items():
-        print(f"{name:36} {r['images_per_s']:10.0f} {r['ms_per_batch']:9.2f} {r['cpu_s_per_batch']:12.4f}")
+        print(f"{name:46} {r['images_per_s']:10.0f} {r['ms_per_batch']:9.2f} {r['cpu_s_per_batch']:12.4f} "
+              f"{r['caller_cpu_s_per_batch']:13.4f} {r['call_ms']:8.2f}")
     doc["bench"] = rows
     doc["checks"] = checks.results
     doc["ok"] = checks.ok

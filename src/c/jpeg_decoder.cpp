@@ -25,8 +25,8 @@ using ferry::c_api::dup_string;
 using ferry::c_api::expect_out;
 using ferry::c_api::guard;
 
-// {"backend": "auto" | "hardware" | "software", "buffers": N, "library_dirs": ["folder", ...]}; the first
-// two only where `decoder_keys` (ferry_jpeg_decoder_create).
+// {"backend": "auto" | "hardware" | "software", "buffers": N, "threads": N, "library_dirs": ["folder", ...]};
+// all but library_dirs only where `decoder_keys` (ferry_jpeg_decoder_create).
 ferry::image::gpu_decoder_options options_of(const char* json, const char* fn, bool decoder_keys) {
   ferry::image::gpu_decoder_options o;
   if (json == nullptr || *json == '\0') return o;
@@ -37,7 +37,7 @@ ferry::image::gpu_decoder_options options_of(const char* json, const char* fn, b
     throw ferry::logic_error(fmt::format("{}: options {} are not JSON: {}", fn, json, e.what()));
   }
   FERRY_EXPECTS(j.is_object(), fmt::format("{}: options {} are not a JSON object", fn, json));
-  const char* keys = decoder_keys ? "backend, buffers, library_dirs" : "library_dirs";
+  const char* keys = decoder_keys ? "backend, buffers, threads, library_dirs" : "library_dirs";
   for (const auto& [key, value] : j.items()) {
     if (key == "library_dirs") {
       FERRY_EXPECTS(value.is_array(),
@@ -65,6 +65,13 @@ ferry::image::gpu_decoder_options options_of(const char* json, const char* fn, b
       const auto b = value.get<long long>();  // NOLINT(google-runtime-int): nlohmann's integer type
       FERRY_EXPECTS(b >= 1 && b <= 8, fmt::format("{}: buffers = {}: expected 1..8", fn, b));
       o.buffers = static_cast<int>(b);
+    } else if (decoder_keys && key == "threads") {
+      constexpr int most = ferry::image::max_decode_threads;
+      FERRY_EXPECTS(value.is_number_integer(),
+                    fmt::format("{}: threads = {}: expected an integer 1..{}", fn, value.dump(), most));
+      const auto t = value.get<long long>();  // NOLINT(google-runtime-int): nlohmann's integer type
+      FERRY_EXPECTS(t >= 1 && t <= most, fmt::format("{}: threads = {}: expected 1..{}", fn, t, most));
+      o.threads = static_cast<int>(t);
     } else {
       throw ferry::logic_error(fmt::format("{}: option '{}' is not one of {}", fn, key, keys));
     }

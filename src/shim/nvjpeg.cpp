@@ -86,9 +86,6 @@ static_assert(std::is_same_v<decltype(&nvjpegDestroy), nvjpegStatus_t (*)(nvjpeg
 static_assert(
     std::is_same_v<decltype(&nvjpegJpegStateCreate), nvjpegStatus_t (*)(nvjpegHandle_t, nvjpegJpegState_t*)>);
 static_assert(std::is_same_v<decltype(&nvjpegJpegStateDestroy), nvjpegStatus_t (*)(nvjpegJpegState_t)>);
-static_assert(std::is_same_v<decltype(&nvjpegGetImageInfo),
-                             nvjpegStatus_t (*)(nvjpegHandle_t, const unsigned char*, size_t, int*,
-                                                nvjpegChromaSubsampling_t*, int*, int*)>);
 static_assert(std::is_same_v<decltype(&nvjpegDecode),
                              nvjpegStatus_t (*)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char*,
                                                 size_t, nvjpegOutputFormat_t, nvjpegImage_t*, cudaStream_t)>);
@@ -107,6 +104,10 @@ static_assert(
                    nvjpegStatus_t (*)(nvjpegHandle_t, const unsigned char*, size_t, nvjpegJpegStream_t)>);
 static_assert(std::is_same_v<decltype(&nvjpegDecodeBatchedSupported),
                              nvjpegStatus_t (*)(nvjpegHandle_t, nvjpegJpegStream_t, int*)>);
+static_assert(std::is_same_v<decltype(&nvjpegJpegStreamGetFrameDimensions),
+                             nvjpegStatus_t (*)(nvjpegJpegStream_t, unsigned int*, unsigned int*)>);
+static_assert(std::is_same_v<decltype(&nvjpegJpegStreamGetComponentsNum),
+                             nvjpegStatus_t (*)(nvjpegJpegStream_t, unsigned int*)>);
 #endif
 
 namespace {
@@ -248,7 +249,6 @@ nvjpeg_api load_nvjpeg(const std::vector<std::string>& names) {
   lib.look_up("nvjpegDestroy", api.destroy, missing);
   lib.look_up("nvjpegJpegStateCreate", api.jpeg_state_create, missing);
   lib.look_up("nvjpegJpegStateDestroy", api.jpeg_state_destroy, missing);
-  lib.look_up("nvjpegGetImageInfo", api.get_image_info, missing);
   lib.look_up("nvjpegDecode", api.decode, missing);
   lib.look_up("nvjpegDecodeBatchedInitialize", api.decode_batched_initialize, missing);
   lib.look_up("nvjpegDecodeBatched", api.decode_batched, missing);
@@ -256,6 +256,8 @@ nvjpeg_api load_nvjpeg(const std::vector<std::string>& names) {
   lib.look_up("nvjpegJpegStreamDestroy", api.jpeg_stream_destroy, missing);
   lib.look_up("nvjpegJpegStreamParseHeader", api.jpeg_stream_parse_header, missing);
   lib.look_up("nvjpegDecodeBatchedSupported", api.decode_batched_supported, missing);
+  lib.look_up("nvjpegJpegStreamGetFrameDimensions", api.jpeg_stream_get_frame_dimensions, missing);
+  lib.look_up("nvjpegJpegStreamGetComponentsNum", api.jpeg_stream_get_components_num, missing);
   api.get_hardware_decoder_info =
       lib.optional_function<decltype(api.get_hardware_decoder_info)>("nvjpegGetHardwareDecoderInfo");
   if (!missing.empty()) {

@@ -96,6 +96,25 @@ def test_bad_options_are_refused_by_name_before_nvjpeg_is_looked_for(options, na
         dev.close()
 
 
+@pytest.mark.parametrize("threads, named", [(0, "threads = 0: expected 1..64"), (65, "threads = 65: expected 1..64"),
+                                             (2.5, "threads = 2.5: expected an integer"),
+                                             ("4", "threads = \"4\": expected an integer")])
+def test_the_threads_option_is_refused_out_of_range_and_accepted_in_it(threads, named):
+    dev = Device("host", 0)
+    try:
+        with pytest.raises(_c.InvalidArgumentError, match="ferry_jpeg_decoder_create") as e:
+            JpegDecoder(dev, threads=threads)
+        assert named in str(e.value)
+        # In range the option passes, and the decoder is refused for what this machine lacks instead.
+        for good in (1, 64, None):
+            with pytest.raises(_c.InvalidArgumentError) as e:
+                JpegDecoder(dev, threads=good)
+            assert "threads" not in str(e.value)
+            assert "needs a cuda device" in str(e.value) or "needs nvJPEG" in str(e.value)
+    finally:
+        dev.close()
+
+
 def test_options_that_are_not_json_are_refused_naming_them():
     with pytest.raises(_c.InvalidArgumentError, match="not JSON"):
         _c.lib.ferry_jpeg_gpu_library_json(b"{backend", ctypes.byref(ctypes.c_void_p()))

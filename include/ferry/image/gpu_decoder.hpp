@@ -6,34 +6,44 @@
 //
 // Note [GPU decode: streams, events and buffers]:
 // - Which decode: with the hardware backend (the GPU's JPEG engines, nvJPEG's NVJPEG_BACKEND_HARDWARE) every
-//   image nvjpegDecodeBatchedSupported accepts goes into one nvjpegDecodeBatched call; the others
+//   image nvjpegDecodeBatchedSupported accepts goes into one nvjpegDecodeBatched call per part; the others
 //   (progressive JPEGs, grayscale ones, decoded as luma alone, and any the batched call refused) are decoded
 //   one by one with nvjpegDecode (nvJPEG's default backend: Huffman decode on the host). Without hardware
-//   engines, or with gpu_backend::software, every image takes the one-by-one path.
+//   engines, or with gpu_backend::software, every image takes the one-by-one path. nvJPEG parses each
+//   header once (nvjpegJpegStreamParseHeader: its frame size is checked against jpeg_info's, and the
+//   parsed stream answers nvjpegDecodeBatchedSupported).
 // - Refused by sample: what jpeg_info's undecodable_reason() refuses (not a JPEG, CMYK/YCCK, lossless,
 //   arithmetic-coded, 12-bit), and images nvJPEG fails on. With a status span those samples are written as
 //   zeros and their status says why; without one the batch fails naming the first.
-// - Streams: nvJPEG works on the decoder's own decode stream; the kernel runs on the consumer stream after
-//   a device-side wait for the decode, so the output batch (which the caller allocated for the consumer
-//   stream, as torch's caching allocator does) is written on that stream only (torchvision#9606 wrote it
-//   on another).
+// - Threads: a call's batch is split into up to `threads` contiguous parts (of at least 8 samples), whose
+//   host work (nvJPEG's header parse, nvjpegDecodeBatchedSupported, nvjpegDecodeBatched's and nvjpegDecode's
+//   host side) runs concurrently: part 0 on the calling thread, the others on the decoder's own persistent
+//   threads; the call returns once every part has. Each part has its own nvJPEG states in every scratch set
+//   (a state serves one thread at a time; the handle is shared), its own hardware batch and its own CUDA
+//   stream; the parts write disjoint planes. Refusals and failures are reported by sample index as with one
+//   thread: the first in the batch's order is the one named.
+// - Streams: each part's nvJPEG work goes on that part's stream, and every part's stream joins the
+//   decoder's decode stream (an event) before the table copy and the decode event; the kernel runs on the
+//   consumer stream after a device-side wait for the decode, so the output batch (which the caller
+//   allocated for the consumer stream, as torch's caching allocator does) is written on that stream only
+//   (torchvision#9606 wrote it on another).
 // - Buffers: `buffers` scratch sets used in turn (batch k uses set k % buffers), each with its nvJPEG
 //   states, decoded planes and the kernel's sample table. A set's planes and table are rewritten only after
 //   the event recorded on the consumer stream after the kernel that read them: the decode stream waits for
-//   it on the device, and for a batch with hardware samples the host waits for it too, because the hardware
-//   engines start writing when nvjpegDecodeBatched is called, not when the stream reaches it (a device-side
-//   wait does not gate them: measured on H100 with nvJPEG 12.3 to 13.2, meta-pytorch/torchcodec#1634). That
-//   kernel is `buffers` batches old, so the wait is back-pressure only when the host runs that far ahead
-//   of the consumer stream. The set's host-side table and nvJPEG states are reused after the host saw the
-//   set's previous decode complete. Planes grow to the largest batch seen and never shrink; growing waits
-//   on the host for the set's last kernel before freeing the old ones.
+//   it on the device (so do the parts' streams), and for a batch with hardware samples the host waits for
+//   it too, because the hardware engines start writing when nvjpegDecodeBatched is called, not when the
+//   stream reaches it (a device-side wait does not gate them: measured on H100 with nvJPEG 12.3 to 13.2,
+//   meta-pytorch/torchcodec#1634). That kernel is `buffers` batches old, so the wait is back-pressure only
+//   when the host runs that far ahead of the consumer stream. The set's host-side table and nvJPEG states
+//   are reused after the host saw the set's previous decode complete. Planes grow to the largest batch
+//   seen and never shrink; growing waits on the host for the set's last kernel before freeing the old ones.
 // - Host bytes: nvJPEG reads the JPEG bytes during decode() and may copy from them asynchronously until the
 //   decode stream passes this batch: keep them unchanged until the `inputs_done` event decode() can record
 //   completes. The consumer stream waits for that event before the kernel, so any event the caller records
 //   on the consumer stream after decode() completes later and covers it too. A call that throws reads none
 //   of its bytes once it has returned; and once `buffers` later calls have returned, none of a call's.
 // - No host synchronization on the hot path beyond the waits above and what nvJPEG does itself (its
-//   one-by-one decode parses and Huffman-decodes on the calling thread).
+//   one-by-one decode parses and Huffman-decodes on the part's thread).
 //
 // Host-only C++; the implementation needs ferry built with CUDA (src/image/cuda/), and without it the
 // constructor throws logic_error saying so.
@@ -73,11 +83,17 @@ enum class gpu_backend : std::int32_t {
   software = 2    // every image one by one through nvJPEG's default backend (never the engines)
 };
 
+/// The most threads a decoder's options may ask for.
+inline constexpr int max_decode_threads = 64;
+
 /// How a decoder is made.
 struct gpu_decoder_options {
   gpu_backend backend = gpu_backend::automatic;
   /// Scratch sets used in turn (1..8): with 2, batch k + 1 decodes while batch k's kernel runs.
   int buffers = 2;
+  /// Host threads one decode() call's nvJPEG host work runs on (1..max_decode_threads; the calling thread
+  /// is one of them); 0: min(4, the machine's hardware threads).
+  int threads = 0;
   /// Folders to look for libnvjpeg in before the others (shim::nvjpeg_library_names).
   std::vector<std::string> library_dirs;
 };

@@ -9,6 +9,7 @@
 // 2), nvjpegBackend_t (DEFAULT = 0 .. HARDWARE = 3 .. LOSSLESS_JPEG = 6), nvjpegImage_t {unsigned char*
 // channel[4]; size_t pitch[4];}, the opaque handle types and every entry point's parameter list below.
 // libraryPropertyType (MAJOR_VERSION = 0, MINOR_VERSION = 1, PATCH_LEVEL = 2) is library_types.h's.
+// The jpeg-stream getters' parameter lists are the same in nvJPEG 13.0.1's header.
 // src/shim/nvjpeg.cpp checks all of it against <nvjpeg.h> wherever a build has one.
 #pragma once
 
@@ -100,8 +101,6 @@ struct nvjpeg_api {
   nvjpeg_status (*destroy)(nvjpeg_handle) = nullptr;
   nvjpeg_status (*jpeg_state_create)(nvjpeg_handle, nvjpeg_jpeg_state*) = nullptr;
   nvjpeg_status (*jpeg_state_destroy)(nvjpeg_jpeg_state) = nullptr;
-  nvjpeg_status (*get_image_info)(nvjpeg_handle, const unsigned char*, std::size_t, int*,
-                                  nvjpeg_chroma_subsampling*, int*, int*) = nullptr;
   nvjpeg_status (*decode)(nvjpeg_handle, nvjpeg_jpeg_state, const unsigned char*, std::size_t,
                           nvjpeg_output_format, nvjpeg_image*, void*) = nullptr;
   nvjpeg_status (*decode_batched_initialize)(nvjpeg_handle, nvjpeg_jpeg_state, int, int,
@@ -115,6 +114,10 @@ struct nvjpeg_api {
   /// Sets *is_supported to 0 when the handle's batched decode (the hardware engine, for a hardware
   /// handle) takes the parsed stream.
   nvjpeg_status (*decode_batched_supported)(nvjpeg_handle, nvjpeg_jpeg_stream, int*) = nullptr;
+  /// nvjpegJpegStreamGetFrameDimensions and nvjpegJpegStreamGetComponentsNum: what the last
+  /// nvjpegJpegStreamParseHeader into the stream read (the frame's width and height, its components).
+  nvjpeg_status (*jpeg_stream_get_frame_dimensions)(nvjpeg_jpeg_stream, unsigned*, unsigned*) = nullptr;
+  nvjpeg_status (*jpeg_stream_get_components_num)(nvjpeg_jpeg_stream, unsigned*) = nullptr;
   /// nvjpegGetHardwareDecoderInfo (nvJPEG 11.4+): optional, nullptr when this nvJPEG lacks it.
   nvjpeg_status (*get_hardware_decoder_info)(nvjpeg_handle, unsigned*, unsigned*) = nullptr;
 

@@ -85,15 +85,17 @@ def _code(table: Dict[str, int], name: str, what: str) -> int:
 class JpegDecoder(NativeObject[JpegDecoderHandle]):
     """ferry_jpeg_decoder on `device` (a cuda device). backend "auto" (the GPU's JPEG engines for the images
     they take, nvJPEG's one-by-one decode for the rest), "hardware" (fails without engines) or "software";
-    `buffers` scratch sets used in turn; `library_dirs` (default: nvjpeg_dirs()) looked in first for
-    libnvjpeg. Raises InvalidArgumentError naming what to install when nvJPEG is missing."""
+    `buffers` scratch sets used in turn; `threads` host threads each decode call's nvJPEG work is split over,
+    the calling thread among them (1..64; None: the library's default, min(4, hardware threads));
+    `library_dirs` (default: nvjpeg_dirs()) looked in first for libnvjpeg. Raises InvalidArgumentError naming
+    a bad option, or what to install when nvJPEG is missing."""
 
-    def __init__(self, device: Device, *, backend: str = "auto", buffers: int = 2,
+    def __init__(self, device: Device, *, backend: str = "auto", buffers: int = 2, threads: Optional[int] = None,
                  library_dirs: Optional[Sequence[str]] = None) -> None:
         dirs = list(nvjpeg_dirs() if library_dirs is None else library_dirs)
         h = JpegDecoderHandle()
-        lib.ferry_jpeg_decoder_create(device.handle, _options(backend=backend, buffers=buffers, library_dirs=dirs),
-                                      byref(h))
+        lib.ferry_jpeg_decoder_create(device.handle, _options(backend=backend, buffers=buffers, threads=threads,
+                                                              library_dirs=dirs), byref(h))
         super().__init__(h)
         self.device = device  # outlives the decoder: destroyed after it
         # The samples of the last `buffers` calls that returned: the library may read a call's host bytes until

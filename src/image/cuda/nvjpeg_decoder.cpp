@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "ferry/image/gpu_decoder.hpp"
 #include "ferry/image/jpeg_info.hpp"
 #include "ferry/shim/nvjpeg.hpp"
+#include "part_pool.hpp"
 #include "resize_kernel.hpp"
 
 namespace ferry::image {
@@ -45,17 +48,31 @@ void make_current(int ordinal) {
   if (current != ordinal) FERRY_CUDA_TRY(cudaSetDevice(ordinal));
 }
 
-// How one sample of a batch is decoded.
+// How one sample of a batch is decoded, and why one by one (the counters).
 enum class route : std::uint8_t { none, hardware, single_rgb, single_y };
+enum class single_reason : std::uint8_t { none, progressive, grayscale, unsupported };
 
+// What one sample is and how it is decoded: written by the part of the call that holds the sample.
 struct sample_plan {
   route how = route::none;
+  single_reason why_single = single_reason::none;
   std::int32_t height = 0;
   std::int32_t width = 0;
   std::int32_t channels = 0;
   std::size_t pitch = 0;
   std::size_t plane_bytes = 0;
   std::size_t offset = 0;  // into the set's planes
+  // Not ok: the sample is not decoded, `problem` says why. bad_box: the call is refused (logic_error).
+  sample_status status = sample_status::ok;
+  bool bad_box = false;
+  std::string problem;
+};
+
+// The nvJPEG states of one part of a call in one scratch set (a state serves one thread at a time).
+struct part_states {
+  shim::nvjpeg_jpeg_state hw_state = nullptr;
+  shim::nvjpeg_jpeg_state sw_state = nullptr;
+  int hw_batch = -1;  // the batch size hw_state was initialised for; -1: initialise before the next use
 };
 
 // One set of scratch buffers and nvJPEG states (the Note's "scratch set").
@@ -64,11 +81,25 @@ struct scratch_set {
   buffer table;       // device: sample_desc[table_capacity]
   buffer table_host;  // pinned: the table as the host writes it
   std::size_t table_capacity = 0;
-  shim::nvjpeg_jpeg_state hw_state = nullptr;
-  shim::nvjpeg_jpeg_state sw_state = nullptr;
-  int hw_batch = -1;  // the batch size hw_state was initialised for; -1: initialise before the next use
-  event decoded;      // on the decode stream, after the set's last nvJPEG call and table copy
-  event consumed;     // on the consumer stream, after the kernel that read the set
+  std::vector<part_states> parts;  // one per thread
+  event decoded;                   // on the decode stream, after the set's last nvJPEG calls and table copy
+  event consumed;                  // on the consumer stream, after the kernel that read the set
+};
+
+// What part k of every call uses besides the set's states: a jpeg stream for the header parse (host only),
+// the CUDA stream its nvJPEG work goes on, and the event that joins that stream into the decode stream.
+struct lane {
+  shim::nvjpeg_jpeg_stream parsed = nullptr;
+  stream work;
+  event done;
+};
+
+// What one part's decode did.
+struct part_result {
+  std::uint64_t hardware = 0;
+  std::uint64_t hardware_refused = 0;  // nvjpegDecodeBatched failed them; retried one by one
+  std::uint64_t single = 0;
+  std::vector<std::size_t> failed;  // samples nvjpegDecode failed (their plans say why), in order
 };
 
 struct counters {
@@ -88,6 +119,27 @@ struct counters {
   double host_seconds = 0;
 };
 
+// A part smaller than this costs more in hand-off and in one more nvjpegDecodeBatched call than it saves.
+constexpr std::size_t min_part_samples = 8;
+
+// The default of gpu_decoder_options::threads.
+std::size_t default_threads() { return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4); }
+
+shim::nvjpeg_image image_of(const sample_plan& p, unsigned char* base) {
+  shim::nvjpeg_image img{};
+  for (int c = 0; c < p.channels; ++c) {
+    img.channel[c] = base + p.offset + static_cast<std::size_t>(c) * p.plane_bytes;
+    img.pitch[c] = p.pitch;
+  }
+  return img;
+}
+
+// Rethrows the first part's exception, if any.
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace
 
 struct gpu_jpeg_decoder::impl {
@@ -95,12 +147,12 @@ struct gpu_jpeg_decoder::impl {
   gpu_decoder_options options;
   std::shared_ptr<const shim::nvjpeg_api> api;
   shim::nvjpeg_handle handle = nullptr;
-  shim::nvjpeg_jpeg_stream parsed = nullptr;  // for nvjpegDecodeBatchedSupported (hardware handles only)
   bool hardware = false;
   std::string hardware_absent;  // why the hardware backend is not used
   unsigned engines = 0;
   unsigned cores_per_engine = 0;
-  stream decode_stream;
+  stream decode_stream;  // the parts' streams join here; the table copy and the set's events
+  std::vector<lane> lanes;
   std::vector<scratch_set> sets;
   std::uint64_t next_batch = 0;
   counters count;
@@ -109,6 +161,7 @@ struct gpu_jpeg_decoder::impl {
   std::vector<sample_plan> last_plans;
   bool has_last = false;
   mutable std::mutex mu;
+  std::unique_ptr<part_pool> pool;  // last: its workers are joined first
 
   impl(device& d, const gpu_decoder_options& o);
   ~impl();
@@ -117,7 +170,13 @@ struct gpu_jpeg_decoder::impl {
 
   void decode(const gpu_decode_batch& batch, stream_view consumer, event* inputs_done);
   void check(const gpu_decode_batch& batch, stream_view consumer) const;
+  [[nodiscard]] sample_plan plan(const gpu_decode_batch& b, std::size_t i,
+                                 shim::nvjpeg_jpeg_stream parsed) const;
+  part_result decode_part(const gpu_decode_batch& b, std::vector<sample_plan>& plans, std::size_t first,
+                          std::size_t last, part_states& states, stream_view work, unsigned char* base) const;
   void reserve(scratch_set& set, std::size_t plane_bytes, std::size_t samples);
+  // Destroys the nvJPEG objects (after their work: the caller waited).
+  void release() noexcept;
 };
 
 gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d), options(o) {
@@ -125,6 +184,10 @@ gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d),
                 fmt::format("GPU JPEG decoder: buffers = {}; it must be 1..8 (2 overlaps one batch's decode "
                             "with the previous batch's kernel)",
                             o.buffers));
+  FERRY_EXPECTS(o.threads >= 0 && o.threads <= max_decode_threads,
+                fmt::format("GPU JPEG decoder: threads = {}; it must be 1..{} (0: the default, min(4, the "
+                            "machine's hardware threads))",
+                            o.threads, max_decode_threads));
   FERRY_EXPECTS(o.backend == gpu_backend::automatic || o.backend == gpu_backend::hardware ||
                     o.backend == gpu_backend::software,
                 fmt::format("GPU JPEG decoder: backend {} is not automatic (0), hardware (1) or software (2)",
@@ -152,52 +215,68 @@ gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d),
   } else {
     hardware_absent = "backend \"software\" asked for";
   }
+  const std::size_t threads = o.threads == 0 ? default_threads() : static_cast<std::size_t>(o.threads);
   try {
     if (!hardware)
       nvjpeg_try(api->create_ex(shim::nvjpeg_backend::default_backend, nullptr, nullptr, 0, &handle),
                  "nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT)");
-    if (hardware) {
-      nvjpeg_try(api->jpeg_stream_create(handle, &parsed), "nvjpegJpegStreamCreate");
-      if (api->get_hardware_decoder_info != nullptr &&
-          api->get_hardware_decoder_info(handle, &engines, &cores_per_engine) != shim::nvjpeg_success) {
-        engines = cores_per_engine = 0;
-      }
+    if (hardware && api->get_hardware_decoder_info != nullptr &&
+        api->get_hardware_decoder_info(handle, &engines, &cores_per_engine) != shim::nvjpeg_success) {
+      engines = cores_per_engine = 0;
     }
     decode_stream = d.make_stream();
+    lanes.resize(threads);
+    for (lane& l : lanes) {
+      nvjpeg_try(api->jpeg_stream_create(handle, &l.parsed), "nvjpegJpegStreamCreate");
+      l.work = d.make_stream();
+      l.done = d.make_event();
+    }
     sets.resize(static_cast<std::size_t>(o.buffers));
     for (scratch_set& set : sets) {
-      if (hardware) nvjpeg_try(api->jpeg_state_create(handle, &set.hw_state), "nvjpegJpegStateCreate");
-      nvjpeg_try(api->jpeg_state_create(handle, &set.sw_state), "nvjpegJpegStateCreate");
+      set.parts.resize(threads);
+      for (part_states& p : set.parts) {
+        if (hardware) nvjpeg_try(api->jpeg_state_create(handle, &p.hw_state), "nvjpegJpegStateCreate");
+        nvjpeg_try(api->jpeg_state_create(handle, &p.sw_state), "nvjpegJpegStateCreate");
+      }
       set.decoded = d.make_event();
       set.consumed = d.make_event();
     }
+    pool = std::make_unique<part_pool>(threads);
   } catch (...) {
-    for (scratch_set& set : sets) {
-      if (set.hw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(set.hw_state));
-      if (set.sw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(set.sw_state));
-    }
-    if (parsed != nullptr) static_cast<void>(api->jpeg_stream_destroy(parsed));
-    if (handle != nullptr) static_cast<void>(api->destroy(handle));
+    release();
     throw;
   }
 }
 
 gpu_jpeg_decoder::impl::~impl() {
+  pool.reset();
   // The kernels may still read the planes and nvJPEG may still write them: wait before freeing.
   try {
     make_current(dev->ordinal());
     for (scratch_set& set : sets) {
       if (set.consumed.recorded()) set.consumed.synchronize();
     }
+    for (lane& l : lanes) l.work.synchronize();
     decode_stream.synchronize();
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing; the runtime may be gone
   }
+  release();
+}
+
+void gpu_jpeg_decoder::impl::release() noexcept {
   for (scratch_set& set : sets) {
-    if (set.hw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(set.hw_state));
-    if (set.sw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(set.sw_state));
+    for (part_states& p : set.parts) {
+      if (p.hw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(p.hw_state));
+      if (p.sw_state != nullptr) static_cast<void>(api->jpeg_state_destroy(p.sw_state));
+      p = part_states{};
+    }
   }
-  if (parsed != nullptr) static_cast<void>(api->jpeg_stream_destroy(parsed));
+  for (lane& l : lanes) {
+    if (l.parsed != nullptr) static_cast<void>(api->jpeg_stream_destroy(l.parsed));
+    l.parsed = nullptr;
+  }
   if (handle != nullptr) static_cast<void>(api->destroy(handle));
+  handle = nullptr;
 }
 
 void gpu_jpeg_decoder::impl::check(const gpu_decode_batch& b, stream_view consumer) const {
@@ -257,80 +336,169 @@ void gpu_jpeg_decoder::impl::reserve(scratch_set& set, std::size_t plane_bytes, 
   }
 }
 
+sample_plan gpu_jpeg_decoder::impl::plan(const gpu_decode_batch& b, std::size_t i,
+                                         shim::nvjpeg_jpeg_stream parsed) const {
+  sample_plan p;
+  const jpeg_info info = read_jpeg_info({static_cast<const std::byte*>(b.data[i]), b.lengths[i]});
+  if (const char* why = undecodable_reason(info); why != nullptr) {
+    p.status = sample_status::undecodable;
+    p.problem = why;
+    return p;
+  }
+  try {
+    validate(b.boxes[i], info.height, info.width);
+  } catch (const std::logic_error& e) {
+    p.bad_box = true;
+    p.problem = e.what();
+    return p;
+  }
+  // nvJPEG parses the header once: its frame size must be the one the planes are sized for, and the
+  // hardware engines' check reads the parsed stream.
+  const auto* const data = static_cast<const unsigned char*>(b.data[i]);
+  unsigned width = 0;
+  unsigned height = 0;
+  unsigned components = 0;
+  nvjpeg_status s = api->jpeg_stream_parse_header(handle, data, b.lengths[i], parsed);
+  const char* call = "nvjpegJpegStreamParseHeader";
+  if (s == shim::nvjpeg_success) {
+    s = api->jpeg_stream_get_frame_dimensions(parsed, &width, &height);
+    call = "nvjpegJpegStreamGetFrameDimensions";
+  }
+  if (s == shim::nvjpeg_success) {
+    s = api->jpeg_stream_get_components_num(parsed, &components);
+    call = "nvjpegJpegStreamGetComponentsNum";
+  }
+  if (s != shim::nvjpeg_success) {
+    p.status = sample_status::failed;
+    p.problem = fmt::format("{} failed: {}", call, shim::nvjpeg_api::error_string(s));
+    return p;
+  }
+  if (std::cmp_not_equal(width, info.width) || std::cmp_not_equal(height, info.height)) {
+    p.status = sample_status::failed;
+    p.problem = fmt::format("nvJPEG reads it as {}x{}, its frame header says {}x{} (width x height)", width,
+                            height, info.width, info.height);
+    return p;
+  }
+  p.height = info.height;
+  p.width = info.width;
+  p.channels = components == 1 ? 1 : 3;
+  if (p.channels == 1) {
+    p.how = route::single_y;
+    p.why_single = single_reason::grayscale;
+  } else if (info.progressive()) {
+    p.how = route::single_rgb;
+    p.why_single = single_reason::progressive;
+  } else if (hardware) {
+    int unsupported = 1;
+    if (api->decode_batched_supported(handle, parsed, &unsupported) == shim::nvjpeg_success &&
+        unsupported == 0) {
+      p.how = route::hardware;
+    } else {
+      p.how = route::single_rgb;
+      p.why_single = single_reason::unsupported;
+    }
+  } else {
+    p.how = route::single_rgb;
+  }
+  return p;
+}
+
+part_result gpu_jpeg_decoder::impl::decode_part(const gpu_decode_batch& b, std::vector<sample_plan>& plans,
+                                                std::size_t first, std::size_t last, part_states& states,
+                                                stream_view work, unsigned char* base) const {
+  make_current(dev->ordinal());
+  auto* const native = static_cast<cudaStream_t>(work.native());
+  const auto bytes_of = [&](std::size_t i) { return static_cast<const unsigned char*>(b.data[i]); };
+  part_result r;
+  // The hardware engines: every sample of the part they take, in one call. If they refuse the part, its
+  // samples are decoded one by one below.
+  std::vector<std::size_t> hw;
+  for (std::size_t i = first; i < last; ++i)
+    if (plans[i].how == route::hardware) hw.push_back(i);
+  if (!hw.empty()) {
+    const int count_hw = static_cast<int>(hw.size());
+    nvjpeg_status s = shim::nvjpeg_success;
+    if (states.hw_batch != count_hw) {
+      s = api->decode_batched_initialize(handle, states.hw_state, count_hw, 1,
+                                         shim::nvjpeg_output_format::rgb);
+      states.hw_batch = s == shim::nvjpeg_success ? count_hw : -1;
+    }
+    if (s == shim::nvjpeg_success) {
+      std::vector<const unsigned char*> ptrs;
+      std::vector<std::size_t> lens;
+      std::vector<shim::nvjpeg_image> images;
+      for (const std::size_t i : hw) {
+        ptrs.push_back(bytes_of(i));
+        lens.push_back(b.lengths[i]);
+        images.push_back(image_of(plans[i], base));
+      }
+      s = api->decode_batched(handle, states.hw_state, ptrs.data(), lens.data(), images.data(), native);
+    }
+    if (s == shim::nvjpeg_success) {
+      r.hardware = hw.size();
+    } else {
+      states.hw_batch = -1;  // nvJPEG: a failed batch needs nvjpegDecodeBatchedInitialize again
+      r.hardware_refused = hw.size();
+      for (const std::size_t i : hw) plans[i].how = route::single_rgb;
+    }
+  }
+  // One by one: progressive, grayscale and what the engines do not take.
+  for (std::size_t i = first; i < last; ++i) {
+    sample_plan& p = plans[i];
+    if (p.how != route::single_rgb && p.how != route::single_y) continue;
+    shim::nvjpeg_image img = image_of(p, base);
+    const auto format =
+        p.how == route::single_y ? shim::nvjpeg_output_format::y : shim::nvjpeg_output_format::rgb;
+    const nvjpeg_status s =
+        api->decode(handle, states.sw_state, bytes_of(i), b.lengths[i], format, &img, native);
+    if (s != shim::nvjpeg_success) {
+      p.problem = "nvjpegDecode failed: " + shim::nvjpeg_api::error_string(s);
+      r.failed.push_back(i);
+      continue;
+    }
+    ++r.single;
+  }
+  return r;
+}
+
 void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consumer, event* inputs_done) {
   const auto started = std::chrono::steady_clock::now();
   check(b, consumer);
   const std::size_t n = b.data.size();
-  const auto bytes_of = [&](std::size_t i) { return static_cast<const unsigned char*>(b.data[i]); };
   const bool with_status = !b.status.empty();
   if (with_status) std::fill(b.status.begin(), b.status.end(), static_cast<std::int32_t>(sample_status::ok));
   std::vector<sample_plan> plans(n);
   std::uint64_t refused_undecodable = 0;
   std::uint64_t refused_failed = 0;
-  const auto refuse = [&](std::size_t i, sample_status why, const std::string& what) {
+  const auto refuse = [&](std::size_t i, sample_status why) {
     plans[i].how = route::none;
     plans[i].channels = 0;
-    if (!with_status) throw input_error(fmt::format("GPU JPEG decode: sample {} of the batch: {}", i, what));
+    if (!with_status)
+      throw input_error(fmt::format("GPU JPEG decode: sample {} of the batch: {}", i, plans[i].problem));
     b.status[i] = static_cast<std::int32_t>(why);
     ++(why == sample_status::undecodable ? refused_undecodable : refused_failed);
   };
+  // The batch in contiguous parts, one per thread (Note [GPU decode: streams, events and buffers]).
+  const std::size_t parts = std::clamp<std::size_t>(n / min_part_samples, 1, pool->threads());
+  const auto first_of = [&](std::size_t k) { return n * k / parts; };
 
   // 1. The headers, on the host: what each sample is and how it is decoded. Nothing is queued yet, so a
-  //    refusal here leaves no work behind.
+  //    refusal here leaves no work behind; the first sample refused (in the batch's order) is the one named.
+  make_current(dev->ordinal());
+  rethrow_first(pool->run(parts, [&](std::size_t k) {
+    make_current(dev->ordinal());
+    for (std::size_t i = first_of(k); i < first_of(k + 1); ++i) plans[i] = plan(b, i, lanes[k].parsed);
+  }));
   std::uint64_t n_progressive = 0;
   std::uint64_t n_gray = 0;
   std::uint64_t n_unsupported = 0;
-  make_current(dev->ordinal());
   for (std::size_t i = 0; i < n; ++i) {
-    const jpeg_info info = read_jpeg_info({static_cast<const std::byte*>(b.data[i]), b.lengths[i]});
-    if (const char* why = undecodable_reason(info); why != nullptr) {
-      refuse(i, sample_status::undecodable, why);
-      continue;
-    }
-    try {
-      validate(b.boxes[i], info.height, info.width);
-    } catch (const std::logic_error& e) {
-      throw logic_error(fmt::format("GPU JPEG decode: sample {}: {}", i, e.what()));
-    }
-    int components = 0;
-    auto subsampling = shim::nvjpeg_chroma_subsampling::unknown;
-    int widths[shim::nvjpeg_max_component] = {0, 0, 0, 0};
-    int heights[shim::nvjpeg_max_component] = {0, 0, 0, 0};
-    const nvjpeg_status s =
-        api->get_image_info(handle, bytes_of(i), b.lengths[i], &components, &subsampling, widths, heights);
-    if (s != shim::nvjpeg_success) {
-      refuse(i, sample_status::failed, "nvjpegGetImageInfo failed: " + shim::nvjpeg_api::error_string(s));
-      continue;
-    }
-    if (widths[0] != info.width || heights[0] != info.height) {
-      refuse(i, sample_status::failed,
-             fmt::format("nvJPEG reads it as {}x{}, its frame header says {}x{} (width x height)", widths[0],
-                         heights[0], info.width, info.height));
-      continue;
-    }
-    sample_plan& p = plans[i];
-    p.height = info.height;
-    p.width = info.width;
-    p.channels = components == 1 ? 1 : 3;
-    if (p.channels == 1) {
-      p.how = route::single_y;
-      ++n_gray;
-    } else if (info.progressive()) {
-      p.how = route::single_rgb;
-      ++n_progressive;
-    } else if (hardware) {
-      int unsupported = 1;
-      if (api->jpeg_stream_parse_header(handle, bytes_of(i), b.lengths[i], parsed) == shim::nvjpeg_success &&
-          api->decode_batched_supported(handle, parsed, &unsupported) == shim::nvjpeg_success &&
-          unsupported == 0) {
-        p.how = route::hardware;
-      } else {
-        p.how = route::single_rgb;
-        ++n_unsupported;
-      }
-    } else {
-      p.how = route::single_rgb;
-    }
+    const sample_plan& p = plans[i];
+    if (p.bad_box) throw logic_error(fmt::format("GPU JPEG decode: sample {}: {}", i, p.problem));
+    if (p.status != sample_status::ok) refuse(i, p.status);
+    n_progressive += p.why_single == single_reason::progressive ? 1 : 0;
+    n_gray += p.why_single == single_reason::grayscale ? 1 : 0;
+    n_unsupported += p.why_single == single_reason::unsupported ? 1 : 0;
   }
 
   // 2. The set, once the host saw its previous decode complete (its pinned table and nvJPEG states are
@@ -350,7 +518,6 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   ++next_batch;
   has_last = false;
   const stream_view ds = decode_stream.view();
-  auto* const native_ds = static_cast<cudaStream_t>(ds.native());
   // The planes and the device table are rewritten only after the set's last kernel read them: in stream
   // order for nvjpegDecode and the table's copy, but on the host before the hardware engines, which start
   // writing when nvjpegDecodeBatched is called whatever the stream waits for (Note [GPU decode: streams,
@@ -360,72 +527,30 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   if (set.consumed.recorded()) {
     if (any_hardware) set.consumed.synchronize();
     ds.wait(set.consumed);
+    for (std::size_t k = 0; k < parts; ++k) lanes[k].work.wait(set.consumed);
   }
-
   auto* const base = static_cast<unsigned char*>(set.planes.data());
-  const auto image_of = [&](const sample_plan& p) {
-    shim::nvjpeg_image img{};
-    for (int c = 0; c < p.channels; ++c) {
-      img.channel[c] = base + p.offset + static_cast<std::size_t>(c) * p.plane_bytes;
-      img.pitch[c] = p.pitch;
-    }
-    return img;
-  };
 
-  std::vector<std::size_t> hw;
-  std::uint64_t n_hw_refused = 0;
-  std::uint64_t n_single = 0;
-  // Work is queued on the decode stream from here. A failure waits for it before rethrowing (so that no
-  // host byte of a failed call is read after it returns) and records the set's decode event after it (so
-  // that the set's next use and reserve()'s frees wait for it too).
+  std::vector<part_result> results(parts);
+  // Work is queued on the parts' streams from here. A failure joins them into the decode stream and waits
+  // for it before rethrowing (so that no host byte of a failed call is read after it returns), and records
+  // the set's decode event after it (so that the set's next use and reserve()'s frees wait for it too).
   try {
-    // 3. The hardware engines: every sample they take, in one call. If they refuse the batch, its samples
-    //    are decoded one by one below.
-    for (std::size_t i = 0; i < n; ++i)
-      if (plans[i].how == route::hardware) hw.push_back(i);
-    if (!hw.empty()) {
-      const int count_hw = static_cast<int>(hw.size());
-      nvjpeg_status s = shim::nvjpeg_success;
-      if (set.hw_batch != count_hw) {
-        s = api->decode_batched_initialize(handle, set.hw_state, count_hw, 1,
-                                           shim::nvjpeg_output_format::rgb);
-        set.hw_batch = s == shim::nvjpeg_success ? count_hw : -1;
-      }
-      if (s == shim::nvjpeg_success) {
-        std::vector<const unsigned char*> ptrs;
-        std::vector<std::size_t> lens;
-        std::vector<shim::nvjpeg_image> images;
-        for (const std::size_t i : hw) {
-          ptrs.push_back(bytes_of(i));
-          lens.push_back(b.lengths[i]);
-          images.push_back(image_of(plans[i]));
-        }
-        s = api->decode_batched(handle, set.hw_state, ptrs.data(), lens.data(), images.data(), native_ds);
-      }
-      if (s != shim::nvjpeg_success) {
-        set.hw_batch = -1;  // nvJPEG: a failed batch needs nvjpegDecodeBatchedInitialize again
-        n_hw_refused = hw.size();
-        for (const std::size_t i : hw) plans[i].how = route::single_rgb;
-      }
+    // 3. Each part's samples: the hardware engines' in one call, then the others one by one, on the part's
+    //    stream with the set's states of that part; then every part's stream joins the decode stream.
+    const std::vector<std::exception_ptr> errors = pool->run(parts, [&](std::size_t k) {
+      results[k] =
+          decode_part(b, plans, first_of(k), first_of(k + 1), set.parts[k], lanes[k].work.view(), base);
+    });
+    for (std::size_t k = 0; k < parts; ++k) {
+      lanes[k].done.record(lanes[k].work.view());
+      ds.wait(lanes[k].done);
     }
+    rethrow_first(errors);
+    for (const part_result& r : results)
+      for (const std::size_t i : r.failed) refuse(i, sample_status::failed);
 
-    // 4. One by one: progressive, grayscale and what the engines do not take.
-    for (std::size_t i = 0; i < n; ++i) {
-      sample_plan& p = plans[i];
-      if (p.how != route::single_rgb && p.how != route::single_y) continue;
-      shim::nvjpeg_image img = image_of(p);
-      const auto format =
-          p.how == route::single_y ? shim::nvjpeg_output_format::y : shim::nvjpeg_output_format::rgb;
-      const nvjpeg_status s =
-          api->decode(handle, set.sw_state, bytes_of(i), b.lengths[i], format, &img, native_ds);
-      if (s != shim::nvjpeg_success) {
-        refuse(i, sample_status::failed, "nvjpegDecode failed: " + shim::nvjpeg_api::error_string(s));
-        continue;
-      }
-      ++n_single;
-    }
-
-    // 5. The kernel's table, copied on the decode stream after the decodes; then the decode is complete.
+    // 4. The kernel's table, copied on the decode stream after the decodes; then the decode is complete.
     auto* const table = reinterpret_cast<sample_desc*>(set.table_host.host_bytes());
     for (std::size_t i = 0; i < n; ++i) {
       const sample_plan& p = plans[i];
@@ -451,7 +576,7 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
       inputs_done->record(ds);
     }
 
-    // 6. The output, on the consumer stream only, after the decode.
+    // 5. The output, on the consumer stream only, after the decode.
     consumer.wait(set.decoded);
     cuda_kernels::output_desc o;
     o.out = b.out;
@@ -468,6 +593,10 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
     set.consumed.record(consumer);
   } catch (...) {
     try {
+      for (std::size_t k = 0; k < parts; ++k) {
+        lanes[k].done.record(lanes[k].work.view());
+        ds.wait(lanes[k].done);
+      }
       set.decoded.record(ds);
       ds.synchronize();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one to report
@@ -480,9 +609,11 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   has_last = true;
   ++count.batches;
   count.images += n;
-  count.hardware += hw.size() - n_hw_refused;
-  count.hardware_refused += n_hw_refused;
-  count.single += n_single;
+  for (const part_result& r : results) {
+    count.hardware += r.hardware;
+    count.hardware_refused += r.hardware_refused;
+    count.single += r.single;
+  }
   count.single_progressive += n_progressive;
   count.single_grayscale += n_gray;
   count.single_unsupported += n_unsupported;
@@ -550,6 +681,7 @@ std::string gpu_jpeg_decoder::stats_json() const {
       {"hardware_engines", d.engines},
       {"hardware_cores_per_engine", d.cores_per_engine},
       {"buffers", d.sets.size()},
+      {"threads", d.lanes.size()},
       {"batches", c.batches},
       {"images", c.images},
       {"hardware_images", c.hardware},
