@@ -31,8 +31,8 @@ What it checks (each a named check; the script exits 1 when one fails):
   right (the hardware engines write at the call, so the decoder must wait on the host for the set's kernel).
 - bench_check: after the timed loop, every bench batch decoded again and 2 samples of each checked (kernel and
   end_to_end): the count of wrong batches (the goal is 0).
-Every check above runs twice: with the decoder's default threads (min(4, hardware threads): a call's batch split
-over that many host threads) and with threads=1 (the calling thread alone); the second's names end in
+Every check above runs twice: with threads=SPLIT (4: a call's batch split over that many host
+threads; the library's default is 1 until this passes on a GPU) and with threads=1 (the calling thread alone); the second's names end in
 "@threads=1". The kinds batch holds every kind three times (33 samples) so that the default splits it.
 --dry-run runs all of it on a CPU with PIL standing in for ferry's decoder (it checks the script, not ferry).
 Timed (images/s, ms per batch, process CPU seconds per batch, the calling thread's CPU seconds per batch, and
@@ -74,6 +74,8 @@ DEVICE = "cuda"  # where the output batches are allocated ("cpu" under --dry-run
 
 
 # ---- the JPEGs ---------------------------------------------------------------------------------------
+
+SPLIT = 4  # the threads the split checks and rows use
 
 def picture(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     """Smooth colour gradients with noise (examples/pytorch/loader_jpeg.py's images): compresses as photos do."""
@@ -548,7 +550,7 @@ def main() -> int:
     print(f"made {len(pool)} JPEGs in {time.perf_counter() - t:.1f} s "
           f"(mean {np.mean([len(p) for p in pool]) / 1024:.0f} KiB)", flush=True)
     try:
-        dec = JpegDecoder(dev)
+        dec = JpegDecoder(dev, threads=SPLIT)
     except Exception as e:  # noqa: BLE001 - reported, with the JSON written
         checks.add("library.decoder", False, error=f"{type(e).__name__}: {e}"[:2000])
         doc["checks"] = checks.results
@@ -564,8 +566,8 @@ def main() -> int:
     first_boxes = boxes_for(first, seed=1)
     # Every check with the default threads (dec), then again with threads=1 (the calling thread alone).
     with JpegDecoder(dev, threads=1) as dec1:
-        for threads, d in ((None, dec), (1, dec1)):
-            checks.tag = "" if threads is None else f"threads={threads}"
+        for threads, d in ((SPLIT, dec), (1, dec1)):
+            checks.tag = "" if threads == SPLIT else f"threads={threads}"
             checks.run("kinds[auto]", lambda: check_kinds(checks, dev, "auto", size, stream, threads))
             checks.run("kinds[software]", lambda: check_kinds(checks, dev, "software", size, stream, threads))
             checks.run("floats", lambda: check_floats_and_layouts(checks, d, first[:32], first_boxes[:32], size,
@@ -602,7 +604,7 @@ def main() -> int:
         # threads=1 beside the default (dec's), each level.
         default = f"threads={dec.stats()['threads']}"
         soft_iters = max(3, args.iters // 4)
-        with JpegDecoder(dev, threads=1) as one, JpegDecoder(dev, backend="software") as soft, \
+        with JpegDecoder(dev, threads=1) as one, JpegDecoder(dev, backend="software", threads=SPLIT) as soft, \
                 JpegDecoder(dev, backend="software", threads=1) as soft1:
             for tag, d, s in (("threads=1", one, soft1), (default, dec, soft)):
                 rows[f"ferry uint8 NCHW, {tag}"] = bench(lambda k: ferry_u8(k, d), args.iters, args.warmup, batch)

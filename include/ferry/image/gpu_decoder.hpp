@@ -92,7 +92,7 @@ struct gpu_decoder_options {
   /// Scratch sets used in turn (1..8): with 2, batch k + 1 decodes while batch k's kernel runs.
   int buffers = 2;
   /// Host threads one decode() call's nvJPEG host work runs on (1..max_decode_threads; the calling thread
-  /// is one of them); 0: min(4, the machine's hardware threads).
+  /// is one of them); 0: 1 (see default_threads() in the source: more is not yet verified on a GPU).
   int threads = 0;
   /// Folders to look for libnvjpeg in before the others (shim::nvjpeg_library_names).
   std::vector<std::string> library_dirs;

@@ -86,9 +86,12 @@ struct scratch_set {
   event consumed;                  // on the consumer stream, after the kernel that read the set
 };
 
-// What part k of every call uses besides the set's states: a jpeg stream for the header parse (host only),
-// the CUDA stream its nvJPEG work goes on, and the event that joins that stream into the decode stream.
+// What part k of every call uses besides the set's states: its own nvJPEG handle (lane 0: the decoder's;
+// one handle shared by threads gave wrong header statuses and NVJPEG_STATUS_ALLOCATOR_FAILURE on nvJPEG
+// 13.0 with the hardware backend, H200, 2026-12-02), a jpeg stream for the header parse (host only), the
+// CUDA stream its nvJPEG work goes on, and the event that joins that stream into the decode stream.
 struct lane {
+  shim::nvjpeg_handle handle = nullptr;  // owned by lanes 1.. (lane 0's is impl::handle)
   shim::nvjpeg_jpeg_stream parsed = nullptr;
   stream work;
   event done;
@@ -123,7 +126,9 @@ struct counters {
 constexpr std::size_t min_part_samples = 8;
 
 // The default of gpu_decoder_options::threads.
-std::size_t default_threads() { return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4); }
+// One: the split (threads > 1) gave wrong statuses and NVJPEG_STATUS_ALLOCATOR_FAILURE with one shared handle
+// on an H200 (nvJPEG 13.0.1, 2026-12-02); its fix, a handle per thread, has not run on a GPU yet.
+std::size_t default_threads() { return 1; }
 
 shim::nvjpeg_image image_of(const sample_plan& p, unsigned char* base) {
   shim::nvjpeg_image img{};
@@ -170,10 +175,9 @@ struct gpu_jpeg_decoder::impl {
 
   void decode(const gpu_decode_batch& batch, stream_view consumer, event* inputs_done);
   void check(const gpu_decode_batch& batch, stream_view consumer) const;
-  [[nodiscard]] sample_plan plan(const gpu_decode_batch& b, std::size_t i,
-                                 shim::nvjpeg_jpeg_stream parsed) const;
+  [[nodiscard]] sample_plan plan(const gpu_decode_batch& b, std::size_t i, const lane& l) const;
   part_result decode_part(const gpu_decode_batch& b, std::vector<sample_plan>& plans, std::size_t first,
-                          std::size_t last, part_states& states, stream_view work, unsigned char* base) const;
+                          std::size_t last, part_states& states, const lane& l, unsigned char* base) const;
   void reserve(scratch_set& set, std::size_t plane_bytes, std::size_t samples);
   // Destroys the nvJPEG objects (after their work: the caller waited).
   void release() noexcept;
@@ -185,7 +189,7 @@ gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d),
                             "with the previous batch's kernel)",
                             o.buffers));
   FERRY_EXPECTS(o.threads >= 0 && o.threads <= max_decode_threads,
-                fmt::format("GPU JPEG decoder: threads = {}; it must be 1..{} (0: the default, min(4, the "
+                fmt::format("GPU JPEG decoder: threads = {}; it must be 1..{} (0: the default, 1, "
                             "machine's hardware threads))",
                             o.threads, max_decode_threads));
   FERRY_EXPECTS(o.backend == gpu_backend::automatic || o.backend == gpu_backend::hardware ||
@@ -226,17 +230,28 @@ gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d),
     }
     decode_stream = d.make_stream();
     lanes.resize(threads);
-    for (lane& l : lanes) {
-      nvjpeg_try(api->jpeg_stream_create(handle, &l.parsed), "nvjpegJpegStreamCreate");
+    for (std::size_t k = 0; k < lanes.size(); ++k) {
+      lane& l = lanes[k];
+      if (k == 0) {
+        l.handle = handle;
+      } else {
+        nvjpeg_try(
+            api->create_ex(hardware ? shim::nvjpeg_backend::hardware : shim::nvjpeg_backend::default_backend,
+                           nullptr, nullptr, 0, &l.handle),
+            "nvjpegCreateEx (a part's handle)");
+      }
+      nvjpeg_try(api->jpeg_stream_create(l.handle, &l.parsed), "nvjpegJpegStreamCreate");
       l.work = d.make_stream();
       l.done = d.make_event();
     }
     sets.resize(static_cast<std::size_t>(o.buffers));
     for (scratch_set& set : sets) {
       set.parts.resize(threads);
-      for (part_states& p : set.parts) {
-        if (hardware) nvjpeg_try(api->jpeg_state_create(handle, &p.hw_state), "nvjpegJpegStateCreate");
-        nvjpeg_try(api->jpeg_state_create(handle, &p.sw_state), "nvjpegJpegStateCreate");
+      for (std::size_t k = 0; k < set.parts.size(); ++k) {
+        part_states& p = set.parts[k];
+        if (hardware)
+          nvjpeg_try(api->jpeg_state_create(lanes[k].handle, &p.hw_state), "nvjpegJpegStateCreate");
+        nvjpeg_try(api->jpeg_state_create(lanes[k].handle, &p.sw_state), "nvjpegJpegStateCreate");
       }
       set.decoded = d.make_event();
       set.consumed = d.make_event();
@@ -274,6 +289,8 @@ void gpu_jpeg_decoder::impl::release() noexcept {
   for (lane& l : lanes) {
     if (l.parsed != nullptr) static_cast<void>(api->jpeg_stream_destroy(l.parsed));
     l.parsed = nullptr;
+    if (l.handle != nullptr && l.handle != handle) static_cast<void>(api->destroy(l.handle));
+    l.handle = nullptr;
   }
   if (handle != nullptr) static_cast<void>(api->destroy(handle));
   handle = nullptr;
@@ -336,8 +353,9 @@ void gpu_jpeg_decoder::impl::reserve(scratch_set& set, std::size_t plane_bytes, 
   }
 }
 
-sample_plan gpu_jpeg_decoder::impl::plan(const gpu_decode_batch& b, std::size_t i,
-                                         shim::nvjpeg_jpeg_stream parsed) const {
+sample_plan gpu_jpeg_decoder::impl::plan(const gpu_decode_batch& b, std::size_t i, const lane& l) const {
+  shim::nvjpeg_jpeg_stream const parsed = l.parsed;
+  shim::nvjpeg_handle const handle = l.handle;  // this part's (struct lane)
   sample_plan p;
   const jpeg_info info = read_jpeg_info({static_cast<const std::byte*>(b.data[i]), b.lengths[i]});
   if (const char* why = undecodable_reason(info); why != nullptr) {
@@ -405,9 +423,10 @@ sample_plan gpu_jpeg_decoder::impl::plan(const gpu_decode_batch& b, std::size_t 
 
 part_result gpu_jpeg_decoder::impl::decode_part(const gpu_decode_batch& b, std::vector<sample_plan>& plans,
                                                 std::size_t first, std::size_t last, part_states& states,
-                                                stream_view work, unsigned char* base) const {
+                                                const lane& l, unsigned char* base) const {
   make_current(dev->ordinal());
-  auto* const native = static_cast<cudaStream_t>(work.native());
+  auto* const native = static_cast<cudaStream_t>(l.work.view().native());
+  shim::nvjpeg_handle const handle = l.handle;  // this part's (struct lane)
   const auto bytes_of = [&](std::size_t i) { return static_cast<const unsigned char*>(b.data[i]); };
   part_result r;
   // The hardware engines: every sample of the part they take, in one call. If they refuse the part, its
@@ -487,7 +506,7 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
   make_current(dev->ordinal());
   rethrow_first(pool->run(parts, [&](std::size_t k) {
     make_current(dev->ordinal());
-    for (std::size_t i = first_of(k); i < first_of(k + 1); ++i) plans[i] = plan(b, i, lanes[k].parsed);
+    for (std::size_t i = first_of(k); i < first_of(k + 1); ++i) plans[i] = plan(b, i, lanes[k]);
   }));
   std::uint64_t n_progressive = 0;
   std::uint64_t n_gray = 0;
@@ -539,8 +558,7 @@ void gpu_jpeg_decoder::impl::decode(const gpu_decode_batch& b, stream_view consu
     // 3. Each part's samples: the hardware engines' in one call, then the others one by one, on the part's
     //    stream with the set's states of that part; then every part's stream joins the decode stream.
     const std::vector<std::exception_ptr> errors = pool->run(parts, [&](std::size_t k) {
-      results[k] =
-          decode_part(b, plans, first_of(k), first_of(k + 1), set.parts[k], lanes[k].work.view(), base);
+      results[k] = decode_part(b, plans, first_of(k), first_of(k + 1), set.parts[k], lanes[k], base);
     });
     for (std::size_t k = 0; k < parts; ++k) {
       lanes[k].done.record(lanes[k].work.view());
