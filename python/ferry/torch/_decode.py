@@ -64,13 +64,15 @@ class ImageDecode:
     (torch.float32 by default; bfloat16 and float16 too); mean=None and std=None give the uint8 pixels.
     channels_last: the batch in torch.channels_last memory format (its shape stays N, C, H, W).
 
-    where: "device" decodes on the GPU with nvJPEG (its hardware engines where the GPU has them, the CUDA
-    decoder otherwise): the workers only read the header and copy the compressed bytes into the slot, a
-    few MB per batch cross PCIe instead of the pixels, and the CPU is free. "cpu" decodes in the workers
-    with libjpeg-turbo, only the crop region and at the coarsest DCT scale that keeps the output sharp
-    (about 3x fewer CPU seconds than PIL's decode-then-crop). "auto" (the default) is "device" on a CUDA
-    device where nvJPEG loads, else "cpu" (and says why once). Progressive, grayscale and CMYK JPEGs are
-    decoded on either path; a sample that is not a JPEG is refused by index, naming what it is.
+    where: "device" decodes on the GPU with nvJPEG (its hardware engines for the images they take, its
+    one-by-one decode for the others: progressive, grayscale): the workers only read the header, draw the
+    box and copy the compressed bytes into the slot, and nvJPEG reads them there from the main process
+    (its host part, ~15 ms a batch of 256 on an H200, runs in next()). "cpu" decodes in the workers with
+    libjpeg-turbo, only the crop region and at the coarsest DCT scale that keeps the crop at least `size`
+    pixels (0.45 to 0.61 of the CPU seconds of PIL's decode-then-crop, docs/PERFORMANCE.md). "auto" (the
+    default) is "device" on a CUDA device where nvJPEG loads, else "cpu" (saying why once on a CUDA
+    device). A sample that is not a JPEG ferry decodes (not a JPEG, CMYK/YCCK, lossless, arithmetic-coded,
+    12-bit) is refused by index, naming what it is.
     """
 
     def __init__(self, size: int = 224, *, crop: str = "random", scale: Sequence[float] = (0.08, 1.0),
