@@ -32,20 +32,15 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "examples" / "pytorch"))
 from ferry._native import image as fim  # noqa: E402
+from loader_jpeg import picture  # noqa: E402
 
 
 def make_jpeg(i: int, w: int, h: int) -> bytes:
-    """loader_jpeg.py's _make_jpeg, into memory."""
-    rng = np.random.default_rng(i)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    img = np.empty((h, w, 3), np.float32)
-    for c in range(3):
-        fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
-        img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
-    img += rng.normal(0, 12, img.shape).astype(np.float32)
+    """loader_jpeg.py's image i, encoded into memory as its files are (q90)."""
     b = io.BytesIO()
-    Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(b, "JPEG", quality=90)
+    Image.fromarray(picture(i, w, h)).save(b, "JPEG", quality=90)
     return b.getvalue()
 
 

@@ -79,9 +79,10 @@ STD = (0.229, 0.224, 0.225)
 
 # ---- the files -------------------------------------------------------------------------------------
 
-def _make_jpeg(job):
-    """Writes image i: smooth colour gradients with noise, so it compresses as photos do (~80 KB)."""
-    path, i, w, h = job
+def picture(i, w, h):
+    """Image i, uint8 h x w x 3: smooth colour gradients with noise, so that it compresses as photos do (~80
+    KB at q90 for 500x375..640x480). scripts/bench_jpeg_cpu.py and tests/python/test_image.py make theirs
+    with it too."""
     rng = np.random.default_rng(i)
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     img = np.empty((h, w, 3), np.float32)
@@ -89,8 +90,14 @@ def _make_jpeg(job):
         fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
         img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
     img += rng.normal(0, 12, img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _make_jpeg(job):
+    """Writes image i (picture())."""
+    path, i, w, h = job
     tmp = f"{path}.partial"
-    Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(tmp, "JPEG", quality=90)
+    Image.fromarray(picture(i, w, h)).save(tmp, "JPEG", quality=90)
     os.replace(tmp, path)  # complete files only under their names
 
 

@@ -24,18 +24,13 @@ import ferry  # noqa: E402
 from ferry._native import image as im  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "pytorch"))
+import loader_jpeg  # noqa: E402  (its test images)
 
 
 def picture(w, h, seed=0, mode="RGB"):
-    """Smooth colour gradients with noise, as examples/pytorch/loader_jpeg.py makes its files."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    img = np.empty((h, w, 3), np.float32)
-    for c in range(3):
-        fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
-        img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
-    img += rng.normal(0, 12, img.shape).astype(np.float32)
-    return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).convert(mode)
+    """examples/pytorch/loader_jpeg.py's image `seed`, in `mode`."""
+    return Image.fromarray(loader_jpeg.picture(seed, w, h)).convert(mode)
 
 
 def jpeg(w, h, seed=0, mode="RGB", **save):
