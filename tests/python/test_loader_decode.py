@@ -162,3 +162,37 @@ def test_bad_arguments_are_refused_by_name():
         ft.Loader(Files(), batch_size=2, workers=0, decode="jpeg", device="host")
     with pytest.raises(ValueError, match="where='device'"):
         ft.Loader(Files(), batch_size=2, workers=0, decode=ft.ImageDecode(where="device"), device="host")
+
+
+def test_a_batch_that_fails_after_it_was_taken_ends_the_epoch_and_the_next_is_in_step(monkeypatch):
+    import ferry.torch._loader as loader_module
+    right = loader_module.finish_images
+    calls = {"n": 0}
+
+    def fails_on_the_second(*args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ValueError("sample 7: nvJPEG could not decode its JPEG (stand-in)")
+        return right(*args)
+
+    monkeypatch.setattr(loader_module, "finish_images", fails_on_the_second)
+    decode = ft.ImageDecode(16, where="cpu")
+    with ft.Loader(Files(), batch_size=3, workers=2, decode=decode, device="host") as L:
+        it = iter(L)
+        next(it)
+        with pytest.raises(ValueError, match="stand-in"):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)  # the epoch ended with the batch
+        assert _check(L, decode, 1, lambda b: (b[0], [int(i) for i in b[1]])) == 13  # every sample, each with its own crop
+
+
+def test_the_device_decodes_bytes_leaf_is_ragged_whatever_buffer_holds_them():
+    from ferry.torch._decode import Encoded
+    from ferry.torch._samples import TorchSamples
+    fmt = TorchSamples(decode=ft.ImageDecode(16, where="device"))
+    for data in (IMAGES[0], np.frombuffer(IMAGES[0], dtype=np.uint8), bytearray(IMAGES[0])):
+        _, spec = fmt.spec((Encoded(data, (0, 0, 8, 8, 0)), 3))
+        assert [(s.path, s.kind) for s in spec] == [("sample[0]", "ragged"), ("sample[0]#box", "fixed"),
+                                                   ("sample[1]", "fixed")], spec
+        assert spec[0].shape == (len(IMAGES[0]),) and spec[1].shape == (5,)

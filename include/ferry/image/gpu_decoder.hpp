@@ -19,9 +19,11 @@
 //   host work (nvJPEG's header parse, nvjpegDecodeBatchedSupported, nvjpegDecodeBatched's and nvjpegDecode's
 //   host side) runs concurrently: part 0 on the calling thread, the others on the decoder's own persistent
 //   threads; the call returns once every part has. Each part has its own nvJPEG states in every scratch set
-//   (a state serves one thread at a time; the handle is shared), its own hardware batch and its own CUDA
-//   stream; the parts write disjoint planes. Refusals and failures are reported by sample index as with one
-//   thread: the first in the batch's order is the one named.
+//   (a state serves one thread at a time), its own nvJPEG handle (part 0: the decoder's; one handle shared
+//   by the threads failed on an H200), its own hardware batch and its own CUDA stream; the parts write
+//   disjoint planes. The default is one thread until the split has passed scripts/gpu_image.py on a GPU.
+//   Refusals and failures are reported by sample index as with one thread: the first in the batch's order is
+//   the one named.
 // - Streams: each part's nvJPEG work goes on that part's stream, and every part's stream joins the
 //   decoder's decode stream (an event) before the table copy and the decode event; the kernel runs on the
 //   consumer stream after a device-side wait for the decode, so the output batch (which the caller

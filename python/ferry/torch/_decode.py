@@ -111,6 +111,10 @@ class ImageDecode:
         self.dtype, self.channels_last = dtype, bool(channels_last)
         self.capacity = capacity
 
+    def __repr__(self) -> str:
+        return (f"ImageDecode({self.size}, crop={self.crop!r}, flip={self.flip}, where={self.where!r}, "
+                f"dtype={self.dtype}, channels_last={self.channels_last})")
+
     # The device decode against the CPU one (reference()), in 8-bit levels: (largest mean, largest 99th
     # percentile) of the absolute difference over an image. The CPU decode scales in the DCT domain (1/2,
     # 1/4, 1/8) where the crop is large; nvJPEG decodes the whole image, then both resample the same box
@@ -204,10 +208,6 @@ def prepare(decode: ImageDecode, sample: Any, seed: int) -> Any:
         return type(sample)(*items)
     return tuple(items) if isinstance(sample, tuple) else type(sample)(items)
 
-    def __repr__(self) -> str:
-        return (f"ImageDecode({self.size}, crop={self.crop!r}, flip={self.flip}, where={self.where!r}, "
-                f"dtype={self.dtype}, channels_last={self.channels_last})")
-
 
 # ---- the main process -------------------------------------------------------------------------------
 
@@ -222,8 +222,7 @@ def resolved_decode(decode: Optional[ImageDecode], device: Any) -> Optional[Imag
     if decode.where != "auto":
         return out
     import torch
-    from .._native.device import Device
-    if isinstance(device, Device):
+    if getattr(device, "backend", None) is not None:  # a ferry.Device (public or native)
         cuda = device.backend == "cuda"
     elif device is None:
         cuda = torch.cuda.is_available()
@@ -293,10 +292,17 @@ def finish_images(decode: ImageDecode, decoder: Any, engine: Any, b: Any, values
     fmt = torch.channels_last if decode.channels_last else torch.contiguous_format
     out = torch.empty((n, 3, size, size), dtype=decode.dtype, device=torch.device("cuda", decoder.device.ordinal),
                       memory_format=fmt)
-    _, done = decoder.decode_at(pointers, lengths.astype(np.uint64), boxes.copy(), size=size, out=out.data_ptr(),
-                                stream=stream, dtype=_dtype_name(decode.dtype),
-                                layout="nhwc" if decode.channels_last else "nchw", mean=decode.mean, std=decode.std)
+    from .._native.image_gpu import SAMPLE_STATUSES
+    codes, done = decoder.decode_at(pointers, lengths.astype(np.uint64), boxes.copy(), size=size,
+                                    out=out.data_ptr(), stream=stream, dtype=_dtype_name(decode.dtype),
+                                    layout="nhwc" if decode.channels_last else "nchw", mean=decode.mean,
+                                    std=decode.std, statuses=True)
     engine.hold(b.k, done.synchronize)
+    bad = [j for j in range(n) if codes[j] != 0]
+    if bad:  # the worker read a decodable header; nvJPEG failed on the data after it
+        j = bad[0]
+        raise ValueError(f"sample {b.items[j][1]}: nvJPEG could not decode its JPEG ({SAMPLE_STATUSES[codes[j]]}; "
+                         f"{len(bad)} of the batch's {n} samples failed)")
     values[f] = out
     values[f + 1] = None  # the boxes: no place in the batch
 

@@ -192,6 +192,7 @@ class Loader:
     rank = _Fixed()
     world_size = _Fixed()
     start_method = _Fixed()
+    decode = _Fixed()
 
     def __init__(self, dataset: Any, batch_size: int, *, workers: Optional[int] = None, shuffle: bool = False,
                  seed: int = 0, drop_last: bool = False, sampler: Optional[Iterable[Any]] = None, depth: int = 2,
@@ -416,13 +417,22 @@ class Loader:
             ep.ended = True
             error, batch.error = batch.error, None
             raise error
-        out = self._take(batch)
+        waited = time.perf_counter() - t0 if self._autoscale is not None else 0.0  # for the workers alone
+        try:
+            out = self._take(batch)
+        except BaseException:
+            # The batch was taken from the prefetcher (a decode failed after it): it is gone, and so is the
+            # epoch, which the next iter() starts in a new pipeline (batches and their slots stay in step).
+            ep.ended = True
+            ep.position += 1
+            del engine.batches[k]
+            raise
         ep.position += 1
         del engine.batches[k]
         if self._autoscale is not None:
             if ep.position == 1:
                 self._autoscale.new_epoch()
-            self._autoscale.taken(time.perf_counter() - t0)
+            self._autoscale.taken(waited)
         return out
 
     # ---- the batch on the device ---------------------------------------------------------------------
@@ -487,7 +497,9 @@ class Loader:
         self._closed = True
         try:
             if self._engine is not None:
-                self._engine.close()
+                self._engine.close()  # waits the holds: nvJPEG no longer reads the slots
+            if self._decoder is not None:
+                self._decoder.close()
         finally:
             ep = self._epoch
             if ep is not None:

@@ -68,7 +68,7 @@ def leaves_of(obj: Any, path: str, out: List[Tuple[str, Any]]) -> Any:
     elif isinstance(obj, Pixels):  # ImageDecode(where="cpu"): decoded by the write, into the slot
         out.append((path, obj))
     elif isinstance(obj, Encoded):  # ImageDecode(where="device"): its bytes (ragged) and its crop box
-        out.append((path, obj.data))
+        out.append((path, _byte_view(obj.data)))
         out.append((path + BOX, torch.tensor(obj.box, dtype=torch.int32)))
         return Slot(len(out) - 2)
     elif isinstance(obj, dict):

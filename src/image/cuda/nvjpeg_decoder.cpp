@@ -189,9 +189,8 @@ gpu_jpeg_decoder::impl::impl(device& d, const gpu_decoder_options& o) : dev(&d),
                             "with the previous batch's kernel)",
                             o.buffers));
   FERRY_EXPECTS(o.threads >= 0 && o.threads <= max_decode_threads,
-                fmt::format("GPU JPEG decoder: threads = {}; it must be 1..{} (0: the default, 1, "
-                            "machine's hardware threads))",
-                            o.threads, max_decode_threads));
+                fmt::format("GPU JPEG decoder: threads = {}; it must be 1..{} (0: the default, 1)", o.threads,
+                            max_decode_threads));
   FERRY_EXPECTS(o.backend == gpu_backend::automatic || o.backend == gpu_backend::hardware ||
                     o.backend == gpu_backend::software,
                 fmt::format("GPU JPEG decoder: backend {} is not automatic (0), hardware (1) or software (2)",
