@@ -252,7 +252,8 @@ def decoder_for(decode: ImageDecode, device: Any) -> Any:
         raise ValueError(f"ImageDecode(where='device') decodes on a CUDA device; this Loader's device is "
                          f"{device!r}: use where='cpu' (or 'auto')")
     from .._native.image_gpu import JpegDecoder
-    return JpegDecoder(device._native)
+    # One host thread: the split over several (threads > 1) failed on an H200 (docs/perf/2026-12-02/h200-image).
+    return JpegDecoder(device._native, threads=1)
 
 
 def _dtype_name(dtype: Any) -> str:
