@@ -378,8 +378,9 @@ FERRY_C_API int ferry_jpeg_gpu_library_json(const char* options_json, char** out
  * GPU's JPEG engines for the images they take, nvJPEG's one-by-one decode for the rest) | "hardware" (the
  * same, but fails without engines) | "software" (one by one only), "buffers": 2 (scratch sets used in turn,
  * 1..8), "threads": N (host threads a decode call's nvJPEG work runs on, the caller's among them, 1..64;
- * default 1; more is not yet verified on a GPU), "library_dirs": [folder, ...]}. FERRY_ERROR_INVALID names a bad option, a missing nvJPEG and what
- * to install, a host device, or a build without CUDA. */
+ * default 1; more fails on an H200 with nvJPEG 13.0.1, NVJPEG_STATUS_ALLOCATOR_FAILURE in every part but the
+ * first: not for use yet), "library_dirs": [folder, ...]}. FERRY_ERROR_INVALID names a bad option, a missing
+ * nvJPEG and what to install, a host device, or a build without CUDA. */
 FERRY_C_API int ferry_jpeg_decoder_create(ferry_device* dev, const char* options_json,
                                           ferry_jpeg_decoder** out);
 /* Decodes n JPEGs (data[i] of lengths[i] bytes, host memory) on the decoder's GPU, crops boxes[5 * i ..] (as

@@ -21,9 +21,10 @@
 //   threads; the call returns once every part has. Each part has its own nvJPEG states in every scratch set
 //   (a state serves one thread at a time), its own nvJPEG handle (part 0: the decoder's; one handle shared
 //   by the threads failed on an H200), its own hardware batch and its own CUDA stream; the parts write
-//   disjoint planes. The default is one thread until the split has passed scripts/gpu_image.py on a GPU.
-//   Refusals and failures are reported by sample index as with one thread: the first in the batch's order is
-//   the one named.
+//   disjoint planes. The split fails on an H200 (nvJPEG 13.0.1: NVJPEG_STATUS_ALLOCATOR_FAILURE in every part
+//   but the first, also with a handle per part), cause not found: the default is one thread, and more is not
+//   for use yet. Refusals and failures are reported by sample index as with one thread: the first in the
+//   batch's order is the one named.
 // - Streams: each part's nvJPEG work goes on that part's stream, and every part's stream joins the
 //   decoder's decode stream (an event) before the table copy and the decode event; the kernel runs on the
 //   consumer stream after a device-side wait for the decode, so the output batch (which the caller

@@ -86,7 +86,7 @@ class JpegDecoder(NativeObject[JpegDecoderHandle]):
     """ferry_jpeg_decoder on `device` (a cuda device). backend "auto" (the GPU's JPEG engines for the images
     they take, nvJPEG's one-by-one decode for the rest), "hardware" (fails without engines) or "software";
     `buffers` scratch sets used in turn; `threads` host threads each decode call's nvJPEG work is split over,
-    the calling thread among them (1..64; None: the library's default, 1; more is not yet verified on a GPU);
+    the calling thread among them (1..64; None: the library's default, 1; more fails on an H200 with nvJPEG 13.0.1: not for use yet);
     `library_dirs` (default: nvjpeg_dirs()) looked in first for libnvjpeg. Raises InvalidArgumentError naming
     a bad option, or what to install when nvJPEG is missing."""
 
