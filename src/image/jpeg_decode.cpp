@@ -203,13 +203,13 @@ struct decompressor {
 constexpr std::size_t lanes = 4;
 
 // The vertical pass is built twice on x86-64, for AVX2 (pmulld: 32-bit lane multiplies) and for the
-// baseline SSE2 (which emulates them), the loader picking one at start (an ifunc); the horizontal pass has
-// an SSE4.1 form of its own (resample_horizontal_sse41).
+// baseline SSE2 (which emulates them), picked at the first call by __builtin_cpu_supports (not an ifunc:
+// the loader runs ifunc resolvers before ThreadSanitizer's and AddressSanitizer's runtimes start, and an
+// instrumented resolver crashes there); the horizontal pass has an SSE4.1 form of its own
+// (resample_horizontal_sse41).
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define FERRY_IMAGE_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FERRY_IMAGE_TARGET_CLONES
+#define FERRY_IMAGE_HAVE_AVX2_PASS 1
 #endif
 
 // One RGBX pixel as four 32-bit lanes (GCC's and Clang's vector extension: one SSE/NEON register).
@@ -323,10 +323,11 @@ void resample_horizontal_any(const std::uint8_t* in, std::size_t in_stride, int 
 
 // Vertical pass from `in` (rows from input row `offset`, size RGBX pixels each) to the output, flipped and
 // laid out as asked. `acc` and `line` are one row's scratch.
-FERRY_IMAGE_TARGET_CLONES void resample_vertical(const std::uint8_t* in, int offset, const axis_taps& t,
-                                                 int size, bool flip, pixel_layout layout,
-                                                 std::vector<std::int32_t>& acc,
-                                                 std::vector<std::uint8_t>& line, std::uint8_t* out) {
+[[gnu::always_inline]] inline void resample_vertical_body(const std::uint8_t* in, int offset,
+                                                          const axis_taps& t, int size, bool flip,
+                                                          pixel_layout layout, std::vector<std::int32_t>& acc,
+                                                          std::vector<std::uint8_t>& line,
+                                                          std::uint8_t* out) {
   const auto side = static_cast<std::size_t>(size);
   const std::size_t width = side * lanes;
   const std::size_t plane = side * side;
@@ -365,6 +366,27 @@ FERRY_IMAGE_TARGET_CLONES void resample_vertical(const std::uint8_t* in, int off
       }
     }
   }
+}
+
+#ifdef FERRY_IMAGE_HAVE_AVX2_PASS
+__attribute__((target("avx2"))) void resample_vertical_avx2(
+    const std::uint8_t* in, int offset, const axis_taps& t, int size, bool flip, pixel_layout layout,
+    std::vector<std::int32_t>& acc, std::vector<std::uint8_t>& line, std::uint8_t* out) {
+  resample_vertical_body(in, offset, t, size, flip, layout, acc, line, out);
+}
+#endif
+
+void resample_vertical(const std::uint8_t* in, int offset, const axis_taps& t, int size, bool flip,
+                       pixel_layout layout, std::vector<std::int32_t>& acc, std::vector<std::uint8_t>& line,
+                       std::uint8_t* out) {
+#ifdef FERRY_IMAGE_HAVE_AVX2_PASS
+  static const bool avx2 = __builtin_cpu_supports("avx2") != 0;
+  if (avx2) {
+    resample_vertical_avx2(in, offset, t, size, flip, layout, acc, line, out);
+    return;
+  }
+#endif
+  resample_vertical_body(in, offset, t, size, flip, layout, acc, line, out);
 }
 
 }  // namespace
