@@ -57,6 +57,8 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "examples" / "pytorch"))
+import loader_jpeg  # noqa: E402  (its test images)
 
 import torch  # noqa: E402
 
@@ -78,14 +80,8 @@ DEVICE = "cuda"  # where the output batches are allocated ("cpu" under --dry-run
 SPLIT = 4  # the threads the split checks and rows use
 
 def picture(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
-    """Smooth colour gradients with noise (examples/pytorch/loader_jpeg.py's images): compresses as photos do."""
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    img = np.empty((h, w, 3), np.float32)
-    for c in range(3):
-        fx, fy, phase = rng.uniform(0.002, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
-        img[..., c] = 127 + 80 * np.sin(x * fx + y * fy + phase)
-    img += rng.normal(0, 12, img.shape).astype(np.float32)
-    return np.clip(img, 0, 255).astype(np.uint8)
+    """examples/pytorch/loader_jpeg.py's image of a seed drawn from `rng`."""
+    return loader_jpeg.picture(int(rng.integers(1 << 31)), w, h)
 
 
 def encode(img: Image.Image, **kw: Any) -> bytes:
