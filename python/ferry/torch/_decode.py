@@ -10,6 +10,7 @@ the bytes is the Loader's (ferry/torch/_samples.py), the native calls are ferry/
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -260,6 +261,15 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
+@functools.lru_cache(maxsize=8)
+def _levels(mean: Tuple[float, ...], std: Tuple[float, ...], device: Any) -> Tuple[Any, Any]:
+    """mean and std in 8-bit levels, [1, 3, 1, 1] float32 on `device`: made once, not a copy to the device
+    per batch."""
+    import torch
+    return (torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255,
+            torch.tensor(std, device=device).view(1, 3, 1, 1) * 255)
+
+
 def finish_images(decode: ImageDecode, decoder: Any, engine: Any, b: Any, values: List[Any], stream: int) -> None:
     """Batch b's images as the Loader hands them out, in `values` at the image leaf's place: the CPU
     decode's uint8 pixels normalised on the device (torch's ops, on the current stream), or the device
@@ -278,8 +288,7 @@ def finish_images(decode: ImageDecode, decoder: Any, engine: Any, b: Any, values
         if decode.channels_last:
             x = x.permute(0, 3, 1, 2)  # [n, 3, size, size] over HWC bytes: a channels_last tensor
         if decode.mean is not None:
-            m = torch.tensor(decode.mean, device=x.device).view(1, 3, 1, 1) * 255
-            s = torch.tensor(decode.std, device=x.device).view(1, 3, 1, 1) * 255
+            m, s = _levels(decode.mean, decode.std, x.device)
             x = x.to(torch.float32).sub_(m).div_(s)
             if decode.dtype != torch.float32:
                 x = x.to(decode.dtype)
