@@ -141,7 +141,7 @@ def test_a_sample_without_bytes_where_the_image_is_is_refused():
             return torch.zeros(3, 8, 8), i
 
     with ft.Loader(Pixels(), batch_size=2, workers=0, decode=ft.ImageDecode(8, where="cpu"), device="host") as L:
-        with pytest.raises(TypeError, match=r"sample\[0\] is a Tensor; ImageDecode expects the encoded image"):
+        with pytest.raises(TypeError, match=r"sample\[0\] is a Tensor of float32 \[3, 8, 8\]; ImageDecode expects the encoded image"):
             next(iter(L))
 
 

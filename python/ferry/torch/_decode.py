@@ -178,8 +178,11 @@ def _encoded_bytes(v: Any, where: str) -> Any:
             return v.contiguous().numpy()
     except ImportError:
         pass
-    raise TypeError(f"{where} is a {type(v).__name__}; ImageDecode expects the encoded image there (bytes, "
-                    "bytearray, memoryview, a 1-D uint8 array or CPU tensor): return the file's contents")
+    what = type(v).__name__
+    if hasattr(v, "dtype") and hasattr(v, "shape"):
+        what += f" of {str(v.dtype).replace('torch.', '')} {list(v.shape)}"
+    raise TypeError(f"{where} is a {what}; ImageDecode expects the encoded image there (bytes, bytearray, "
+                    "memoryview, a 1-D uint8 array or CPU tensor): return the file's contents, not decoded pixels")
 
 
 def prepare(decode: ImageDecode, sample: Any, seed: int) -> Any:
